@@ -1,0 +1,33 @@
+# Two entry points do all the set-up on a fresh machine:
+#   make demo   - create .venv, install layercache, extract the built-in task set with MiniLM, print `info`
+#   make test   - create .venv, install layercache + test deps, run the test suite
+# torch is installed only when the venv has none, as TORCH_SPEC (override for a CUDA build, e.g.
+# `make demo TORCH_SPEC="torch --index-url https://download.pytorch.org/whl/cu124"`).
+PYTHON ?= python3
+VENV ?= .venv
+TORCH_SPEC ?= torch==2.13.0
+BIN := $(VENV)/bin
+PYTEST_ARGS ?=
+
+.PHONY: setup demo test clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(VENV)/.installed: $(BIN)/python pyproject.toml
+	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install --quiet $(TORCH_SPEC)
+	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	touch $@
+
+setup: $(VENV)/.installed
+
+demo: setup
+	$(BIN)/layercache extract --out runs/demo-cache --overwrite
+	$(BIN)/layercache info runs/demo-cache
+
+test: setup
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(VENV) runs

@@ -1,0 +1,188 @@
+"""The ``layercache`` command line: parse options, make one library call, render the result.
+
+Every user-caused problem arrives here as a :class:`~layercache.errors.LayercacheError` and is
+printed as one sentence with exit code 2; no traceback for the user's own mistakes.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import re
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.logging import RichHandler
+from rich.table import Table
+
+from .errors import ConfigError, LayercacheError
+
+app = typer.Typer(
+    help="Run a frozen transformer once, cache every layer's states, and learn from the cache.",
+    no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+)
+out_console = Console()
+err_console = Console(stderr=True)
+EXIT_USAGE = 2
+
+
+def friendly(command):
+    """Turn LayercacheError into one red sentence and exit code 2; Ctrl-C into a resume hint."""
+
+    @functools.wraps(command)
+    def wrapper(*args, **kwargs):
+        _setup_logging()
+        try:
+            return command(*args, **kwargs)
+        except LayercacheError as err:
+            err_console.print(f"[bold red]Error:[/] {err}", highlight=False, soft_wrap=True)
+            raise typer.Exit(EXIT_USAGE) from None
+        except KeyboardInterrupt:
+            err_console.print("Interrupted; committed shards are kept, run the same command again to resume.")
+            raise typer.Exit(130) from None
+
+    return wrapper
+
+
+def _setup_logging() -> None:
+    logger = logging.getLogger("layercache")
+    if not any(isinstance(h, RichHandler) for h in logger.handlers):
+        logger.addHandler(RichHandler(console=err_console, show_time=False, show_path=False, markup=False))
+        logger.setLevel(logging.INFO)
+        logger.propagate = False
+    try:  # the library's own weight-loading bars would clutter ours
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+        hf_logging.set_verbosity_error()
+    except ImportError:
+        pass
+
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
+_UNITS = {"": 1, "b": 1, "k": 1e3, "kb": 1e3, "kib": 2**10, "m": 1e6, "mb": 1e6, "mib": 2**20,
+          "g": 1e9, "gb": 1e9, "gib": 2**30, "t": 1e12, "tb": 1e12, "tib": 2**40}
+
+
+def parse_size(text: str) -> int:
+    """``256MiB``, ``1.5GB``, ``4096`` -> bytes."""
+    match = _SIZE.match(text)
+    unit = (match.group(2) or "").lower() if match else None
+    if not match or unit not in _UNITS:
+        raise ConfigError(f"Size {text!r} is not understood; write e.g. 256MiB, 1GB or 4096.")
+    return int(float(match.group(1)) * _UNITS[unit])
+
+
+def split_list(values: list[str] | None) -> list[str]:
+    """Options that take lists accept repeats and commas: ``--layers 0,3 --layers -1``."""
+    return [v.strip() for value in values or [] for v in value.split(",") if v.strip()]
+
+
+def parse_splits(values: list[str] | None) -> tuple[list[str] | None, dict[str, str] | None]:
+    """``--split train`` picks hub splits; ``--split train=path.tsv`` maps local files to splits."""
+    names, files = [], {}
+    for value in values or []:
+        if "=" in value:
+            name, path = value.split("=", 1)
+            if not name or not path:
+                raise ConfigError(f"--split {value!r} should look like NAME=PATH, e.g. train=data/train.tsv.")
+            files[name] = path
+        else:
+            names.append(value)
+    if names and files:
+        raise ConfigError("--split takes either split names or NAME=PATH files, not both.")
+    return names or None, files or None
+
+
+@app.command()
+@friendly
+def extract(
+    model: str = typer.Argument("minilm", help="Hub id, bundled alias (minilm) or local model folder."),
+    dataset: Optional[str] = typer.Argument(None, help="builtin (default), a hub id, or a local csv/tsv/jsonl/parquet/CoNLL file."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Cache folder [default: under $LAYERCACHE_HOME]."),
+    config: Optional[str] = typer.Option(None, "--config", help="Hub dataset config, e.g. cola for glue."),
+    split: Optional[list[str]] = typer.Option(None, "--split", help="Split to extract (hub), or NAME=PATH for local files; repeatable."),
+    text_column: Optional[list[str]] = typer.Option(None, "--text-column", help="Text column (twice for sentence pairs)."),
+    label_column: Optional[list[str]] = typer.Option(None, "--label-column", help="Label column(s); detected when omitted."),
+    no_labels: bool = typer.Option(False, "--no-labels", help="Cache states of unlabelled data."),
+    task_kind: Optional[str] = typer.Option(None, "--task-kind", help="Override the label kind: sequence, token or regression."),
+    limit: Optional[int] = typer.Option(None, "--limit", help="Keep the first N examples of each split."),
+    layers: Optional[list[str]] = typer.Option(None, "--layers", help="States to keep: names or indices (0 = embeddings, -1 = last); comma-separated."),
+    store: str = typer.Option("tokens", "--store", help="tokens (all token states) or pooled (pooled vectors only)."),
+    pooling: Optional[list[str]] = typer.Option(None, "--pooling", help="Pooled vectors to store: mean, first, last [default: mean]."),
+    storage_dtype: str = typer.Option("float16", "--storage-dtype", help="float16, bfloat16 or float32 on disk."),
+    dtype: str = typer.Option("auto", "--dtype", help="Forward-pass dtype: auto, float32, float16, bfloat16."),
+    device: str = typer.Option("auto", "--device", help="auto, cpu or cuda[:N]."),
+    max_length: Optional[int] = typer.Option(None, "--max-length", help="Token limit per window [default: the model's]."),
+    stride: Optional[int] = typer.Option(None, "--stride", help="Split long texts into windows overlapping by this many tokens instead of truncating."),
+    batch_tokens: int = typer.Option(8192, "--batch-tokens", help="Padded tokens per forward batch."),
+    batch_size: int = typer.Option(256, "--batch-size", help="Most sequences per forward batch."),
+    shard_size: str = typer.Option("256MiB", "--shard-size", help="Target bytes of states per shard file."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing cache made with another configuration."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
+):
+    """Run MODEL frozen over DATASET once and cache every layer's states (resumable)."""
+    from .extract.run import extract as run_extract
+
+    splits, split_files = parse_splits(split)
+    result = run_extract(
+        model, dataset or ("" if split_files else "builtin"), out, dataset_config=config, splits=splits,
+        split_files=split_files, text_columns=split_list(text_column) or None,
+        label_columns=split_list(label_column) or None, no_labels=no_labels, task_kind=task_kind, limit=limit,
+        layers=split_list(layers) or None, store=store, pooling=split_list(pooling) or ["mean"],
+        storage_dtype=storage_dtype, dtype=dtype, device=device, max_length=max_length, stride=stride,
+        batch_tokens=batch_tokens, batch_size=batch_size, shard_bytes=parse_size(shard_size),
+        overwrite=overwrite, progress=not quiet,
+    )
+    verb = "already complete" if result.already_complete else ("resumed and completed" if result.resumed else "written")
+    out_console.print(f"Cache {verb}: [bold]{result.path}[/]")
+
+
+@app.command()
+@friendly
+def info(
+    cache: Optional[Path] = typer.Argument(None, help="Cache folder [default: the most recent one]."),
+    as_json: bool = typer.Option(False, "--json", help="Print the manifest as JSON."),
+):
+    """Show what a cache holds: model, dataset, splits, sizes, layers, dtype, complete or not."""
+    from .report.info import cache_summary, render_summary
+    from .store.reader import LayerCache
+
+    with LayerCache.open(cache, allow_incomplete=True) as opened:
+        if as_json:
+            out_console.print_json(json.dumps(opened.manifest.to_json()))
+            return
+        render_summary(cache_summary(opened), out_console)
+
+
+@app.command("list")
+@friendly
+def list_caches():
+    """List the caches under $LAYERCACHE_HOME."""
+    from .paths import cache_home, latest_cache
+    from .store.manifest import read_manifest
+
+    home, latest = cache_home(), latest_cache()
+    table = Table("", "cache", "model", "dataset", "splits", "complete", title=str(home))
+    for folder in sorted(p for p in home.glob("*") if (p / "manifest.json").is_file()):
+        try:
+            m = read_manifest(folder)
+        except LayercacheError:
+            continue
+        mark = "*" if latest is not None and folder.resolve() == latest.resolve() else ""
+        table.add_row(mark, folder.name, m.model["name"], m.dataset["name"], ", ".join(m.splits),
+                      "yes" if m.complete else "no")
+    out_console.print(table)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,37 @@
+"""The few exception types layercache raises for bad input or a bad cache.
+
+Every error a user can cause derives from :class:`LayercacheError`; its message is one sentence
+that names the problem and the fix. The CLI prints that sentence and exits with code 2, so a
+user never sees a traceback for their own mistake. Bugs in layercache itself stay ordinary
+exceptions, with their traceback.
+"""
+
+from __future__ import annotations
+
+
+class LayercacheError(Exception):
+    """Base class: a problem with the user's input, environment or cache, explained in one sentence."""
+
+
+class ConfigError(LayercacheError, ValueError):
+    """An option has a value layercache cannot use (the message lists the valid ones)."""
+
+
+class ModelLoadError(LayercacheError):
+    """The backbone or its tokenizer could not be found or loaded."""
+
+
+class DatasetError(LayercacheError):
+    """The dataset could not be found, read, or understood (missing columns, empty, unlabelled)."""
+
+
+class CacheError(LayercacheError):
+    """A cache folder is missing, incomplete, corrupted, or does not match what was asked for."""
+
+
+class CacheMismatchError(CacheError):
+    """An existing cache was written with another configuration (model, tokenizer, data, storage)."""
+
+
+class InsufficientDiskError(LayercacheError, OSError):
+    """The cache would not fit in the free space of its target disk."""

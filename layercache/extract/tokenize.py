@@ -1,0 +1,133 @@
+"""Turn a split's records into token ids, truncated or cut into overlapping windows.
+
+Each example becomes an :class:`EncodedExample`: one window of ids (the common case) or, with
+``stride``, several overlapping windows plus a ``take`` map that stitches them back into one
+token sequence covering every token. Overlap tokens are taken from the window where they see
+the most context: the window whose edge is farthest away for bidirectional encoders, the
+earliest window (most left context) for causal decoders.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import ConfigError, DatasetError
+from ..sources.records import SplitRecords
+
+ENCODE_CHUNK = 1024
+
+
+@dataclass
+class EncodedExample:
+    """One example ready for the forward pass."""
+
+    row: int
+    """Position in the split's records."""
+    windows: list[list[int]]
+    """Input ids (special tokens included) of each window that must run through the model."""
+    take: np.ndarray | None
+    """(t, 2) int32 pairs (window, position) giving each stitched token; None: all of window 0."""
+    word_ids: np.ndarray | None
+    """(t,) int32 word index of each stored token, -1 for special tokens; None when unknown."""
+    truncated: bool = False
+
+    @property
+    def n_tokens(self) -> int:
+        return len(self.windows[0]) if self.take is None else len(self.take)
+
+    @property
+    def width(self) -> int:
+        """Padded width this example forces on its batch."""
+        return max(len(w) for w in self.windows)
+
+    @property
+    def n_rows(self) -> int:
+        return len(self.windows)
+
+
+def encode_split(tokenizer, records: SplitRecords, *, max_length: int, stride: int | None,
+                 causal: bool) -> Iterator[EncodedExample]:
+    """Encode every example of a split, in order, in chunks (fast tokenizers batch internally)."""
+    if stride is not None:
+        capacity = max_length - tokenizer.num_special_tokens_to_add()
+        if not 0 < stride < capacity:
+            raise ConfigError(f"--stride {stride} must be between 1 and {capacity - 1} "
+                              f"(the tokens per window at --max-length {max_length}).")
+        if records.text_pairs is not None:
+            raise ConfigError("--stride cannot window sentence pairs; drop --stride to truncate them instead.")
+    for start in range(0, len(records), ENCODE_CHUNK):
+        stop = min(start + ENCODE_CHUNK, len(records))
+        if records.text_pairs is not None:
+            yield from _encode_pairs(tokenizer, records, start, stop, max_length)
+        else:
+            yield from _encode_single(tokenizer, records, start, stop, max_length, stride, causal)
+
+
+def _encode_single(tokenizer, records, start, stop, max_length, stride, causal):
+    words_mode = records.words is not None
+    inputs = records.words[start:stop] if words_mode else records.texts[start:stop]
+    for i, x in enumerate(inputs):
+        if (words_mode and len(x) == 0) or (not words_mode and not str(x).strip()):
+            raise DatasetError(f"Example {start + i} of the split is empty; remove empty rows from the data.")
+    enc = tokenizer(inputs, is_split_into_words=words_mode, truncation=True, max_length=max_length,
+                    stride=stride or 0, return_overflowing_tokens=True, add_special_tokens=True)
+    by_example: dict[int, list[int]] = {}
+    for window, example in enumerate(enc["overflow_to_sample_mapping"]):
+        by_example.setdefault(example, []).append(window)
+    capacity = max_length - tokenizer.num_special_tokens_to_add()
+    for example in range(stop - start):
+        windows = by_example[example]
+        word_ids = [_word_ids(enc, w) for w in windows]
+        if stride is None or len(windows) == 1:
+            ids = enc["input_ids"][windows[0]]
+            yield EncodedExample(row=start + example, windows=[ids], take=None, word_ids=word_ids[0],
+                                 truncated=len(windows) > 1)
+            continue
+        seq_ids = [enc.sequence_ids(w) for w in windows]
+        take = stitch(seq_ids, capacity - stride, causal)
+        flat_words = np.array([word_ids[w][p] for w, p in take], np.int32)
+        yield EncodedExample(row=start + example, windows=[enc["input_ids"][w] for w in windows],
+                             take=take, word_ids=flat_words)
+
+
+def _encode_pairs(tokenizer, records, start, stop, max_length):
+    firsts, seconds = records.texts[start:stop], records.text_pairs[start:stop]
+    full = tokenizer(firsts, seconds, truncation=False, add_special_tokens=True)["input_ids"]
+    enc = tokenizer(firsts, seconds, truncation="longest_first", max_length=max_length, add_special_tokens=True)
+    for i, ids in enumerate(enc["input_ids"]):
+        # Word ids of a pair restart at 0 in the second sentence, so they are not stored.
+        yield EncodedExample(row=start + i, windows=[ids], take=None, word_ids=None,
+                             truncated=len(full[i]) > max_length)
+
+
+def _word_ids(enc, window: int) -> np.ndarray:
+    return np.array([-1 if w is None else w for w in enc.word_ids(window)], np.int32)
+
+
+def stitch(sequence_ids: list[list[int | None]], step: int, causal: bool) -> np.ndarray:
+    """Map each token of the stitched sequence to (window, position).
+
+    ``sequence_ids[j]`` marks content tokens of window j with 0 (None for special tokens);
+    window j's content starts at global content position ``j * step``. Leading special tokens
+    come from the first window, trailing ones from the last.
+    """
+    content = [[p for p, s in enumerate(seq) if s == 0] for seq in sequence_ids]
+    starts = [j * step for j in range(len(content))]
+    total = starts[-1] + len(content[-1])
+    take = [(0, p) for p in range(content[0][0])]  # leading specials, e.g. [CLS]
+    for g in range(total):
+        best, best_score = -1, None
+        for j, (s, positions) in enumerate(zip(starts, content)):
+            if not s <= g < s + len(positions):
+                continue
+            # causal: earliest window = most left context; bidirectional: farthest from both edges.
+            score = -j if causal else min(g - s, s + len(positions) - 1 - g)
+            if best_score is None or score > best_score:
+                best, best_score = j, score
+        take.append((best, content[best][g - starts[best]]))
+    last = len(content) - 1
+    take += [(last, p) for p in range(content[last][-1] + 1, len(sequence_ids[last]))]  # trailing, e.g. [SEP]
+    return np.array(take, np.int32)

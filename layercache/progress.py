@@ -1,0 +1,39 @@
+"""Progress bars for long work (rich), with throughput columns people check first."""
+
+from __future__ import annotations
+
+import sys
+from contextlib import contextmanager
+
+from rich.console import Console
+from rich.progress import (BarColumn, MofNCompleteColumn, Progress, ProgressColumn, Task, TextColumn,
+                           TimeElapsedColumn, TimeRemainingColumn)
+from rich.text import Text
+
+
+class RateColumn(ProgressColumn):
+    """``<n> <unit>/s`` from a task field (``completed`` or a custom counter)."""
+
+    def __init__(self, field: str | None, unit: str):
+        super().__init__()
+        self.field, self.unit = field, unit
+
+    def render(self, task: Task) -> Text:
+        elapsed = task.elapsed or 0.0
+        value = task.completed if self.field is None else task.fields.get(self.field, 0)
+        start = task.fields.get((self.field or "completed") + "_start", 0)
+        rate = (value - start) / elapsed if elapsed > 0 else 0.0
+        return Text(f"{rate:,.0f} {self.unit}/s", style="progress.data.speed")
+
+
+@contextmanager
+def extraction_progress(enabled: bool = True):
+    """A progress display for extraction: examples, examples/s, tokens/s, elapsed and remaining time."""
+    console = Console(file=sys.stderr)
+    progress = Progress(
+        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+        RateColumn(None, "ex"), RateColumn("tokens", "tok"), TimeElapsedColumn(), TimeRemainingColumn(),
+        console=console, disable=not enabled, transient=False,
+    )
+    with progress:
+        yield progress

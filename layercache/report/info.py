@@ -1,0 +1,64 @@
+"""A human summary of a cache (what ``layercache info`` prints), as data first and text second."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from ..extract.run import human_bytes
+from ..store.reader import LayerCache
+
+
+def cache_summary(cache: LayerCache) -> dict:
+    """The facts a user checks before trusting a cache, as a plain dict (also used by reports)."""
+    m = cache.manifest
+    splits = {}
+    for name, s in m.splits.items():
+        splits[name] = {"examples": s.n_examples, "written": s.rows_written, "tokens": s.n_tokens,
+                        "truncated": s.n_truncated, "windowed": s.n_windowed, "shards": len(s.shards),
+                        "bytes": s.bytes_written, "complete": s.complete}
+    return {
+        "path": str(cache.path), "complete": m.complete, "format_version": m.format_version,
+        "model": m.model, "tokenizer": m.tokenizer, "dataset": m.dataset,
+        "tasks": [t.to_json() for t in m.tasks], "storage": m.storage, "splits": splits,
+        "total_bytes": sum(s["bytes"] for s in splits.values()),
+        "fp16_overflow": m.extraction.get("fp16_overflow", 0),
+        "created_at": m.created_at, "updated_at": m.updated_at,
+    }
+
+
+def render_summary(summary: dict, console: Console) -> None:
+    model, tok, data, storage = summary["model"], summary["tokenizer"], summary["dataset"], summary["storage"]
+    status = "[green]complete[/]" if summary["complete"] else "[yellow]incomplete: re-run the same extract command to resume[/]"
+    head = Table.grid(padding=(0, 2))
+    head.add_column(style="bold")
+    head.add_column()
+    norm = {"none": "no final norm", "applied": "layer_L is after the final norm",
+            "not-applied": "layer_L is before the final norm"}.get(storage.get("final_norm"), "?")
+    rows = [
+        ("cache", summary["path"]), ("status", status),
+        ("model", f"{model['name']} ({model['kind']}, {model['architecture']}, {model['n_layers']} layers, "
+                  f"hidden {model['hidden_size']}; {norm})"),
+        ("revision", str(model.get("revision") or "local")),
+        ("tokenizer", f"{tok['class']}, max length {tok['max_length']}"
+                      + (f", windows with stride {tok['stride']}" if tok.get("stride") else ", truncating")),
+        ("dataset", data["name"] + (f" / {data['config']}" if data.get("config") else "")
+                    + f" (text: {', '.join(data['text_columns'])})"),
+        ("tasks", "; ".join(f"{t['name']} ({t['kind']}" + (f", {len(t['label_names'])} classes)" if t["label_names"] else ")")
+                            for t in summary["tasks"]) or "none (unlabelled)"),
+        ("storage", f"{storage['store']}, {storage['dtype']}, pooled: {', '.join(storage['pooling']) or 'none'}"),
+        ("layers", ", ".join(storage["layer_names"])),
+        ("forward", f"{model['forward_dtype']} on {model['device']}"),
+        ("size", human_bytes(summary["total_bytes"])),
+    ]
+    if summary["fp16_overflow"]:
+        rows.append(("warning", f"[red]{summary['fp16_overflow']} values overflowed float16 (stored as inf)[/]"))
+    for key, value in rows:
+        head.add_row(key, value)
+    console.print(head)
+    table = Table("split", "examples", "tokens", "truncated", "windowed", "shards", "size", "complete")
+    for name, s in summary["splits"].items():
+        written = f"{s['written']:,}" if s["written"] == s["examples"] else f"{s['written']:,}/{s['examples']:,}"
+        table.add_row(name, written, f"{s['tokens']:,}", f"{s['truncated']:,}", f"{s['windowed']:,}",
+                      str(s["shards"]), human_bytes(s["bytes"]), "yes" if s["complete"] else "no")
+    console.print(table)

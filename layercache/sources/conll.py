@@ -1,0 +1,132 @@
+"""Read CoNLL-style token files: one token per line, blank lines between sentences.
+
+Each token line holds whitespace-separated columns, the token first and its tags after it
+(CoNLL-2003 has ``token POS chunk NER``). ``-DOCSTART-`` lines (and the blank line after them)
+only separate documents and are skipped. Columns are named by their count:
+
+- 1 column: ``tokens`` (no labels);
+- 4 columns: ``tokens``, ``pos``, ``chunk``, ``ner`` (the CoNLL-2003 layout);
+- otherwise: ``tokens``, ``col1``, ``col2``, ... and the last column ``tags``.
+
+The last column is the default label column. CoNLL-U (``.conllu``) is a different format and is
+not read here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from layercache.errors import DatasetError
+
+DOCSTART = "-DOCSTART-"
+
+
+@dataclass
+class ConllFile:
+    """A CoNLL file, columnar: ``columns[name][sentence][word]``."""
+
+    path: Path
+    column_names: list[str]
+    columns: dict[str, list[list[str]]] = field(default_factory=dict)
+    line_numbers: list[int] = field(default_factory=list)
+    """The 1-based line number where each sentence starts (for messages)."""
+
+    def __len__(self) -> int:
+        return len(self.line_numbers)
+
+    @property
+    def default_label_column(self) -> str | None:
+        """The last column (``ner`` for CoNLL-2003), or ``None`` for a tokens-only file."""
+        return self.column_names[-1] if len(self.column_names) > 1 else None
+
+
+def conll_column_names(count: int) -> list[str]:
+    """Column names for a CoNLL file with ``count`` columns per token line."""
+    if count < 1:
+        raise ValueError("a CoNLL file has at least one column")
+    if count == 1:
+        return ["tokens"]
+    if count == 4:
+        return ["tokens", "pos", "chunk", "ner"]
+    return ["tokens", *[f"col{i}" for i in range(1, count - 1)], "tags"]
+
+
+def _is_docstart(fields: list[str]) -> bool:
+    return bool(fields) and fields[0] == DOCSTART
+
+
+def _read_lines(path: Path, max_lines: int | None = None) -> list[str]:
+    try:
+        with open(path, encoding="utf-8-sig") as handle:
+            if max_lines is None:
+                return handle.read().splitlines()
+            lines = []
+            for line in handle:
+                lines.append(line.rstrip("\r\n"))
+                if len(lines) >= max_lines:
+                    break
+            return lines
+    except UnicodeDecodeError as exc:
+        raise DatasetError(f"{path} is not UTF-8 text ({exc.reason} at byte {exc.start}); "
+                           f"save it with UTF-8 encoding.") from exc
+    except OSError as exc:
+        raise DatasetError(f"Could not read {path}: {exc.strerror or exc}; check the path and its permissions.") from exc
+
+
+def looks_like_conll(path: str | Path, max_lines: int = 2000) -> bool:
+    """Whether the start of a text file looks like token-per-line CoNLL data.
+
+    True when a ``-DOCSTART-`` line is present, or when every token line in the sample has the
+    same number of columns (at most 10) and the file either separates sentences with blank lines
+    or has at least two columns.
+    """
+    lines = _read_lines(Path(path), max_lines)
+    counts: set[int] = set()
+    blank_after_token = False
+    seen_token = False
+    for line in lines:
+        fields = line.split()
+        if not fields:
+            blank_after_token = blank_after_token or seen_token
+            continue
+        if _is_docstart(fields):
+            return True
+        seen_token = True
+        counts.add(len(fields))
+    if len(counts) != 1:
+        return False
+    count = counts.pop()
+    return count <= 10 and (blank_after_token or count >= 2)
+
+
+def read_conll(path: str | Path) -> ConllFile:
+    """Read a CoNLL token file; raises :class:`DatasetError` on inconsistent column counts."""
+    path = Path(path)
+    lines = _read_lines(path)
+    width: int | None = None
+    width_line = 0
+    sentences: list[list[list[str]]] = []
+    starts: list[int] = []
+    current: list[list[str]] = []
+    for number, line in enumerate(lines, start=1):
+        fields = line.split()
+        if not fields or _is_docstart(fields):
+            if current:
+                sentences.append(current)
+                current = []
+            continue
+        if width is None:
+            width, width_line = len(fields), number
+        elif len(fields) != width:
+            raise DatasetError(
+                f"{path}, line {number}: found {len(fields)} columns where line {width_line} has {width}; "
+                f"give every token line the same number of whitespace-separated columns.")
+        if not current:
+            starts.append(number)
+        current.append(fields)
+    if current:
+        sentences.append(current)
+    names = conll_column_names(width or 1)
+    columns = {name: [[row[i] for row in sentence] for sentence in sentences] for i, name in enumerate(names)}
+    return ConllFile(path=path, column_names=names, columns=columns, line_numbers=starts)

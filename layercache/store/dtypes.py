@@ -1,0 +1,46 @@
+"""Storage dtypes: how a state tensor becomes bytes in a shard and comes back.
+
+HDF5 (and numpy) have no bfloat16, so bf16 states are stored as their raw 16-bit patterns in a
+``uint16`` dataset tagged with ``attrs["dtype"] = "bfloat16"``; the reader turns them back into
+float32 by shifting the bits into the top half of a float32 (exact: bf16 is truncated fp32).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ..errors import ConfigError
+
+STORAGE_DTYPES: dict[str, torch.dtype] = {
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "float32": torch.float32,
+}
+BYTES_PER_VALUE = {"float16": 2, "bfloat16": 2, "float32": 4}
+FP16_MAX = 65504.0
+
+
+def check_storage_dtype(name: str) -> str:
+    if name not in STORAGE_DTYPES:
+        raise ConfigError(f"Storage dtype {name!r} is not supported; choose one of {', '.join(STORAGE_DTYPES)}.")
+    return name
+
+
+def to_storage(values: torch.Tensor, dtype: str) -> np.ndarray:
+    """Convert a float tensor to the numpy array written to disk for ``dtype``."""
+    cast = values.to(STORAGE_DTYPES[dtype])
+    if dtype == "bfloat16":
+        return cast.contiguous().view(torch.int16).cpu().numpy().view(np.uint16)
+    return cast.cpu().numpy()
+
+
+def h5_dtype(dtype: str) -> np.dtype:
+    return np.dtype(np.uint16) if dtype == "bfloat16" else np.dtype(dtype)
+
+
+def from_storage(array: np.ndarray, dtype: str) -> np.ndarray:
+    """Turn an array read from a shard back into float32."""
+    if dtype == "bfloat16":
+        return (array.astype(np.uint32) << 16).view(np.float32)
+    return array.astype(np.float32, copy=False)

@@ -1,0 +1,192 @@
+"""The cache manifest: one JSON file that is the single source of truth about a cache.
+
+``<cache>/manifest.json`` records what produced the cache (model, tokenizer, dataset), how it is
+stored (dtype, kept states, token states or pooled only), and every committed shard with its
+row range and sha256. It is rewritten atomically (temp file + fsync + rename) after each shard
+commit, so a crash leaves either the previous or the next valid manifest, never half of one;
+``complete`` turns true only in the last write of a finished run.
+
+Every later step (training, probing, resume) compares the manifest with what it is asked to do
+and refuses a cache that does not match, instead of silently mixing data.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from ..errors import CacheError
+from ..sources.records import LabelTask
+
+FORMAT_VERSION = 1
+MANIFEST_NAME = "manifest.json"
+
+
+def utc_now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def stable_hash(payload: Any) -> str:
+    """sha256 of a JSON-serialisable value, independent of dict order."""
+    text = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+@dataclass
+class ShardInfo:
+    """One committed shard file of a split."""
+
+    file: str
+    """Path relative to the cache folder, e.g. ``train/shard-00000.h5``."""
+    first_row: int
+    """Row of the shard's first example within the split (rows run on across shards)."""
+    n_examples: int
+    n_tokens: int
+    first_batch: int
+    n_batches: int
+    bytes: int
+    sha256: str
+
+
+@dataclass
+class SplitInfo:
+    """One split: its planned size and the shards committed so far."""
+
+    n_examples: int
+    n_tokens: int
+    """Real (unpadded) tokens after truncation or window stitching, as stored."""
+    n_batches: int
+    n_truncated: int = 0
+    """Examples cut at the backbone's maximum length (their tail tokens are not in the cache)."""
+    n_windowed: int = 0
+    """Examples longer than the maximum length, run as overlapping windows and stitched (``--stride``)."""
+    shards: list[ShardInfo] = field(default_factory=list)
+    complete: bool = False
+    stats: dict[str, dict[str, float]] = field(default_factory=dict)
+    """Per kept state: mean, std and rms of all token-state values, filled when the split completes."""
+
+    @property
+    def rows_written(self) -> int:
+        return sum(s.n_examples for s in self.shards)
+
+    @property
+    def batches_written(self) -> int:
+        return sum(s.n_batches for s in self.shards)
+
+    @property
+    def bytes_written(self) -> int:
+        return sum(s.bytes for s in self.shards)
+
+
+@dataclass
+class Manifest:
+    """Everything a later step needs to trust (or refuse) a cache. See ``docs`` in the README."""
+
+    model: dict[str, Any]
+    tokenizer: dict[str, Any]
+    dataset: dict[str, Any]
+    tasks: list[LabelTask]
+    storage: dict[str, Any]
+    extraction: dict[str, Any]
+    splits: dict[str, SplitInfo]
+    config_hash: str
+    """Hash of every setting that determines the cache's content; resume requires it to match."""
+    complete: bool = False
+    format_version: int = FORMAT_VERSION
+    created_at: str = field(default_factory=utc_now)
+    updated_at: str = field(default_factory=utc_now)
+    layercache_version: str = ""
+
+    # --- convenient views -------------------------------------------------------------
+    @property
+    def layer_names(self) -> list[str]:
+        """Names of the kept states, in storage order (``embeddings``, ``layer_1`` ...)."""
+        return list(self.storage["layer_names"])
+
+    @property
+    def hidden_size(self) -> int:
+        return int(self.model["hidden_size"])
+
+    @property
+    def stores_tokens(self) -> bool:
+        return self.storage["store"] == "tokens"
+
+    @property
+    def pooling(self) -> list[str]:
+        return list(self.storage["pooling"])
+
+    def task(self, name: str) -> LabelTask:
+        for task in self.tasks:
+            if task.name == name:
+                return task
+        known = ", ".join(t.name for t in self.tasks) or "none"
+        raise CacheError(f"The cache has no label task {name!r}; its tasks are: {known}.")
+
+    # --- (de)serialisation ------------------------------------------------------------
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["tasks"] = [t.to_json() for t in self.tasks]
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "Manifest":
+        data = dict(data)
+        version = data.get("format_version")
+        if version != FORMAT_VERSION:
+            raise CacheError(
+                f"This cache has format version {version}, but this layercache reads version "
+                f"{FORMAT_VERSION}; re-extract it or install the layercache version that wrote it."
+            )
+        data["tasks"] = [LabelTask.from_json(t) for t in data.get("tasks", [])]
+        splits = {}
+        for name, split in data["splits"].items():
+            split = dict(split)
+            split["shards"] = [ShardInfo(**s) for s in split.get("shards", [])]
+            splits[name] = SplitInfo(**split)
+        data["splits"] = splits
+        return cls(**data)
+
+
+def manifest_path(cache_dir: str | os.PathLike) -> Path:
+    return Path(cache_dir) / MANIFEST_NAME
+
+
+def write_manifest(cache_dir: str | os.PathLike, manifest: Manifest) -> None:
+    """Write the manifest atomically: a reader sees the old or the new file, never a mix."""
+    manifest.updated_at = utc_now()
+    target = manifest_path(cache_dir)
+    text = json.dumps(manifest.to_json(), indent=2, sort_keys=False)
+    fd, tmp = tempfile.mkstemp(prefix=".manifest-", suffix=".json.tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def read_manifest(cache_dir: str | os.PathLike) -> Manifest:
+    """Read and validate ``manifest.json``; a missing or unreadable one is a :class:`CacheError`."""
+    path = manifest_path(cache_dir)
+    if not path.is_file():
+        raise CacheError(
+            f"{cache_dir} is not a layercache cache (no {MANIFEST_NAME}); "
+            "point to a folder written by `layercache extract`."
+        )
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        raise CacheError(f"The manifest {path} cannot be read ({err}); re-extract the cache.") from err
+    try:
+        return Manifest.from_json(data)
+    except (KeyError, TypeError) as err:
+        raise CacheError(f"The manifest {path} is missing field {err}; re-extract the cache.") from err

@@ -1,0 +1,450 @@
+"""Read a cache lazily: :class:`LayerCache` opens shards on demand and never loads a split whole.
+
+Rows are numbered per split in cache order (the order extraction wrote them, longest examples
+first); ``example_index(split)`` maps a row back to its row in the source dataset. Layers can be
+named (``"layer_3"``, ``"embeddings"``) or indexed among the kept states (``-1`` = last).
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import h5py
+import numpy as np
+import torch
+
+from ..errors import CacheError, ConfigError
+from ..sources.records import LabelTask
+from .dtypes import from_storage
+from .manifest import Manifest, SplitInfo, read_manifest
+
+IGNORE_INDEX = -100
+"""Label value for positions a loss must skip (padding, special tokens, non-first sub-tokens)."""
+
+LayerSpec = int | str
+
+
+@dataclass
+class CacheBatch:
+    """A padded minibatch read from the cache, float32, ready for a head."""
+
+    states: torch.Tensor
+    """(B, T, S, D) token states, or (B, 1, S, D) for pooled vectors."""
+    mask: torch.Tensor
+    """(B, T) bool, True on real tokens."""
+    rows: np.ndarray
+    """(B,) rows within the split."""
+    labels: dict[str, torch.Tensor]
+    """task -> (B,) for sequence / regression tasks, (B, T) for token tasks (IGNORE_INDEX where no label)."""
+    word_ids: torch.Tensor | None = None
+    """(B, T) int64 word index per token, -1 for special tokens and padding (token states only)."""
+
+
+class LayerCache:
+    """A cache folder written by ``layercache extract``, opened for reading.
+
+    Use :meth:`open` (or ``with LayerCache.open(path) as cache:``). All reads are lazy: only the
+    shards and byte ranges asked for are touched.
+    """
+
+    def __init__(self, path: Path, manifest: Manifest):
+        self.path = Path(path)
+        self.manifest = manifest
+        self._handles: dict[str, h5py.File] = {}
+        self._pid = os.getpid()
+        self._offsets: dict[str, np.ndarray] = {}
+        self._word_offsets: dict[str, np.ndarray] = {}
+
+    # --- opening ----------------------------------------------------------------------
+    @classmethod
+    def open(cls, path: str | os.PathLike | None = None, *, allow_incomplete: bool = False) -> "LayerCache":
+        """Open a cache folder (default: the most recently written cache).
+
+        An unfinished cache is refused unless ``allow_incomplete`` (then only its committed
+        shards are visible), because training on part of a split silently would be wrong.
+        """
+        from ..paths import resolve_cache_path
+
+        path = resolve_cache_path(path)
+        manifest = read_manifest(path)
+        if not manifest.complete and not allow_incomplete:
+            raise CacheError(
+                f"The cache {path} is incomplete ({_progress_text(manifest)}); re-run the same "
+                "`layercache extract` command to finish it."
+            )
+        return cls(path, manifest)
+
+    def close(self) -> None:
+        for handle in self._handles.values():
+            handle.close()
+        self._handles.clear()
+
+    def __enter__(self) -> "LayerCache":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"LayerCache({str(self.path)!r}, model={self.manifest.model['name']!r}, "
+                f"splits={self.splits}, layers={len(self.layer_names)})")
+
+    # --- metadata ---------------------------------------------------------------------
+    @property
+    def splits(self) -> list[str]:
+        return list(self.manifest.splits)
+
+    @property
+    def layer_names(self) -> list[str]:
+        return self.manifest.layer_names
+
+    @property
+    def hidden_size(self) -> int:
+        return self.manifest.hidden_size
+
+    @property
+    def tasks(self) -> list[LabelTask]:
+        return list(self.manifest.tasks)
+
+    @property
+    def stores_tokens(self) -> bool:
+        return self.manifest.stores_tokens
+
+    def split_info(self, split: str) -> SplitInfo:
+        try:
+            return self.manifest.splits[split]
+        except KeyError:
+            raise CacheError(
+                f"The cache has no split {split!r}; its splits are: {', '.join(self.splits)}."
+            ) from None
+
+    def num_examples(self, split: str) -> int:
+        return self.split_info(split).rows_written
+
+    def layer_index(self, layers: LayerSpec | Sequence[LayerSpec] | None) -> list[int]:
+        """Positions among the kept states for names or (negative) indices; None = all."""
+        names = self.layer_names
+        if layers is None:
+            return list(range(len(names)))
+        if isinstance(layers, (int, str)):
+            layers = [layers]
+        out = []
+        for layer in layers:
+            if isinstance(layer, str) and layer in names:
+                out.append(names.index(layer))
+            elif isinstance(layer, (int, np.integer)) and -len(names) <= layer < len(names):
+                out.append(int(layer) % len(names))
+            else:
+                raise ConfigError(
+                    f"Layer {layer!r} is not in this cache; it keeps {', '.join(names)} "
+                    f"(or an index from {-len(names)} to {len(names) - 1})."
+                )
+        return out
+
+    # --- shard access -----------------------------------------------------------------
+    def _handle(self, file: str) -> h5py.File:
+        if os.getpid() != self._pid:  # h5py handles must not cross a fork (DataLoader workers)
+            self._handles = {}
+            self._pid = os.getpid()
+        handle = self._handles.get(file)
+        if handle is None:
+            full = self.path / file
+            try:
+                handle = h5py.File(full, "r")
+            except (OSError, FileNotFoundError) as err:
+                raise CacheError(f"Shard {full} cannot be read ({err}); re-extract the cache.") from err
+            self._handles[file] = handle
+        return handle
+
+    def _shard_starts(self, split: str) -> list[int]:
+        return [s.first_row for s in self.split_info(split).shards]
+
+    def _locate(self, split: str, row: int) -> tuple[int, int]:
+        """(shard number, row inside the shard) for a split row."""
+        n = self.num_examples(split)
+        if not 0 <= row < n:
+            raise IndexError(f"row {row} is out of range for split {split!r} with {n} examples")
+        shard = bisect.bisect_right(self._shard_starts(split), row) - 1
+        return shard, row - self.split_info(split).shards[shard].first_row
+
+    def _shard_offsets(self, split: str, shard: int) -> np.ndarray:
+        info = self.split_info(split).shards[shard]
+        if info.file not in self._offsets:
+            self._offsets[info.file] = self._handle(info.file)["offsets"][:]
+        return self._offsets[info.file]
+
+    def _concat(self, split: str, name: str) -> np.ndarray:
+        return np.concatenate([self._handle(s.file)[name][:] for s in self.split_info(split).shards])
+
+    def lengths(self, split: str) -> np.ndarray:
+        """(n,) tokens per example."""
+        return np.concatenate([np.diff(self._shard_offsets(split, i))
+                               for i in range(len(self.split_info(split).shards))])
+
+    def example_index(self, split: str) -> np.ndarray:
+        """(n,) source-dataset row of each cache row."""
+        return self._concat(split, "example_index")
+
+    # --- labels -----------------------------------------------------------------------
+    def labels(self, split: str, task: str) -> np.ndarray | list[np.ndarray]:
+        """Labels of a task: an array (n,) for sequence / regression, or one per-word array per example."""
+        spec = self.manifest.task(task)
+        if spec.kind != "token":
+            return self._concat(split, f"labels/{task}")
+        out = []
+        for info in self.split_info(split).shards:
+            h = self._handle(info.file)
+            flat, offsets = h[f"labels/{task}"][:], h["word_offsets"][:]
+            out.extend(flat[a:b] for a, b in zip(offsets[:-1], offsets[1:]))
+        return out
+
+    # --- states -----------------------------------------------------------------------
+    def pooled(self, split: str, mode: str = "mean", layers: LayerSpec | Sequence[LayerSpec] | None = None,
+               rows: Sequence[int] | None = None) -> np.ndarray:
+        """Pooled vectors, float32 (n, S', D); ``rows`` picks examples (default all)."""
+        if mode not in self.manifest.pooling:
+            have = ", ".join(self.manifest.pooling) or "none"
+            raise CacheError(f"The cache has no pooled {mode!r} vectors (it has: {have}); "
+                             "re-extract with --pooling " + mode + ".")
+        index = self.layer_index(layers)
+        dtype = self.manifest.storage["dtype"]
+        name = f"pooled/{mode}"
+        if rows is None:
+            parts = [_read_states(self._handle(s.file)[name], slice(None), index)
+                     for s in self.split_info(split).shards]
+            return from_storage(np.concatenate(parts), dtype)
+        return from_storage(self._gather_rows(split, np.asarray(rows), name, index), dtype)
+
+    def _gather_rows(self, split: str, rows: np.ndarray, name: str, index: list[int]) -> np.ndarray:
+        out = None
+        for shard, local, where in self._group_by_shard(split, rows):
+            ds = self._handle(self.split_info(split).shards[shard].file)[name]
+            order = np.argsort(local)
+            block = _read_states(ds, local[order], index)
+            if out is None:
+                out = np.empty((len(rows),) + block.shape[1:], block.dtype)
+            out[where[order]] = block
+        return out
+
+    def _group_by_shard(self, split: str, rows: np.ndarray):
+        starts = np.asarray(self._shard_starts(split))
+        n = self.num_examples(split)
+        if rows.size and (rows.min() < 0 or rows.max() >= n):
+            raise IndexError(f"rows must lie in [0, {n}) for split {split!r}")
+        shard_of = np.searchsorted(starts, rows, side="right") - 1
+        for shard in np.unique(shard_of):
+            where = np.nonzero(shard_of == shard)[0]
+            yield int(shard), rows[where] - starts[shard], where
+
+    def tokens(self, split: str, rows: Sequence[int], layers: LayerSpec | Sequence[LayerSpec] | None = None
+               ) -> list[np.ndarray]:
+        """Token states of the given rows: one float32 array (t_i, S', D) per row."""
+        self._require_tokens()
+        index = self.layer_index(layers)
+        dtype = self.manifest.storage["dtype"]
+        rows = np.asarray(rows, dtype=np.int64)
+        out: list[np.ndarray | None] = [None] * len(rows)
+        for shard, local, where in self._group_by_shard(split, rows):
+            offsets = self._shard_offsets(split, shard)
+            ds = self._handle(self.split_info(split).shards[shard].file)["hidden"]
+            # One read per run of consecutive rows: far fewer HDF5 calls than one per example.
+            order = np.argsort(local)
+            for run in _consecutive_runs(local[order]):
+                a, b = offsets[run[0]], offsets[run[-1] + 1]
+                block = from_storage(_read_states(ds, slice(a, b), index), dtype)
+                for r in run:
+                    pos = where[order][np.searchsorted(local[order], r)]
+                    out[pos] = block[offsets[r] - a: offsets[r + 1] - a]
+        return out  # type: ignore[return-value]
+
+    def layer_tokens(self, split: str, layer: LayerSpec) -> Iterator[np.ndarray]:
+        """Stream one layer across all tokens of a split: yields float32 (t_shard, D) per shard."""
+        self._require_tokens()
+        (index,) = self.layer_index(layer)
+        dtype = self.manifest.storage["dtype"]
+        for info in self.split_info(split).shards:
+            yield from_storage(self._handle(info.file)["hidden"][:, index, :], dtype)
+
+    def token_arrays(self, split: str, name: str, rows: Sequence[int]) -> list[np.ndarray]:
+        """Per-token integer arrays (``input_ids`` or ``word_ids``) for the given rows."""
+        out = []
+        for row in rows:
+            shard, local = self._locate(split, int(row))
+            offsets = self._shard_offsets(split, shard)
+            h = self._handle(self.split_info(split).shards[shard].file)
+            if name not in h:
+                raise CacheError(f"The cache stores no {name} (words were unknown at extraction).")
+            out.append(h[name][offsets[local]:offsets[local + 1]])
+        return out
+
+    def _require_tokens(self) -> None:
+        if not self.stores_tokens:
+            raise CacheError("This cache holds pooled vectors only; re-extract with --store tokens "
+                             "for token states.")
+
+    # --- batches ----------------------------------------------------------------------
+    def iter_batches(self, split: str, batch_size: int = 32, *, layers=None, source: str = "tokens",
+                     tasks: Sequence[str] | None = None, shuffle: bool = False, seed: int = 0,
+                     block_size: int = 1024) -> Iterator[CacheBatch]:
+        """Yield padded float32 minibatches.
+
+        ``source`` is ``"tokens"`` or ``"pooled:<mode>"``. With ``shuffle``, blocks of
+        ``block_size`` consecutive rows are read in a random order and shuffled inside a buffer:
+        random enough for SGD, while each read stays one large contiguous slab (a fully random
+        order would cost one small HDF5 read per example).
+        """
+        if batch_size < 1:
+            raise ConfigError(f"batch_size must be at least 1, got {batch_size}.")
+        n = self.num_examples(split)
+        tasks = [t.name for t in self.tasks] if tasks is None else list(tasks)
+        rng = np.random.default_rng(seed)
+        blocks = [np.arange(a, min(a + block_size, n)) for a in range(0, n, block_size)]
+        if shuffle:
+            blocks = [blocks[i] for i in rng.permutation(len(blocks))]
+        for block in blocks:
+            if shuffle:
+                block = rng.permutation(block)
+            for start in range(0, len(block), batch_size):
+                yield self.batch(split, block[start:start + batch_size], layers=layers, source=source, tasks=tasks)
+
+    def batch(self, split: str, rows: Sequence[int], *, layers=None, source: str = "tokens",
+              tasks: Sequence[str] | None = None) -> CacheBatch:
+        """Read the given rows as one padded :class:`CacheBatch`."""
+        rows = np.asarray(rows, dtype=np.int64)
+        tasks = [t.name for t in self.tasks] if tasks is None else list(tasks)
+        if source == "tokens":
+            per_row = self.tokens(split, rows, layers)
+            word_ids = (self.token_arrays(split, "word_ids", rows)
+                        if any(self.manifest.task(t).kind == "token" for t in tasks) else None)
+        elif source.startswith("pooled:"):
+            pooled = self.pooled(split, source.split(":", 1)[1], layers, rows)  # (B, S, D)
+            per_row, word_ids = [p[None] for p in pooled], None
+        else:
+            raise ConfigError(f"source must be 'tokens' or 'pooled:<mode>', got {source!r}.")
+        B, T = len(rows), max(len(x) for x in per_row)
+        S, D = per_row[0].shape[1:]
+        states = torch.zeros(B, T, S, D)  # (B, T, S, D)
+        mask = torch.zeros(B, T, dtype=torch.bool)  # (B, T)
+        for i, x in enumerate(per_row):
+            states[i, : len(x)] = torch.from_numpy(x)
+            mask[i, : len(x)] = True
+        wid = None
+        if word_ids is not None:
+            wid = torch.full((B, T), -1, dtype=torch.int64)
+            for i, w in enumerate(word_ids):
+                wid[i, : len(w)] = torch.from_numpy(w.astype(np.int64))
+        labels = {t: self._batch_labels(split, t, rows, wid, T) for t in tasks}
+        return CacheBatch(states=states, mask=mask, rows=rows, labels=labels, word_ids=wid)
+
+    def _batch_labels(self, split, task, rows, word_ids, T) -> torch.Tensor:
+        spec = self.manifest.task(task)
+        if spec.kind != "token":
+            values = np.concatenate([self._label_slice(split, task, r) for r in rows])
+            return torch.from_numpy(values.astype(np.float32 if spec.kind == "regression" else np.int64))
+        if word_ids is None:
+            raise CacheError(f"Token task {task!r} needs token states with word ids; this cache has none.")
+        out = torch.full((len(rows), T), IGNORE_INDEX, dtype=torch.int64)
+        for i, r in enumerate(rows):
+            out[i] = first_subtoken_labels(torch.from_numpy(self._label_slice(split, task, r)), word_ids[i])
+        return out
+
+    def _label_slice(self, split: str, task: str, row: int) -> np.ndarray:
+        shard, local = self._locate(split, int(row))
+        h = self._handle(self.split_info(split).shards[shard].file)
+        if self.manifest.task(task).kind != "token":
+            return h[f"labels/{task}"][local:local + 1]
+        key = (split, shard)
+        if key not in self._word_offsets:
+            self._word_offsets[key] = h["word_offsets"][:]
+        wo = self._word_offsets[key]
+        return h[f"labels/{task}"][wo[local]:wo[local + 1]]
+
+    def torch_dataset(self, split: str, *, layers=None, source: str = "tokens",
+                      tasks: Sequence[str] | None = None) -> "CacheDataset":
+        """A map-style torch ``Dataset`` over one split; pair it with ``dataset.collate``."""
+        return CacheDataset(self, split, layers=layers, source=source, tasks=tasks)
+
+    # --- statistics -------------------------------------------------------------------
+    def layer_stats(self, split: str | None = None) -> dict[str, np.ndarray]:
+        """Per-state, per-dimension ``mean`` and ``std`` (S, D) over all real tokens of a split."""
+        split = split or self.splits[0]
+        total = total_sq = None
+        count = 0
+        for info in self.split_info(split).shards:
+            h = self._handle(info.file)
+            s, sq = h["stats/sum"][:], h["stats/sumsq"][:]
+            total = s if total is None else total + s
+            total_sq = sq if total_sq is None else total_sq + sq
+            count += int(h["stats"].attrs["count"])
+        mean = total / count
+        var = np.maximum(total_sq / count - mean**2, 0.0)
+        return {"mean": mean, "std": np.sqrt(var), "count": np.asarray(count)}
+
+
+class CacheDataset(torch.utils.data.Dataset):
+    """Map-style dataset over one split: item ``i`` is row ``i``; ``collate`` pads a list of rows.
+
+    Reading happens in ``collate`` so that a whole minibatch is one grouped read, and each
+    DataLoader worker reopens its own HDF5 handles.
+    """
+
+    def __init__(self, cache: LayerCache, split: str, *, layers=None, source="tokens", tasks=None):
+        self.cache, self.split = cache, split
+        self.layers, self.source, self.tasks = layers, source, tasks
+        cache.split_info(split)  # fail early on a bad split name
+
+    def __len__(self) -> int:
+        return self.cache.num_examples(self.split)
+
+    def __getitem__(self, row: int) -> int:
+        if not 0 <= row < len(self):
+            raise IndexError(row)
+        return row
+
+    def collate(self, rows: list[int]) -> CacheBatch:
+        return self.cache.batch(self.split, rows, layers=self.layers, source=self.source, tasks=self.tasks)
+
+
+def first_subtoken_labels(word_labels: torch.Tensor, word_ids: torch.Tensor) -> torch.Tensor:
+    """Spread per-word labels onto tokens: the first sub-token of each word carries the word's label.
+
+    word_labels: (W,); word_ids: (T,) with -1 for special tokens and padding. Returns (T,) with
+    IGNORE_INDEX on special tokens, padding and continuation sub-tokens.
+    """
+    prev = torch.cat([torch.tensor([-2]), word_ids[:-1]])  # (T,)
+    first = (word_ids >= 0) & (word_ids != prev)  # (T,)
+    out = torch.full_like(word_ids, IGNORE_INDEX)
+    valid = first & (word_ids < len(word_labels))
+    out[valid] = word_labels[word_ids[valid]]
+    return out
+
+
+def _read_states(ds: h5py.Dataset, rows, index: list[int]) -> np.ndarray:
+    """Read ds[rows, index, :]; h5py needs increasing indices, so sort and restore the order."""
+    if index == list(range(ds.shape[1])):
+        return ds[rows]
+    order = np.argsort(index)
+    sorted_index = [index[i] for i in order]
+    if isinstance(rows, np.ndarray):
+        data = ds[rows.tolist(), :, :][:, sorted_index, :] if len(rows) else ds[0:0, sorted_index, :]
+    else:
+        data = ds[rows, sorted_index, :]
+    return data[:, np.argsort(order), :]
+
+
+def _consecutive_runs(values: np.ndarray) -> list[np.ndarray]:
+    if len(values) == 0:
+        return []
+    breaks = np.nonzero(np.diff(values) != 1)[0] + 1
+    return np.split(values, breaks)
+
+
+def _progress_text(manifest: Manifest) -> str:
+    parts = []
+    for name, split in manifest.splits.items():
+        parts.append(f"{name}: {split.rows_written}/{split.n_examples} examples")
+    return "; ".join(parts)

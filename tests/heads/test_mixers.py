@@ -1,0 +1,488 @@
+"""Layer mixers: shapes, masking, the math of each method, and that each can learn a layer choice."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from layercache.errors import ConfigError
+from layercache.heads.mixers import (
+    MIXERS,
+    ACTMix,
+    AdaptiveMix,
+    GumbelMix,
+    LayerMixer,
+    MixOutput,
+    ScalarMix,
+    make_mixer,
+    mixer_from_config,
+    mixer_names,
+)
+
+B, T, S, D = 4, 6, 5, 8
+SPECS = ["last", "layer:2", "scalar", "adaptive", "attention", "gumbel", "act"]
+SMALL = {"adaptive": {"k": 16}, "attention": {"attn_dim": 8}}
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny tensors: a thread pool only adds overhead, and the CPU cores are shared."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def build(spec: str, n_states: int = S, dim: int = D, **options) -> LayerMixer:
+    torch.manual_seed(0)
+    return make_mixer(spec, n_states, dim, **{**SMALL.get(spec, {}), **options})
+
+
+def batch(b: int = B, t: int = T, s: int = S, d: int = D, seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    states = torch.randn(b, t, s, d, generator=g)  # (B, T, S, D)
+    mask = torch.ones(b, t, dtype=torch.bool)
+    for i in range(b):  # ragged lengths, every example keeps at least one token
+        mask[i, max(1, t - i) :] = False
+    return states, mask
+
+
+# ------------------------------------------------------------------------------ every mixer
+def test_registry_names_match_specs():
+    assert mixer_names() == list(MIXERS)
+    assert set(mixer_names()) == {"last", "layer", "scalar", "adaptive", "attention", "gumbel", "act"}
+    for name, cls in MIXERS.items():
+        assert cls.name == name
+
+
+@pytest.mark.parametrize("spec", SPECS)
+@pytest.mark.parametrize("t", [T, 1])
+def test_output_shapes(spec, t):
+    mixer = build(spec)
+    states, mask = batch(t=t)
+    out = mixer(states, mask)
+    assert isinstance(out, MixOutput)
+    assert out.mixed.shape == (B, t, mixer.out_dim)
+    assert out.aux_loss.dim() == 0
+    assert torch.isfinite(out.mixed).all()
+    assert (out.mixed[~mask] == 0).all()  # padding is zeroed
+    weights = mixer.layer_weights()
+    assert weights.shape == (S,)
+    assert weights.sum() == pytest.approx(1.0, abs=1e-5)
+    if out.usage is not None:
+        for value in out.usage.values():
+            assert value.shape[0] == B and not value.requires_grad
+
+
+@pytest.mark.parametrize("spec", SPECS)
+def test_padding_does_not_affect_real_tokens(spec):
+    mixer = build(spec).eval()  # eval: no dropout, no Gumbel noise
+    states, mask = batch()
+    reference = mixer(states, mask)
+    garbage = states.clone()
+    garbage[~mask] = 1e4 * torch.randn(int((~mask).sum()), S, D)
+    out = mixer(garbage, mask)
+    torch.testing.assert_close(out.mixed[mask], reference.mixed[mask])
+    assert (out.mixed[~mask] == 0).all()
+    torch.testing.assert_close(out.aux_loss, reference.aux_loss)
+
+
+@pytest.mark.parametrize("spec", SPECS)
+def test_config_round_trip(spec):
+    mixer = build(spec)
+    rebuilt = mixer_from_config(json.loads(json.dumps(mixer.get_config())))
+    assert type(rebuilt) is type(mixer)
+    assert rebuilt.get_config() == mixer.get_config()
+    rebuilt.load_state_dict(mixer.state_dict())
+    states, mask = batch()
+    torch.testing.assert_close(rebuilt.eval()(states, mask).mixed, mixer.eval()(states, mask).mixed)
+
+
+def test_wrong_state_count_or_width_is_refused():
+    mixer = build("scalar")
+    states, mask = batch(s=S - 1)
+    with pytest.raises(ValueError, match="S=4"):
+        mixer(states, mask)
+    states, mask = batch(d=D + 1)
+    with pytest.raises(ValueError, match="D=9"):
+        mixer(states, mask)
+    with pytest.raises(ValueError, match="mask"):
+        mixer(batch()[0], torch.ones(B, T + 1, dtype=torch.bool))
+
+
+def test_half_precision_states_are_accepted():
+    mixer = build("attention")
+    states, mask = batch()
+    out = mixer(states.half(), mask)
+    assert out.mixed.dtype == torch.float32
+
+
+# ------------------------------------------------------------------------------ make_mixer
+def test_unknown_spec_lists_known_names():
+    with pytest.raises(ValueError) as info:
+        make_mixer("nope", S, D)
+    message = str(info.value)
+    assert "'nope'" in message
+    for name in ("last", "layer:<i>", "scalar", "adaptive", "attention", "gumbel", "act"):
+        assert name in message
+    assert isinstance(info.value, ConfigError)
+
+
+@pytest.mark.parametrize("spec", ["layer", "layer:x", f"layer:{S}", f"layer:-{S + 1}", "last:2", "scalar:1"])
+def test_bad_specs_raise(spec):
+    with pytest.raises(ValueError):
+        make_mixer(spec, S, D)
+
+
+def test_unknown_option_names_valid_ones():
+    with pytest.raises(ValueError, match="valid: k, alpha"):
+        make_mixer("adaptive", S, D, kk=3)
+
+
+def test_layer_indexes():
+    states, mask = batch()
+    last = make_mixer("last", S, D)(states, mask).mixed
+    torch.testing.assert_close(make_mixer("layer:-1", S, D)(states, mask).mixed, last)
+    torch.testing.assert_close(last[mask], states[:, :, -1][mask])
+    emb = make_mixer("layer:0", S, D)
+    torch.testing.assert_close(emb(states, mask).mixed[mask], states[:, :, 0][mask])
+    np.testing.assert_array_equal(make_mixer("layer:-2", S, D).layer_weights(), [0, 0, 0, 1, 0])
+
+
+# ---------------------------------------------------------------------------------- scalar
+def test_scalar_mix_starts_as_mean_of_states():
+    states, mask = batch()
+    out = ScalarMix(S, D)(states, mask).mixed
+    torch.testing.assert_close(out[mask], states.mean(2)[mask])
+    no_emb = ScalarMix(S, D, include_embeddings=False)
+    torch.testing.assert_close(no_emb(states, mask).mixed[mask], states[:, :, 1:].mean(2)[mask])
+    assert no_emb.layer_weights()[0] == 0.0
+    assert no_emb.layer_weights()[1:] == pytest.approx([0.25] * 4)
+
+
+def test_scalar_mix_layer_norm_and_gamma():
+    states, mask = batch()
+    states = states * 50 + 3
+    mixer = ScalarMix(S, D, layer_norm=True)
+    with torch.no_grad():
+        mixer.gamma.fill_(2.0)
+    normed = torch.nn.functional.layer_norm(states, (D,))
+    torch.testing.assert_close(mixer(states, mask).mixed[mask], 2.0 * normed.mean(2)[mask])
+    assert {id(p) for p in mixer.layer_params()} == {id(mixer.scalar_weights), id(mixer.gamma)}
+
+
+# -------------------------------------------------------------------------------- adaptive
+def test_adaptive_has_one_projection_per_state_and_all_get_gradient():
+    mixer = AdaptiveMix(S, D, k=16, dropout=0.0)
+    assert mixer.projection.shape == (S, 16, D)
+    assert mixer.layer_params() == [mixer.p]
+    states, mask = batch()
+    out = mixer(states, mask)
+    (out.mixed * torch.randn_like(out.mixed)).sum().add(out.aux_loss).backward()
+    per_state = mixer.projection.grad.abs().sum((1, 2))  # (S,)
+    assert (per_state > 0).all(), per_state
+    assert mixer.p.grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize("index", [0, S - 1])
+def test_adaptive_reads_first_and_last_state(index):
+    """The original code zipped L projections with L+1 states and lost the last one."""
+    mixer = AdaptiveMix(S, D, k=16).eval()
+    states, mask = batch()
+    changed = states.clone()
+    changed[:, :, index] += 1.0
+    assert not torch.allclose(mixer(states, mask).mixed, mixer(changed, mask).mixed)
+
+
+def test_adaptive_weights_sharpen_topk_cutoff_and_entropy():
+    mixer = AdaptiveMix(S, D, k=16, alpha=10.0)
+    assert mixer.layer_weights() == pytest.approx([1 / S] * S)
+    logits = torch.tensor([0.0, 0.1, 0.5, 0.3, 0.45])
+    with torch.no_grad():
+        mixer.p.copy_(logits)
+    plain = torch.softmax(10 * logits, 0)
+    torch.testing.assert_close(mixer.weights(), plain)
+    entropy = -(plain * torch.log(plain + 1e-6)).mean()
+    torch.testing.assert_close(mixer(*batch()).aux_loss, 0.02 * entropy)
+
+    mixer.cutoff = 0.05
+    cut = mixer.weights().detach()
+    small = plain <= 0.05
+    assert small.sum() == 2  # states 0 and 1
+    assert (cut[small] == 0).all()
+    assert float(cut.sum()) == pytest.approx(1.0)
+    torch.testing.assert_close(cut[~small], plain[~small] / plain[~small].sum())
+
+    mixer.cutoff = None
+    mixer.topk = 2
+    top = mixer.weights().detach()
+    assert int((top > 0).sum()) == 2
+    assert set(torch.nonzero(top).flatten().tolist()) == {2, 4}
+    assert float(top.sum()) == pytest.approx(1.0)
+
+    mixer.cutoff = 0.99  # every weight is under the cutoff: the largest survives
+    assert mixer.weights().tolist() == [0.0, 0.0, 1.0, 0.0, 0.0]
+
+
+def test_adaptive_topk_keeps_exactly_k_at_uniform_init():
+    assert int((AdaptiveMix(S, D, k=4, topk=3).weights() > 0).sum()) == 3
+
+
+def test_adaptive_position_encoding_depends_on_position_only():
+    states, mask = batch()
+    same = states[:, :1].expand(B, T, S, D).contiguous()  # every position holds the same states
+    plain = AdaptiveMix(S, D, k=16).eval()
+    pos = AdaptiveMix(S, D, k=16, position_encoding=True).eval()
+    pos.load_state_dict(plain.state_dict())
+    full = torch.ones(B, T, dtype=torch.bool)
+    a, b = plain(same, full).mixed, pos(same, full).mixed
+    torch.testing.assert_close(a[:, 0], a[:, 1])
+    assert not torch.allclose(b[:, 0], b[:, 1])
+    torch.testing.assert_close(b - a, (b - a)[:1].expand_as(b))
+
+
+@pytest.mark.parametrize("option", [{"topk": 0}, {"topk": S + 1}, {"cutoff": 1.0}, {"k": 0}])
+def test_adaptive_bad_options(option):
+    with pytest.raises(ValueError):
+        make_mixer("adaptive", S, D, **option)
+
+
+# ------------------------------------------------------------------------------- attention
+def test_attention_weights_per_token_and_running_average():
+    mixer = build("attention")
+    with torch.no_grad():
+        mixer.query.normal_()
+    states, mask = batch()
+    out = mixer(states, mask)
+    w = out.usage["weights"]  # (B, T, S)
+    assert w.shape == (B, T, S)
+    torch.testing.assert_close(w.sum(-1), torch.ones(B, T))
+    expected = torch.einsum("bts,btsd->btd", w, states)
+    torch.testing.assert_close(out.mixed[mask], expected[mask])
+    assert w[mask].std(0).sum() > 0  # weights depend on the token
+
+    mixer.eval()
+    states2, mask2 = batch(seed=7)
+    w1 = mixer(states, mask).usage["weights"]
+    w2 = mixer(states2, mask2).usage["weights"]
+    mean = torch.cat([w1[mask], w2[mask2]]).mean(0).double().numpy()
+    np.testing.assert_allclose(mixer.layer_weights(), mean, rtol=1e-5)
+    # A new evaluation pass replaces the statistics instead of mixing in old passes.
+    mixer.train()
+    mixer.eval()
+    mixer(states2, mask2)
+    np.testing.assert_allclose(mixer.layer_weights(), w2[mask2].mean(0).double().numpy(), rtol=1e-5)
+
+
+def test_input_dependent_mixer_before_any_forward_has_no_weights():
+    assert build("attention").layer_weights() is None
+
+
+# ---------------------------------------------------------------------------------- gumbel
+def test_gumbel_hard_choices_with_gradient_and_deterministic_eval():
+    mixer = build("gumbel")
+    states, mask = batch()
+    out = mixer(states, mask)
+    choices = out.usage["choices"]
+    assert choices.shape == (B, S)
+    assert set(choices.unique().tolist()) <= {0.0, 1.0}
+    assert (choices.sum(-1) >= 1).all()
+    (out.mixed.pow(2).sum() + out.aux_loss).backward()
+    grads = [p.grad for p in mixer.policy.parameters()]
+    assert all(g is not None and g.abs().sum() > 0 for g in grads)
+
+    mixer.eval()
+    a, b = mixer(states, mask), mixer(states, mask)
+    torch.testing.assert_close(a.mixed, b.mixed)
+    assert torch.equal(a.usage["choices"], b.usage["choices"])
+    logits = mixer.policy_logits(states, mask)
+    assert torch.equal(a.usage["choices"].bool(), logits[..., 1] > logits[..., 0])
+    w = a.usage["choices"] / a.usage["choices"].sum(-1, keepdim=True)
+    torch.testing.assert_close(a.mixed[mask], torch.einsum("bs,btsd->btd", w, states)[mask])
+
+
+def test_gumbel_uses_at_least_one_state():
+    mixer = build("gumbel").eval()
+    with torch.no_grad():
+        mixer.policy.bias.view(S, 2)[:, 0] = 10.0  # every state: skip
+        mixer.policy.bias.view(S, 2)[3, 0] = 5.0  # state 3 is the least unwanted
+    states, mask = batch()
+    choices = mixer(states, mask).usage["choices"]
+    assert (choices.sum(-1) == 1).all()
+    assert (choices[:, 3] == 1).all()
+
+
+def test_gumbel_temperature_anneals():
+    mixer = GumbelMix(S, D)
+    assert mixer.tau == 5.0
+    assert mixer.set_temperature_progress(0.5) == pytest.approx(math.sqrt(5.0 * 0.5))
+    assert mixer.set_temperature_progress(1.0) == pytest.approx(0.5)
+    with pytest.raises(ValueError, match="1.5"):
+        mixer.set_temperature_progress(1.5)
+
+
+def test_gumbel_learns_its_budget():
+    torch.manual_seed(0)
+    mixer = GumbelMix(S + 1, D, budget=2, budget_weight=50.0)
+    with torch.no_grad():
+        mixer.policy.bias.view(S + 1, 2)[:, 1] = 3.0  # start far over budget: use every state
+    head = nn.Linear(D, 2)
+    opt = torch.optim.Adam([*mixer.parameters(), *head.parameters()], lr=0.05)
+    states, mask = batch(b=64, t=3, s=S + 1, seed=3)
+    labels = torch.randint(0, 2, (64,))
+    assert mixer.eval()(states, mask).usage["choices"].mean() > 0.9
+    mixer.train()
+    for step in range(150):
+        mixer.set_temperature_progress(step / 149)
+        out = mixer(states, mask)
+        pooled = out.mixed.sum(1) / mask.sum(1, keepdim=True)
+        loss = nn.functional.cross_entropy(head(pooled), labels) + out.aux_loss
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    usage = mixer.eval()(states, mask).usage["choices"].mean().item()
+    assert usage == pytest.approx(2 / (S + 1), abs=0.08)
+
+
+# ------------------------------------------------------------------------------------- ACT
+def test_act_depths_weights_and_bounds():
+    mixer = build("act", n_states=7)
+    L = 6
+    with torch.no_grad():
+        mixer.halting.weight.normal_(std=2.0)
+        mixer.halting.bias.fill_(-1.0)
+    states, mask = batch(b=16, t=8, s=7, seed=5)
+    out = mixer(states, mask)
+    steps, depth, w = out.usage["steps"], out.usage["depth"], out.usage["weights"]
+    assert steps.shape == depth.shape == (16, 8)
+    assert w.shape == (16, 8, 7)
+    assert ((steps >= 1) & (steps <= L) & (steps == steps.round())).all()
+    assert len(steps.unique()) > 2  # the test data exercises several depths
+    remainder = depth - steps
+    assert (remainder <= 1 + 1e-6).all()
+    # R = 1 when halting at step 1, otherwise R > eps because the sum before halting is < 1 - eps.
+    assert (remainder[steps == 1] == 1).all()
+    assert (remainder[steps > 1] > mixer.eps - 1e-6).all()
+    assert ((depth >= 2 - 1e-6) & (depth <= L + 1 + 1e-6)).all()
+    torch.testing.assert_close(w.sum(-1), torch.ones(16, 8))
+    assert (w[..., 0] == 0).all()  # embeddings are not a step
+    # Steps after the halting one weigh 0; the halting step weighs R.
+    halt = steps.long()  # index into states: step n is state n
+    assert torch.equal((w > 0).sum(-1), halt)
+    torch.testing.assert_close(w.gather(-1, halt.unsqueeze(-1)).squeeze(-1), remainder)
+    torch.testing.assert_close(out.mixed[mask], torch.einsum("bts,btsd->btd", w, states)[mask])
+    real_depth = depth[mask].mean()
+    torch.testing.assert_close(out.aux_loss, mixer.ponder_weight * real_depth)
+
+
+def test_act_starts_as_uniform_mean_of_layers():
+    mixer = ACTMix(S, D)
+    states, mask = batch()
+    out = mixer(states, mask)
+    assert (out.usage["steps"] == S - 1).all()
+    torch.testing.assert_close(out.mixed[mask], states[:, :, 1:].mean(2)[mask])
+
+
+@pytest.mark.parametrize("bias, expected_steps", [(20.0, 1), (-20.0, S - 1)])
+def test_act_halting_bias_extremes(bias, expected_steps):
+    mixer = ACTMix(S, D)
+    with torch.no_grad():
+        mixer.halting.bias.fill_(bias)
+    states, mask = batch()
+    out = mixer(states, mask)
+    assert (out.usage["steps"] == expected_steps).all()
+    one_hot = torch.zeros(S)
+    one_hot[expected_steps] = 1.0
+    expected = one_hot.expand(int(mask.sum()), S)
+    torch.testing.assert_close(out.usage["weights"][mask], expected, atol=1e-6, rtol=0)
+
+
+def test_act_ponder_cost_has_gradient():
+    mixer = build("act")
+    with torch.no_grad():
+        mixer.halting.weight.normal_()
+    out = mixer(*batch())
+    out.aux_loss.backward()
+    assert mixer.halting.weight.grad.abs().sum() > 0
+    assert mixer.halting.bias.grad.abs() > 0
+
+
+# ----------------------------------------------------------------- learning a middle layer
+def middle_layer_task(n: int, seed: int, s: int = S, d: int = D, target: int = 2):
+    """Labels readable only from state ``target``: every other state carries strong noise along
+    the readout direction, so a uniform mix is close to chance and a mixer must pick the state.
+    Each state also has its own mean vector, as real layers do."""
+    g = torch.Generator().manual_seed(seed)
+    direction = torch.zeros(d)
+    direction[0] = 1.0
+    offsets = 3.0 * torch.randn(s, d, generator=torch.Generator().manual_seed(123))  # (S, D)
+    y = torch.randint(0, 2, (n,), generator=g)
+    states = torch.randn(n, 1, s, d, generator=g) + offsets  # (N, 1, S, D)
+    distractor = 6.0 * torch.randn(n, 1, s, generator=g)  # (N, 1, S)
+    distractor[:, :, target] = 0.0
+    signal = torch.zeros(n, 1, s)
+    signal[:, :, target] = 2.0 * (2 * y - 1).float().unsqueeze(-1)
+    states = states + (signal + distractor).unsqueeze(-1) * direction  # (N, 1, S, D)
+    return states, torch.ones(n, 1, dtype=torch.bool), y
+
+
+def fit_accuracy(mixer: LayerMixer, steps: int = 200) -> float:
+    torch.manual_seed(0)
+    train_x, train_m, train_y = middle_layer_task(512, seed=10)
+    test_x, test_m, test_y = middle_layer_task(512, seed=11)
+    head = nn.Linear(mixer.out_dim, 2)
+    params = [*mixer.parameters(), *head.parameters()]
+    opt = torch.optim.Adam(params, lr=0.03) if params else None
+    for step in range(steps if params else 0):
+        if isinstance(mixer, GumbelMix):
+            mixer.set_temperature_progress(step / (steps - 1))
+        out = mixer(train_x, train_m)
+        loss = nn.functional.cross_entropy(head(out.mixed[:, 0]), train_y) + out.aux_loss
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    mixer.eval()
+    if not list(mixer.parameters()):  # parameter-free selection: fit the head alone
+        feats = mixer(train_x, train_m).mixed[:, 0]
+        opt = torch.optim.Adam(head.parameters(), lr=0.03)
+        for _ in range(steps):
+            loss = nn.functional.cross_entropy(head(feats), train_y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    with torch.no_grad():
+        pred = head(mixer(test_x, test_m).mixed[:, 0]).argmax(-1)
+    return float((pred == test_y).float().mean())
+
+
+@pytest.mark.parametrize(
+    "spec, options",
+    [
+        ("layer:2", {}),
+        ("scalar", {}),
+        ("adaptive", {"k": 16}),
+        ("attention", {"attn_dim": 8}),
+        ("gumbel", {"budget": 1, "budget_weight": 1.0}),
+        ("act", {}),
+    ],
+)
+def test_every_mixer_learns_the_informative_middle_state(spec, options):
+    mixer = make_mixer(spec, S, D, **options)
+    acc = fit_accuracy(mixer)
+    assert acc > 0.85, f"{spec}: {acc:.3f}"
+    if spec != "act":  # ACT's choice is per token; its mean weights need not peak at one state
+        assert mixer.layer_weights().argmax() == 2, mixer.layer_weights()
+
+
+def test_middle_layer_task_needs_the_middle_state():
+    """The controls that make the test above meaningful: neither the last state nor a uniform
+    mix of all states reads the label."""
+    assert fit_accuracy(make_mixer("last", S, D)) < 0.65
+    uniform = make_mixer("scalar", S, D)
+    uniform.scalar_weights.requires_grad_(False)
+    assert fit_accuracy(uniform) < 0.65

@@ -1,0 +1,214 @@
+"""Extraction end to end on tiny random backbones: states, pooling, windows, storage options."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import layercache as lc
+from layercache.extract.forward import pool
+from layercache.sources.backbone import load_backbone
+from layercache.sources.builtin import load_builtin
+
+SIZES = {"train": 24, "validation": 8}
+
+
+def fresh_states(model_dir, words: list[str], **load) -> np.ndarray:
+    """All states of one example run alone (no padding): (T, L+1, D)."""
+    backbone = load_backbone(str(model_dir), device="cpu", words_input=True, **load)
+    enc = backbone.tokenizer(words, is_split_into_words=True, truncation=True, max_length=backbone.max_length,
+                             return_tensors="pt")
+    states = backbone.hidden_states(enc["input_ids"], enc["attention_mask"])
+    return torch.stack(states, dim=2)[0].float().numpy()
+
+
+def builtin_words(split: str, index: int) -> list[str]:
+    return load_builtin(sizes={"train": SIZES["train"], "validation": SIZES["validation"]}).splits[split].words[index]
+
+
+@pytest.fixture
+def small_builtin(monkeypatch):
+    """Make `builtin` small for these tests (the generator itself is tested elsewhere)."""
+    import layercache.sources.builtin as builtin
+
+    original = builtin.load_builtin
+    monkeypatch.setattr(builtin, "load_builtin", lambda seed=0, sizes=None: original(seed, sizes or SIZES))
+
+
+@pytest.mark.parametrize("kind", ["bert", "roberta", "gpt2", "llama", "t5"])
+def test_cached_states_equal_a_fresh_forward(tiny_models, tmp_path, small_builtin, kind):
+    result = lc.extract(str(tiny_models[kind]), "builtin", tmp_path / "cache", progress=False,
+                        pooling=["mean", "first", "last"])
+    cache = lc.LayerCache.open(result.path)
+    n_layers = result.manifest.model["n_layers"]
+    assert cache.layer_names == ["embeddings"] + [f"layer_{i}" for i in range(1, n_layers + 1)]
+    assert result.manifest.model["kind"] == {"bert": "encoder", "roberta": "encoder", "t5": "encoder-decoder",
+                                             "gpt2": "decoder", "llama": "decoder"}[kind]
+    rng = np.random.default_rng(0)
+    for split in ("train", "validation"):
+        rows = rng.choice(cache.num_examples(split), size=4, replace=False)
+        source_rows = cache.example_index(split)[rows]
+        for row, states in zip(source_rows, cache.tokens(split, rows)):
+            expected = fresh_states(tiny_models[kind], builtin_words(split, int(row)))
+            assert states.shape == expected.shape
+            scale = np.abs(expected).max()
+            np.testing.assert_allclose(states, expected, atol=2e-3 * scale, rtol=2e-3)  # fp16 rounding
+
+
+def test_final_norm_is_recorded(tiny_models, tmp_path, small_builtin):
+    bert = lc.extract(str(tiny_models["bert"]), "builtin", tmp_path / "b", progress=False, limit=4)
+    llama = lc.extract(str(tiny_models["llama"]), "builtin", tmp_path / "l", progress=False, limit=4)
+    assert bert.manifest.storage["final_norm"] == "none"  # post-LN encoder: no separate final norm
+    assert llama.manifest.storage["final_norm"] == "applied"  # HF returns layer_L after model.norm
+
+
+def test_pooled_vectors_equal_pooling_of_stored_tokens(tiny_models, tmp_path, small_builtin):
+    result = lc.extract(str(tiny_models["bert"]), "builtin", tmp_path / "cache", progress=False,
+                        pooling=["mean", "first", "last"])
+    cache = lc.LayerCache.open(result.path)
+    rows = np.arange(cache.num_examples("train"))
+    tokens = cache.tokens("train", rows)
+    flat = torch.from_numpy(np.concatenate(tokens))
+    lengths = torch.tensor([len(t) for t in tokens])
+    expected = pool(flat, lengths, ["mean", "first", "last"])
+    for mode in ("mean", "first", "last"):
+        got = cache.pooled("train", mode)
+        np.testing.assert_allclose(got, expected[mode].numpy(), atol=2e-3, rtol=2e-3)
+    assert cache.pooled("train", "mean", layers=[-1], rows=[3, 1]).shape == (2, 1, 32)
+    np.testing.assert_array_equal(cache.pooled("train", "first", layers=["layer_1"], rows=[3, 1])[:, 0],
+                                  cache.pooled("train", "first")[[3, 1], 1])
+
+
+def test_labels_follow_their_examples(tiny_models, tmp_path, small_builtin):
+    result = lc.extract(str(tiny_models["bert"]), "builtin", tmp_path / "cache", progress=False)
+    cache = lc.LayerCache.open(result.path)
+    source = load_builtin(sizes=SIZES).splits["train"]
+    index = cache.example_index("train")
+    assert sorted(index) == list(range(SIZES["train"]))  # every example once, in cache (length) order
+    np.testing.assert_array_equal(cache.labels("train", "agreement"), np.array(source.labels["agreement"])[index])
+    np.testing.assert_allclose(cache.labels("train", "intensity"), np.array(source.labels["intensity"])[index])
+    scope = cache.labels("train", "negation_scope")
+    for row, src in enumerate(index):
+        np.testing.assert_array_equal(scope[row], source.labels["negation_scope"][src])
+    # Token labels sit on the first sub-token of each word, -100 elsewhere.
+    batch = cache.batch("train", [0, 1, 2], tasks=["negation_scope"])
+    for i, row in enumerate([0, 1, 2]):
+        word_ids = batch.word_ids[i]
+        labels = batch.labels["negation_scope"][i]
+        first = [t for t in range(len(word_ids)) if word_ids[t] >= 0 and (t == 0 or word_ids[t - 1] != word_ids[t])]
+        assert labels[first].tolist() == list(source.labels["negation_scope"][index[row]])
+        assert (labels[[t for t in range(len(word_ids)) if t not in first]] == -100).all()
+
+
+def test_truncation_is_counted(tiny_models, tmp_path, small_builtin):
+    result = lc.extract(str(tiny_models["bert"]), "builtin", tmp_path / "cache", progress=False, max_length=12)
+    source = load_builtin(sizes=SIZES).splits["train"]
+    tok = load_backbone(str(tiny_models["bert"]), device="cpu").tokenizer
+    longer = sum(len(tok(w, is_split_into_words=True)["input_ids"]) > 12 for w in source.words)
+    assert longer > 0
+    assert result.manifest.splits["train"].n_truncated == longer
+    assert lc.LayerCache.open(result.path).lengths("train").max() == 12
+
+
+@pytest.mark.parametrize("kind", ["bert", "llama"])
+def test_stride_windows_keep_every_token(tiny_models, tmp_path, small_builtin, kind):
+    result = lc.extract(str(tiny_models[kind]), "builtin", tmp_path / "cache", progress=False,
+                        max_length=12, stride=4, pooling=["mean", "first", "last"])
+    info = result.manifest.splits["train"]
+    assert info.n_windowed > 0 and info.n_truncated == 0
+    cache = lc.LayerCache.open(result.path)
+    tok = load_backbone(str(tiny_models[kind]), device="cpu").tokenizer
+    source = load_builtin(sizes=SIZES).splits["train"]
+    index = cache.example_index("train")
+    ids = cache.token_arrays("train", "input_ids", range(len(index)))
+    words = cache.token_arrays("train", "word_ids", range(len(index)))
+    for row, src in enumerate(index):
+        full = tok(source.words[src], is_split_into_words=True)
+        assert ids[row].tolist() == full["input_ids"]  # the stitched sequence is the whole text
+        assert words[row].tolist() == [-1 if w is None else w for w in full.word_ids()]
+    # A stitched token taken from the first window equals a forward pass of that window alone.
+    long_row = int(np.argmax(cache.lengths("train")))
+    words_of = source.words[index[long_row]]
+    backbone = load_backbone(str(tiny_models[kind]), device="cpu", max_length=12, words_input=True)
+    enc = backbone.tokenizer(words_of, is_split_into_words=True, truncation=True, max_length=12, return_tensors="pt")
+    window0 = torch.stack(backbone.hidden_states(enc["input_ids"], enc["attention_mask"]), 2)[0].numpy()
+    stored = cache.tokens("train", [long_row])[0]
+    np.testing.assert_allclose(stored[:6], window0[:6], atol=2e-3 * np.abs(window0).max())
+
+
+@pytest.mark.parametrize("storage_dtype", ["bfloat16", "float32"])
+def test_other_storage_dtypes_round_trip(tiny_models, tmp_path, small_builtin, storage_dtype):
+    half = lc.extract(str(tiny_models["bert"]), "builtin", tmp_path / "f16", progress=False)
+    other = lc.extract(str(tiny_models["bert"]), "builtin", tmp_path / storage_dtype, progress=False,
+                       storage_dtype=storage_dtype)
+    a = lc.LayerCache.open(half.path).tokens("train", [0, 5])
+    b = lc.LayerCache.open(other.path).tokens("train", [0, 5])
+    tol = 1e-2 if storage_dtype == "bfloat16" else 2e-3
+    for x, y in zip(a, b):
+        assert y.dtype == np.float32
+        np.testing.assert_allclose(x, y, atol=tol * np.abs(y).max())
+    import h5py
+
+    with h5py.File(other.path / other.manifest.splits["train"].shards[0].file) as h:
+        on_disk = {"bfloat16": np.uint16, "float32": np.float32}[storage_dtype]  # bf16 kept as raw bits
+        assert h["hidden"].dtype == on_disk and h["hidden"].attrs["dtype"] == storage_dtype
+
+
+def test_layer_subset_and_pooled_only(tiny_models, tmp_path, small_builtin):
+    result = lc.extract(str(tiny_models["roberta"]), "builtin", tmp_path / "cache", progress=False,
+                        layers=["0", "layer_2", "-1"], store="pooled", pooling=["mean", "last"])
+    cache = lc.LayerCache.open(result.path)
+    assert cache.layer_names == ["embeddings", "layer_2", "layer_3"]
+    assert cache.pooled("train", "last").shape == (SIZES["train"], 3, 32)
+    full = lc.LayerCache.open(lc.extract(str(tiny_models["roberta"]), "builtin", tmp_path / "all",
+                                         progress=False, pooling=["last"]).path)
+    np.testing.assert_array_equal(cache.pooled("train", "last", layers="layer_2"),
+                                  full.pooled("train", "last", layers="layer_2"))
+    with pytest.raises(lc.CacheError, match="pooled vectors only"):
+        cache.tokens("train", [0])
+    with pytest.raises(lc.ConfigError, match="not in this cache"):
+        cache.layer_index("layer_1")
+    with pytest.raises(lc.ConfigError, match="does not exist"):
+        lc.extract(str(tiny_models["roberta"]), "builtin", tmp_path / "bad", progress=False, layers=["layer_9"])
+
+
+def test_stats_match_the_stored_tokens(tiny_models, tmp_path, small_builtin):
+    result = lc.extract(str(tiny_models["bert"]), "builtin", tmp_path / "cache", progress=False,
+                        storage_dtype="float32")
+    cache = lc.LayerCache.open(result.path)
+    flat = np.concatenate(cache.tokens("train", range(cache.num_examples("train"))))  # (t, S, D)
+    stats = cache.layer_stats("train")
+    np.testing.assert_allclose(stats["mean"], flat.mean(0), atol=1e-5)
+    np.testing.assert_allclose(stats["std"], flat.std(0), atol=1e-4)
+    summary = result.manifest.splits["train"].stats["layer_1"]
+    assert summary["mean"] == pytest.approx(float(flat[:, 1].mean()), abs=1e-5)
+    assert summary["std"] == pytest.approx(float(flat[:, 1].std()), abs=1e-4)
+
+
+def test_sentence_pairs_from_a_local_file(tiny_models, tmp_path):
+    path = tmp_path / "pairs.csv"
+    path.write_text("premise,hypothesis,label\n" + "\n".join(
+        f"the keys are good {i},the lamp is bad,{'yes' if i % 2 else 'no'}" for i in range(10)) + "\n")
+    result = lc.extract(str(tiny_models["bert"]), str(path), tmp_path / "cache", progress=False)
+    cache = lc.LayerCache.open(result.path)
+    assert cache.tasks[0].label_names == ("no", "yes")
+    ids = cache.token_arrays("train", "input_ids", [0])[0]
+    assert (ids == 3).sum() == 2  # [CLS] a [SEP] b [SEP]
+
+
+def test_shards_split_and_rows_run_on(tiny_models, tmp_path, small_builtin):
+    result = lc.extract(str(tiny_models["bert"]), "builtin", tmp_path / "cache", progress=False,
+                        shard_bytes=20_000, batch_tokens=64)
+    shards = result.manifest.splits["train"].shards
+    assert len(shards) > 2
+    assert [s.first_row for s in shards] == list(np.cumsum([0] + [s.n_examples for s in shards[:-1]]))
+    cache = lc.LayerCache.open(result.path)
+    one = lc.LayerCache.open(lc.extract(str(tiny_models["bert"]), "builtin", tmp_path / "one",
+                                        progress=False, batch_tokens=64).path)
+    rows = np.arange(cache.num_examples("train"))
+    for a, b in zip(cache.tokens("train", rows), one.tokens("train", rows)):
+        np.testing.assert_array_equal(a, b)
+    seen = np.concatenate([b.rows for b in cache.iter_batches("train", 5, shuffle=True, seed=1, block_size=7)])
+    assert sorted(seen) == list(rows)
+    assert list(seen) != list(rows)
