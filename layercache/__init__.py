@@ -7,7 +7,7 @@ __version__ = "0.1.0"
 
 from .errors import (CacheError, CacheMismatchError, ConfigError, DatasetError,  # noqa: E402
                      InsufficientDiskError, LayercacheError, ModelLoadError)
-from .extract.run import ExtractResult, extract  # noqa: E402
+from .extraction.run import ExtractResult, extract  # noqa: E402
 from .sources.backbone import DEFAULT_MODEL, Backbone, load_backbone  # noqa: E402
 from .sources.records import DatasetRecords, LabelTask, SplitRecords  # noqa: E402
 from .store.manifest import Manifest, read_manifest  # noqa: E402

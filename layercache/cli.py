@@ -126,7 +126,7 @@ def extract(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
 ):
     """Run MODEL frozen over DATASET once and cache every layer's states (resumable)."""
-    from .extract.run import extract as run_extract
+    from .extraction.run import extract as run_extract
 
     splits, split_files = parse_splits(split)
     result = run_extract(

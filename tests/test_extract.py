@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import layercache as lc
-from layercache.extract.forward import pool
+from layercache.extraction.forward import pool
 from layercache.sources.backbone import load_backbone
 from layercache.sources.builtin import load_builtin
 

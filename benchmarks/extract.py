@@ -1,0 +1,746 @@
+"""Extraction benchmarks for layercache on all-MiniLM-L6-v2 (CPU) with SST-2 and AG News.
+
+Measures, on real data from ``../shared/data`` (see benchmarks/README.md):
+
+1. overhead  - wall time of ``layercache.extract`` / a bare forward pass over the same planned batches
+2. padding   - padded / real tokens: length-bucketed ``plan_batches`` vs fixed batches of 32 in dataset order
+3. size      - cache bytes on disk / (tokens x states x hidden x 2)
+4. rss       - peak RSS of an extraction of 1k and 10k AG News examples, each in a fresh process
+5. read      - LayerCache read throughput: one layer over all tokens, random batches, shuffled iteration
+
+Run ``python benchmarks/extract.py`` (about 10 minutes on 2 CPU cores) or ``--quick`` (about 1 minute).
+Prints tables and writes JSON (default ``benchmarks/results/extract.json``, ``extract-quick.json``
+with ``--quick``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+if str(REPO) not in sys.path:  # run from a checkout without installing
+    sys.path.insert(0, str(REPO))
+
+DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+MODEL = "minilm"
+DEVICE = "cpu"
+BATCH_TOKENS = 8192  # extract() defaults
+BATCH_SIZE = 256
+NAIVE_BATCH = 32
+
+# name -> (file under the data folder, split name used in the cache)
+DATASETS = {
+    "sst2": ("sst2/train.tsv", "train"),
+    "agnews": ("agnews/dev.tsv", "dev"),
+}
+
+TARGETS = {
+    "overhead_ratio_max": 1.10,
+    "padding_ratio_max": 1.10,
+    "rss_ratio_approx": 1.0,
+}
+
+
+# --------------------------------------------------------------------------------------------
+# small helpers
+
+
+def _quiet_transformers() -> None:
+    try:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+        hf_logging.set_verbosity_error()
+    except Exception:  # pragma: no cover - only cosmetics
+        pass
+
+
+def loadavg() -> list[float] | None:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:  # pragma: no cover
+        return None
+
+
+def proc_status_bytes(key: str) -> int | None:
+    """VmHWM / VmRSS of this process from /proc (Linux), in bytes."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def dir_bytes(path: Path) -> tuple[int, int]:
+    """(apparent bytes, allocated bytes) of every file under ``path``."""
+    apparent = allocated = 0
+    for f in Path(path).rglob("*"):
+        if f.is_file():
+            st = f.stat()
+            apparent += st.st_size
+            allocated += getattr(st, "st_blocks", 0) * 512
+    return apparent, allocated
+
+
+def mb(n: float) -> float:
+    return n / 1e6
+
+
+def fmt(x, digits=2) -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, int):
+        return f"{x:,}"
+    if isinstance(x, float):
+        if abs(x) >= 1000:
+            return f"{x:,.0f}"
+        return f"{x:.{digits}f}"
+    return str(x)
+
+
+def print_table(title: str, headers: list[str], rows: list[list], note: str | None = None) -> None:
+    cells = [[fmt(c) for c in row] for row in rows]
+    widths = [max(len(h), *(len(r[i]) for r in cells)) if cells else len(h) for i, h in enumerate(headers)]
+    line = "  ".join("-" * w for w in widths)
+    print(f"\n{title}")
+    print("  ".join(h.ljust(w) if i == 0 else h.rjust(w) for i, (h, w) in enumerate(zip(headers, widths))))
+    print(line)
+    for r in cells:
+        print("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))))
+    if note:
+        for text in note.strip().splitlines():
+            print(f"  {text}")
+    sys.stdout.flush()
+
+
+def split_files(data: Path, name: str) -> tuple[dict[str, str], str]:
+    rel, split = DATASETS[name]
+    return {split: str(data / rel)}, split
+
+
+# --------------------------------------------------------------------------------------------
+# 1. extraction overhead
+
+
+class PhaseTimer:
+    """Time the phases of one ``extract()`` call by wrapping (not replacing) the functions it calls.
+
+    Each wrapper adds two ``perf_counter`` calls; the code that runs is the library's own.
+    """
+
+    def __init__(self):
+        self.times: dict[str, float] = {}
+        self.calls: dict[str, int] = {}
+        self._restore: list[tuple[object, str, object]] = []
+
+    def _add(self, key: str, dt: float) -> None:
+        self.times[key] = self.times.get(key, 0.0) + dt
+        self.calls[key] = self.calls.get(key, 0) + 1
+
+    def _wrap(self, owner, attr: str, key: str, post=None) -> None:
+        original = getattr(owner, attr)
+
+        def wrapper(*args, **kwargs):
+            t = time.perf_counter()
+            try:
+                out = original(*args, **kwargs)
+            finally:
+                self._add(key, time.perf_counter() - t)
+            return post(out) if post else out
+
+        self._restore.append((owner, attr, original))
+        setattr(owner, attr, wrapper)
+
+    def _wrap_backbone(self, backbone):
+        original = backbone.hidden_states
+
+        def hidden_states(*args, **kwargs):
+            t = time.perf_counter()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                self._add("forward", time.perf_counter() - t)
+
+        backbone.hidden_states = hidden_states  # instance attribute: this backbone only
+        return backbone
+
+    def __enter__(self):
+        import importlib
+
+        # importlib, not "import layercache.extraction.run": the package's `extract` attribute is the function.
+        run_mod = importlib.import_module("layercache.extraction.run")
+        writer_mod = importlib.import_module("layercache.store.writer")
+
+        self._wrap(run_mod, "load_dataset_records", "load_data")
+        self._wrap(run_mod, "load_backbone", "load_model", post=self._wrap_backbone)
+        self._wrap(run_mod, "_plan_split", "tokenize_plan")
+        self._wrap(run_mod, "_check_disk", "check_disk")
+        self._wrap(run_mod, "run_batch", "run_batch")
+        self._wrap(run_mod, "write_manifest", "write_manifest")
+        self._wrap(run_mod, "_split_stats", "split_stats")
+        self._wrap(writer_mod.ShardWriter, "append", "shard_append")
+        self._wrap(writer_mod.ShardWriter, "commit", "shard_commit")
+        return self
+
+    def __exit__(self, *exc):
+        for owner, attr, original in reversed(self._restore):
+            setattr(owner, attr, original)
+        self._restore.clear()
+
+
+def bare_pass(backbone, files: dict[str, str], split: str, limit: int | None) -> dict:
+    """Load + tokenize + plan exactly as extract() does, then only pad_windows + hidden_states."""
+    from layercache.extraction.batching import BatchCost, plan_batches
+    from layercache.extraction.forward import pad_windows
+    from layercache.extraction.tokenize import encode_split
+    from layercache.sources.datasets import load_dataset_records
+
+    t0, c0 = time.perf_counter(), time.process_time()
+    records = load_dataset_records(None, split_files=files, limit=limit)
+    t1 = time.perf_counter()
+    examples = list(encode_split(backbone.tokenizer, records.splits[split], max_length=backbone.max_length,
+                                 stride=None, causal=backbone.is_causal))
+    costs = [BatchCost(ex.n_rows, ex.width, ex.n_tokens) for ex in examples]
+    batches = plan_batches(costs, BATCH_TOKENS, BATCH_SIZE)
+    t2, c2 = time.perf_counter(), time.process_time()
+    pad_id = backbone.tokenizer.pad_token_id
+    real = padded = 0
+    for batch in batches:
+        ids, mask = pad_windows([examples[i] for i in batch], pad_id)
+        backbone.hidden_states(ids, mask)
+        real += int(mask.sum())
+        padded += mask.numel()
+    t3, c3 = time.perf_counter(), time.process_time()
+    return {"load_data_s": t1 - t0, "tokenize_plan_s": t2 - t1, "forward_s": t3 - t2, "total_s": t3 - t0,
+            "forward_cpu_s": c3 - c2, "total_cpu_s": c3 - c0, "n_examples": len(examples), "n_batches": len(batches),
+            "real_tokens": real, "padded_tokens": padded}
+
+
+def extract_pass(files: dict[str, str], limit: int | None, out: Path) -> tuple[dict, object]:
+    from layercache import extract
+
+    with PhaseTimer() as pt:
+        t0, c0 = time.perf_counter(), time.process_time()
+        result = extract(MODEL, None, out, split_files=files, limit=limit, device=DEVICE, progress=False)
+        t1, c1 = time.perf_counter(), time.process_time()
+    phases = dict(pt.times)
+    setup = phases.get("load_data", 0.0) + phases.get("load_model", 0.0) + phases.get("tokenize_plan", 0.0)
+    total = t1 - t0
+    out_d = {"total_s": total, "total_cpu_s": c1 - c0, "phases_s": phases, "phase_calls": dict(pt.calls),
+             "setup_s": setup, "loop_s": total - setup,
+             "minus_model_load_s": total - phases.get("load_model", 0.0)}
+    return out_d, result
+
+
+def bench_overhead(backbone, data: Path, n_examples: int, reps: int, workdir: Path) -> dict:
+    from layercache.extraction.forward import pad_windows
+
+    results = {}
+    keep_caches = {}
+    for name in DATASETS:
+        files, split = split_files(data, name)
+        # Warm-up: a few forward batches so one-time kernel setup is not in the first timed pass.
+        warm = bare_pass_warmup(backbone, files, split, pad_windows)
+        bares, extracts = [], []
+        last_cache = None
+        for rep in range(reps):
+            order = ("bare", "extract") if rep % 2 == 0 else ("extract", "bare")
+            for what in order:
+                la = loadavg()
+                if what == "bare":
+                    b = bare_pass(backbone, files, split, n_examples)
+                    b["loadavg_before"] = la
+                    bares.append(b)
+                else:
+                    out = workdir / f"overhead-{name}-{rep}"
+                    e, result = extract_pass(files, n_examples, out)
+                    e["loadavg_before"] = la
+                    info = result.manifest.splits[split]
+                    e["n_examples"], e["n_tokens"], e["n_batches"] = info.n_examples, info.n_tokens, info.n_batches
+                    extracts.append(e)
+                    if last_cache is not None:
+                        shutil.rmtree(last_cache, ignore_errors=True)
+                    last_cache = out
+            print(f"  overhead {name} rep {rep + 1}/{reps}: bare forward {bares[-1]['forward_s']:.1f}s, "
+                  f"extract loop {extracts[-1]['loop_s']:.1f}s (total {extracts[-1]['total_s']:.1f}s), "
+                  f"load avg {loadavg()}", flush=True)
+        same_plan = all(e["n_batches"] == bares[0]["n_batches"] and e["n_tokens"] == bares[0]["real_tokens"]
+                        for e in extracts)
+        med = statistics.median
+        bare_fwd = med([b["forward_s"] for b in bares])
+        bare_total = med([b["total_s"] for b in bares])
+        loop = med([e["loop_s"] for e in extracts])
+        minus_load = med([e["minus_model_load_s"] for e in extracts])
+        inner_fwd = med([e["phases_s"].get("forward", 0.0) for e in extracts])
+        per_rep_loop_ratio = [e["loop_s"] / b["forward_s"] for e, b in zip(extracts, bares)]
+        # Where extract's loop time goes (medians over reps).
+        keys = ["forward", "run_batch", "shard_append", "shard_commit", "split_stats", "write_manifest", "check_disk"]
+        ph = {k: med([e["phases_s"].get(k, 0.0) for e in extracts]) for k in keys}
+        breakdown = {
+            "forward (model)": ph["forward"],
+            "run_batch minus forward (pad, stack/float, unpad, pool, float64 stats, fp16 cast)":
+                ph["run_batch"] - ph["forward"],
+            "ShardWriter.append (HDF5 writes)": ph["shard_append"],
+            "ShardWriter.commit (close, fsync, sha256)": ph["shard_commit"],
+            "_split_stats + write_manifest + _check_disk":
+                ph["split_stats"] + ph["write_manifest"] + ph["check_disk"],
+        }
+        breakdown["other (loop bookkeeping, progress, manifest build)"] = loop - sum(breakdown.values())
+        results[name] = {
+            "split": split, "n_examples": extracts[0]["n_examples"], "real_tokens": extracts[0]["n_tokens"],
+            "n_batches": extracts[0]["n_batches"], "padded_tokens": bares[0]["padded_tokens"],
+            "same_plan": same_plan, "reps": reps, "warmup_s": warm,
+            "bare_forward_s": bare_fwd, "bare_total_s": bare_total,
+            "extract_loop_s": loop, "extract_minus_model_load_s": minus_load,
+            "extract_forward_inside_s": inner_fwd,
+            "ratio_loop": loop / bare_fwd,
+            "ratio_loop_per_rep": per_rep_loop_ratio,
+            "ratio_end_to_end": minus_load / bare_total,
+            "ratio_loop_vs_own_forward": loop / inner_fwd if inner_fwd else None,
+            "bare_tokens_per_s": extracts[0]["n_tokens"] / bare_fwd,
+            "extract_tokens_per_s": extracts[0]["n_tokens"] / loop,
+            "breakdown_s": breakdown,
+            "bare_runs": bares, "extract_runs": extracts,
+        }
+        keep_caches[name] = (last_cache, split)
+    return {"datasets": results, "caches": {k: str(v[0]) for k, v in keep_caches.items()}}, keep_caches
+
+
+def bare_pass_warmup(backbone, files, split, pad_windows) -> float:
+    from layercache.extraction.batching import BatchCost, plan_batches
+    from layercache.extraction.tokenize import encode_split
+    from layercache.sources.datasets import load_dataset_records
+
+    t = time.perf_counter()
+    records = load_dataset_records(None, split_files=files, limit=256)
+    examples = list(encode_split(backbone.tokenizer, records.splits[split], max_length=backbone.max_length,
+                                 stride=None, causal=backbone.is_causal))
+    costs = [BatchCost(ex.n_rows, ex.width, ex.n_tokens) for ex in examples]
+    for batch in plan_batches(costs, BATCH_TOKENS, BATCH_SIZE)[:3]:
+        ids, mask = pad_windows([examples[i] for i in batch], backbone.tokenizer.pad_token_id)
+        backbone.hidden_states(ids, mask)
+    return time.perf_counter() - t
+
+
+# --------------------------------------------------------------------------------------------
+# 2. padding
+
+
+def bench_padding(backbone, data: Path) -> dict:
+    from layercache.extraction.batching import BatchCost, fixed_batches, padded_tokens, plan_batches
+    from layercache.extraction.tokenize import encode_split
+    from layercache.sources.datasets import load_dataset_records
+
+    out = {}
+    for name in DATASETS:
+        files, split = split_files(data, name)
+        t = time.perf_counter()
+        records = load_dataset_records(None, split_files=files)
+        examples = list(encode_split(backbone.tokenizer, records.splits[split], max_length=backbone.max_length,
+                                     stride=None, causal=backbone.is_causal))
+        tok_s = time.perf_counter() - t
+        costs = [BatchCost(ex.n_rows, ex.width, ex.n_tokens) for ex in examples]
+        planned = plan_batches(costs, BATCH_TOKENS, BATCH_SIZE)
+        naive = fixed_batches(len(costs), NAIVE_BATCH)
+        p_pad, p_real = padded_tokens(planned, costs)
+        n_pad, n_real = padded_tokens(naive, costs)
+        out[name] = {
+            "file": files[split], "n_examples": len(examples), "real_tokens": p_real,
+            "mean_tokens": p_real / len(examples), "max_width": max(c.width for c in costs),
+            "n_truncated": sum(ex.truncated for ex in examples), "load_tokenize_s": tok_s,
+            "length_batched": {"batch_tokens": BATCH_TOKENS, "max_batch_size": BATCH_SIZE,
+                               "n_batches": len(planned), "padded_tokens": p_pad, "ratio": p_pad / p_real},
+            "fixed_32": {"batch_size": NAIVE_BATCH, "n_batches": len(naive), "padded_tokens": n_pad,
+                         "ratio": n_pad / n_real},
+        }
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# 3. cache size
+
+
+def cache_size(path: Path) -> dict:
+    from layercache import read_manifest
+    from layercache.extraction.run import estimate_bytes
+
+    manifest = read_manifest(path)
+    apparent, allocated = dir_bytes(path)
+    states = len(manifest.storage["layers"])
+    hidden = manifest.hidden_size
+    tokens = sum(s.n_tokens for s in manifest.splits.values())
+    examples = sum(s.n_examples for s in manifest.splits.values())
+    raw = tokens * states * hidden * 2
+    shards = sum(len(s.shards) for s in manifest.splits.values())
+    return {"path": str(path), "n_examples": examples, "tokens": tokens, "states": states, "hidden": hidden,
+            "n_shards": shards, "bytes_apparent": apparent, "bytes_allocated": allocated, "raw_state_bytes": raw,
+            "ratio": apparent / raw, "ratio_allocated": allocated / raw,
+            "estimate_bytes": estimate_bytes(manifest), "estimate_over_actual": estimate_bytes(manifest) / apparent}
+
+
+# --------------------------------------------------------------------------------------------
+# 4. peak RSS, each extraction in a fresh process
+
+
+def rss_child(payload: dict) -> dict:
+    """Runs in a fresh interpreter: one extraction, then report this process's peak RSS."""
+    import resource
+
+    _quiet_transformers()
+    import torch  # noqa: F401  (baseline includes the libraries every extraction needs)
+    import transformers  # noqa: F401
+
+    from layercache import extract
+
+    baseline = proc_status_bytes("VmRSS")
+    t0 = time.perf_counter()
+    result = extract(MODEL, None, payload["out"], split_files=payload["files"], limit=payload["limit"],
+                     device=DEVICE, progress=False)
+    wall = time.perf_counter() - t0
+    info = next(iter(result.manifest.splits.values()))
+    return {"limit": payload["limit"], "n_examples": info.n_examples, "n_tokens": info.n_tokens,
+            "n_shards": len(info.shards), "extract_s": wall, "tokens_per_s": info.n_tokens / wall,
+            "rss_baseline_after_imports": baseline, "peak_rss_vmhwm": proc_status_bytes("VmHWM"),
+            "rss_end": proc_status_bytes("VmRSS"),
+            "ru_maxrss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+            "torch_threads": __import__("torch").get_num_threads()}
+
+
+def run_rss_child(files: dict[str, str], limit: int | None, out: Path) -> dict:
+    payload = json.dumps({"files": files, "limit": limit, "out": str(out)})
+    t = time.perf_counter()
+    proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--_rss-child", payload],
+                          capture_output=True, text=True, env=os.environ.copy())
+    if proc.returncode != 0:
+        raise RuntimeError(f"RSS child failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
+    line = [ln for ln in proc.stdout.splitlines() if ln.startswith("RSS_RESULT ")][-1]
+    res = json.loads(line[len("RSS_RESULT "):])
+    res["process_wall_s"] = time.perf_counter() - t
+    return res
+
+
+def bench_rss(data: Path, limits: tuple[int, int], workdir: Path) -> dict:
+    files, _ = split_files(data, "agnews")
+    runs = {}
+    for limit in limits:
+        out = workdir / f"rss-{limit}"
+        la = loadavg()
+        res = run_rss_child(files, limit, out)
+        res["loadavg_before"] = la
+        res["cache"] = cache_size(out)
+        shutil.rmtree(out, ignore_errors=True)
+        runs[str(limit)] = res
+        print(f"  rss agnews limit={limit}: {res['n_examples']} examples, {res['n_tokens']:,} tokens in "
+              f"{res['extract_s']:.1f}s, peak RSS {mb(res['peak_rss_vmhwm']):.0f} MB, "
+              f"load avg {loadavg()}", flush=True)
+    small, large = (runs[str(x)] for x in limits)
+    return {
+        "dataset": "agnews", "runs": runs,
+        "peak_ratio": large["peak_rss_vmhwm"] / small["peak_rss_vmhwm"],
+        "growth_over_baseline_ratio": ((large["peak_rss_vmhwm"] - large["rss_baseline_after_imports"])
+                                       / (small["peak_rss_vmhwm"] - small["rss_baseline_after_imports"])),
+        "examples_ratio": large["n_examples"] / small["n_examples"],
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# 5. read throughput
+
+
+def timed_loop(fn, min_time: float, min_iters: int = 1) -> tuple[float, int, list]:
+    """Call fn() until min_time has passed (at least min_iters times): (seconds, iterations, results)."""
+    outs = []
+    t0 = time.perf_counter()
+    while True:
+        outs.append(fn())
+        elapsed = time.perf_counter() - t0
+        if elapsed >= min_time and len(outs) >= min_iters:
+            return elapsed, len(outs), outs
+
+
+def bench_read(path: Path, split: str, min_time: float, seed: int = 0) -> dict:
+    import numpy as np
+
+    from layercache import LayerCache
+
+    cache = LayerCache.open(path)
+    n = cache.num_examples(split)
+    S, D = len(cache.layer_names), cache.hidden_size
+    layer = cache.layer_names[-1]
+
+    # (a) one layer across all tokens
+    def one_layer():
+        return sum(block.shape[0] for block in cache.layer_tokens(split, layer))
+
+    one_layer()  # open handles / offsets once, outside the timing
+    dt, iters, outs = timed_loop(one_layer, min_time)
+    tokens = sum(outs)
+    layer_res = {"layer": layer, "passes": iters, "seconds": dt, "tokens_per_pass": outs[0],
+                 "tokens_per_s": tokens / dt, "mb_per_s_stored_fp16": mb(tokens * D * 2) / dt,
+                 "mb_per_s_returned_fp32": mb(tokens * D * 4) / dt}
+
+    # (b) all layers of 32 random rows
+    rng = np.random.default_rng(seed)
+
+    def random_rows():
+        rows = rng.choice(n, size=min(32, n), replace=False)
+        return sum(len(x) for x in cache.tokens(split, rows))
+
+    dt, iters, outs = timed_loop(random_rows, min_time, min_iters=5)
+    rows_res = {"batch_rows": min(32, n), "batches": iters, "seconds": dt, "batches_per_s": iters / dt,
+                "tokens_per_s": sum(outs) / dt, "mb_per_s_stored_fp16": mb(sum(outs) * S * D * 2) / dt}
+
+    # (c) shuffled padded minibatches over the whole split
+    epoch = [0]
+
+    def shuffled_epoch():
+        epoch[0] += 1
+        ex = tok = 0
+        for batch in cache.iter_batches(split, batch_size=32, shuffle=True, seed=epoch[0]):
+            ex += len(batch.rows)
+            tok += int(batch.mask.sum())
+        return ex, tok
+
+    dt, iters, outs = timed_loop(shuffled_epoch, min_time)
+    ex = sum(o[0] for o in outs)
+    tok = sum(o[1] for o in outs)
+    iter_res = {"batch_size": 32, "epochs": iters, "seconds": dt, "examples_per_s": ex / dt,
+                "tokens_per_s": tok / dt, "batches_per_s": (ex / 32) / dt}
+    cache.close()
+    return {"path": str(path), "split": split, "n_examples": n, "states": S, "hidden": D,
+            "layer_tokens": layer_res, "tokens_random_32": rows_res, "iter_batches_shuffled": iter_res}
+
+
+# --------------------------------------------------------------------------------------------
+# main
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="small smoke run (about a minute)")
+    p.add_argument("--out", type=Path, default=None,
+                   help="JSON output (default: benchmarks/results/extract.json, extract-quick.json with --quick)")
+    p.add_argument("--data", type=Path, default=DEFAULT_DATA,
+                   help=f"folder with sst2/ and agnews/ (default: {DEFAULT_DATA})")
+    p.add_argument("--examples", type=int, default=None,
+                   help="examples per dataset for the overhead benchmark (default 2000; --quick 300)")
+    p.add_argument("--reps", type=int, default=None, help="repetitions of bare/extract pairs (default 3; --quick 1)")
+    p.add_argument("--read-seconds", type=float, default=None,
+                   help="minimum seconds per read measurement (default 5; --quick 1)")
+    p.add_argument("--rss-limits", type=int, nargs=2, default=None, metavar=("SMALL", "LARGE"),
+                   help="AG News examples for the two RSS runs (default 1000 10000; --quick 100 1000)")
+    p.add_argument("--only", nargs="+", choices=["overhead", "padding", "size", "rss", "read"], default=None,
+                   help="run only these benchmarks (size and read need overhead's caches)")
+    p.add_argument("--workdir", type=Path, default=None, help="where temporary caches go (default: a temp dir)")
+    p.add_argument("--_rss-child", dest="rss_child", default=None, help=argparse.SUPPRESS)
+    return p.parse_args(argv)
+
+
+def check_data(data: Path) -> None:
+    missing = [str(data / rel) for rel, _ in DATASETS.values() if not (data / rel).is_file()]
+    if missing:
+        sys.exit(f"benchmarks/extract.py: benchmark data not found: {', '.join(missing)}.\n"
+                 f"It reads SST-2 and AG News from {data} (the shared data folder next to the repository); "
+                 "pass --data FOLDER holding sst2/train.tsv and agnews/dev.tsv.")
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args.rss_child is not None:
+        res = rss_child(json.loads(args.rss_child))
+        print("RSS_RESULT " + json.dumps(res), flush=True)
+        return 0
+
+    data = args.data.expanduser().resolve()
+    check_data(data)
+    quick = args.quick
+    n_examples = args.examples or (300 if quick else 2000)
+    reps = args.reps or (1 if quick else 3)
+    read_s = args.read_seconds or (1.0 if quick else 5.0)
+    rss_limits = tuple(args.rss_limits or ((100, 1000) if quick else (1000, 10000)))
+    only = set(args.only or ["overhead", "padding", "size", "rss", "read"])
+    if only & {"size", "read"}:
+        only.add("overhead")
+    out_json = args.out or (HERE / "results" / ("extract-quick.json" if quick else "extract.json"))
+
+    _quiet_transformers()
+    import torch
+
+    import layercache
+    from layercache import load_backbone
+
+    t_start = time.perf_counter()
+    tmp_ctx = (contextlib.nullcontext(str(args.workdir)) if args.workdir
+               else tempfile.TemporaryDirectory(prefix="layercache-bench-"))
+    with tmp_ctx as tmp:
+        workdir = Path(tmp)
+        workdir.mkdir(parents=True, exist_ok=True)
+        # extract() records its output as the "latest" cache; keep that pointer out of the user's home.
+        os.environ["LAYERCACHE_HOME"] = str(workdir / "home")
+
+        meta = {
+            "date": time.strftime("%Y-%m-%d %H:%M:%S"), "quick": quick, "model": MODEL, "device": DEVICE,
+            "python": platform.python_version(), "torch": torch.__version__, "layercache": layercache.__version__,
+            "platform": platform.platform(), "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+            "loadavg_start": loadavg(), "data": str(data), "overhead_examples": n_examples, "reps": reps,
+            "read_min_seconds": read_s, "rss_limits": list(rss_limits),
+            "note": "2 CPU cores shared with other work (tests may run concurrently); load averages are recorded "
+                    "next to each measurement. Read benchmarks run right after writing, so the page cache is warm.",
+        }
+        print(f"layercache {layercache.__version__} extraction benchmark ({'quick' if quick else 'full'}): "
+              f"{MODEL} on {DEVICE}, torch {torch.__version__}, {torch.get_num_threads()} torch threads, "
+              f"{os.cpu_count()} CPU cores (shared with other work: tests may be running), "
+              f"load avg {loadavg()}", flush=True)
+        results: dict = {"meta": meta, "targets": TARGETS}
+
+        t = time.perf_counter()
+        backbone = load_backbone(MODEL, device=DEVICE)
+        meta["model_load_s"] = time.perf_counter() - t
+        meta.update(n_states=backbone.n_layers + 1, hidden=backbone.hidden_size, max_length=backbone.max_length)
+
+        caches = {}
+        if "overhead" in only:
+            print(f"\n[1/5] extraction overhead: {n_examples} examples per dataset, {reps} rep(s)", flush=True)
+            t = time.perf_counter()
+            overhead, caches = bench_overhead(backbone, data, n_examples, reps, workdir)
+            overhead["seconds"] = time.perf_counter() - t
+            results["overhead"] = overhead
+        if "padding" in only:
+            print("\n[2/5] padding (tokenization only)", flush=True)
+            t = time.perf_counter()
+            results["padding"] = bench_padding(backbone, data)
+            results["padding"]["seconds"] = time.perf_counter() - t
+        if "size" in only:
+            results["cache_size"] = {name: cache_size(path) for name, (path, _) in caches.items()}
+        del backbone
+        if "rss" in only:
+            print(f"\n[4/5] peak RSS: agnews at {rss_limits[0]} and {rss_limits[1]} examples, fresh processes",
+                  flush=True)
+            t = time.perf_counter()
+            results["rss"] = bench_rss(data, rss_limits, workdir)
+            results["rss"]["seconds"] = time.perf_counter() - t
+        if "read" in only:
+            print(f"\n[5/5] read throughput ({read_s:g}s minimum per measurement)", flush=True)
+            t = time.perf_counter()
+            results["read"] = {name: bench_read(path, split, read_s) for name, (path, split) in caches.items()}
+            results["read"]["seconds"] = time.perf_counter() - t
+
+        meta["loadavg_end"] = loadavg()
+        meta["total_s"] = time.perf_counter() - t_start
+
+    report(results)
+    out_json.parent.mkdir(parents=True, exist_ok=True)
+    out_json.write_text(json.dumps(results, indent=2, default=str) + "\n")
+    print(f"\nTotal {meta['total_s']:.0f}s. JSON written to {out_json}")
+    return 0
+
+
+def report(results: dict) -> None:
+    meta = results["meta"]
+    print("\n" + "=" * 100)
+    print(f"Results: {meta['model']} ({meta.get('n_states')} states x {meta.get('hidden')}), {meta['device']}, "
+          f"{meta['torch_threads']} torch threads, {meta['cpu_count']} shared CPU cores, "
+          f"load avg start {meta['loadavg_start']} end {meta['loadavg_end']}")
+
+    if "overhead" in results:
+        rows = []
+        for name, r in results["overhead"]["datasets"].items():
+            ok = "PASS" if r["ratio_loop"] <= TARGETS["overhead_ratio_max"] else "FAIL"
+            rows.append([name, r["n_examples"], r["real_tokens"], r["n_batches"], r["bare_forward_s"],
+                         r["extract_loop_s"], r["ratio_loop"], r["bare_total_s"], r["extract_minus_model_load_s"],
+                         r["ratio_end_to_end"], r["bare_tokens_per_s"], r["extract_tokens_per_s"], ok])
+        print_table(
+            "1. Extraction overhead (medians over reps; target ratio <= 1.10)",
+            ["dataset", "examples", "tokens", "batches", "bare fwd s", "extract loop s", "ratio loop",
+             "bare+tok s", "extract-load s", "ratio e2e", "bare tok/s", "extract tok/s", "target"], rows,
+            note="ratio loop = (extract() wall - data load - model load - tokenize/plan) / (pad_windows + "
+                 "hidden_states over the same batches)\n"
+                 "ratio e2e  = (extract() wall - model load) / (data load + tokenize + plan + bare forward)\n"
+                 "Same tokenization and plan_batches plan on both sides (checked: batch and token counts match).")
+        for name, r in results["overhead"]["datasets"].items():
+            rows = [[k, v, 100 * v / r["extract_loop_s"]] for k, v in r["breakdown_s"].items()]
+            rows.append(["bare forward (reference)", r["bare_forward_s"], 100 * r["bare_forward_s"] / r["extract_loop_s"]])
+            print_table(f"   where extract()'s loop time goes, {name} (s, % of loop; per-rep loop ratios "
+                        f"{', '.join(f'{x:.3f}' for x in r['ratio_loop_per_rep'])})",
+                        ["phase", "seconds", "% of loop"], rows)
+
+    if "padding" in results:
+        rows = []
+        for name, r in results["padding"].items():
+            if not isinstance(r, dict):
+                continue
+            lb, fx = r["length_batched"], r["fixed_32"]
+            ok = "PASS" if lb["ratio"] <= TARGETS["padding_ratio_max"] else "FAIL"
+            rows.append([name, r["n_examples"], r["real_tokens"], r["mean_tokens"], r["max_width"], lb["n_batches"],
+                         lb["padded_tokens"], lb["ratio"], fx["n_batches"], fx["padded_tokens"], fx["ratio"], ok])
+        print_table("2. Padding: padded / real tokens (full sst2 train, full agnews dev; target length-batched <= 1.10)",
+                    ["dataset", "examples", "real tokens", "mean len", "max len", "plan batches", "plan padded",
+                     "plan ratio", "fixed-32 batches", "fixed-32 padded", "fixed-32 ratio", "target"], rows,
+                    note=f"plan = plan_batches(budget {BATCH_TOKENS} padded tokens, <= {BATCH_SIZE} rows); "
+                         f"fixed-32 = fixed_batches(n, {NAIVE_BATCH}) in dataset order.")
+
+    sizes = dict(results.get("cache_size", {}))
+    if "rss" in results:
+        for limit, run in results["rss"]["runs"].items():
+            sizes[f"agnews {run['n_examples']} (rss run)"] = run["cache"]
+    if sizes:
+        rows = [[name, c["n_examples"], c["tokens"], c["n_shards"], mb(c["raw_state_bytes"]), mb(c["bytes_apparent"]),
+                 c["ratio"], c["ratio_allocated"], c["estimate_over_actual"]] for name, c in sizes.items()]
+        print_table("3. Cache size on disk (fp16, all states stored as tokens, mean pooled)",
+                    ["cache", "examples", "tokens", "shards", "raw MB", "on disk MB", "ratio", "ratio (blocks)",
+                     "estimate/actual"], rows,
+                    note="raw = tokens x states x hidden x 2 bytes; the rest is pooled means, input/word ids, "
+                         "offsets, labels, stats, HDF5 metadata.\nestimate/actual = estimate_bytes(manifest) / "
+                         "bytes on disk (the disk-space check's accuracy).")
+
+    if "rss" in results:
+        r = results["rss"]
+        rows = [[f"agnews limit {k}", v["n_examples"], v["n_tokens"], v["extract_s"], v["tokens_per_s"],
+                 mb(v["rss_baseline_after_imports"]), mb(v["peak_rss_vmhwm"]), mb(v["ru_maxrss"])]
+                for k, v in r["runs"].items()]
+        print_table("4. Peak RSS of one extraction in a fresh process (target: ratio ~1)",
+                    ["run", "examples", "tokens", "extract s", "tok/s", "RSS after imports MB", "peak RSS MB",
+                     "ru_maxrss MB"], rows,
+                    note=f"peak ratio (large/small) = {r['peak_ratio']:.3f} for {r['examples_ratio']:.1f}x the "
+                         f"examples; growth-over-imports ratio = {r['growth_over_baseline_ratio']:.3f}\n"
+                         "peak RSS = VmHWM of the child (its own address space); ru_maxrss can carry the parent's "
+                         "RSS across fork+exec, so it is shown for reference only.")
+
+    if "read" in results:
+        rows = []
+        for name, r in results["read"].items():
+            if not isinstance(r, dict):
+                continue
+            a, b, c = r["layer_tokens"], r["tokens_random_32"], r["iter_batches_shuffled"]
+            rows.append([name, r["n_examples"], a["tokens_per_pass"], a["tokens_per_s"], a["mb_per_s_stored_fp16"],
+                         b["batches_per_s"], b["tokens_per_s"], c["examples_per_s"], c["tokens_per_s"]])
+        print_table("5. Read throughput from the written cache (warm page cache)",
+                    ["cache", "examples", "tokens", "(a) layer tok/s", "(a) MB/s fp16", "(b) batch/s",
+                     "(b) tok/s", "(c) ex/s", "(c) tok/s"], rows,
+                    note="(a) layer_tokens(split, last layer) over all tokens; MB/s of stored fp16 bytes.\n"
+                         "(b) tokens(split, 32 random rows), all states.  (c) iter_batches(shuffle=True, "
+                         "batch_size=32), all states, padded float32 torch batches.")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
