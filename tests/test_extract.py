@@ -212,3 +212,26 @@ def test_shards_split_and_rows_run_on(tiny_models, tmp_path, small_builtin):
     seen = np.concatenate([b.rows for b in cache.iter_batches("train", 5, shuffle=True, seed=1, block_size=7)])
     assert sorted(seen) == list(rows)
     assert list(seen) != list(rows)
+
+
+def test_torch_dataset_with_worker_processes(tiny_models, tmp_path, small_builtin):
+    result = lc.extract(str(tiny_models["bert"]), "builtin", tmp_path / "cache", progress=False)
+    cache = lc.LayerCache.open(result.path)
+    cache.tokens("train", [0])  # open handles in the parent: workers must reopen their own
+    dataset = cache.torch_dataset("train", layers=[-1], tasks=["agreement", "negation_scope"])
+    loader = torch.utils.data.DataLoader(dataset, batch_size=5, collate_fn=dataset.collate, num_workers=2)
+    batches = list(loader)
+    assert sum(len(b.rows) for b in batches) == len(dataset) == SIZES["train"]
+    first = batches[0]
+    assert first.states.shape[2:] == (1, 32) and first.labels["negation_scope"].shape == first.mask.shape
+    np.testing.assert_array_equal(first.states[0, : first.mask[0].sum(), 0].numpy(),
+                                  cache.tokens("train", [0], layers=[-1])[0][:, 0])
+
+
+def test_bfloat16_bits_round_trip_exactly():
+    from layercache.store.dtypes import from_storage, to_storage
+
+    values = torch.randn(100) * 1e4
+    stored = to_storage(values, "bfloat16")
+    assert stored.dtype == np.uint16
+    np.testing.assert_array_equal(from_storage(stored, "bfloat16"), values.to(torch.bfloat16).float().numpy())

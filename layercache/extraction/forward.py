@@ -32,19 +32,29 @@ def pad_windows(examples: Sequence[EncodedExample], pad_id: int) -> tuple[torch.
     return ids, mask
 
 
-def unpad(states: torch.Tensor, mask: torch.Tensor, examples: Sequence[EncodedExample]) -> torch.Tensor:
-    """Real tokens of every example, back to back: (R, W, S, D) -> (t, S, D)."""
+def unpad(hidden: Sequence[torch.Tensor], keep: Sequence[int], mask: torch.Tensor,
+          examples: Sequence[EncodedExample]) -> torch.Tensor:
+    """Real tokens of every example, back to back: kept states of (R, W, D) -> (t, S, D).
+
+    Each state is unpadded before stacking, so padding is never copied.
+    """
     if all(ex.take is None for ex in examples):
-        return states[mask.bool()]  # row-major: example by example, token by token
-    parts, row = [], 0
+        real = mask.bool()
+        return torch.stack([hidden[i][real] for i in keep], dim=1)  # row-major: example by example
+    rows, positions, row = [], [], 0
     for ex in examples:
         if ex.take is None:
-            parts.append(states[row, : len(ex.windows[0])])
+            n = len(ex.windows[0])
+            rows.append(torch.full((n,), row))
+            positions.append(torch.arange(n))
         else:
-            take = torch.as_tensor(ex.take, dtype=torch.long, device=states.device)
-            parts.append(states[row + take[:, 0], take[:, 1]])
+            take = torch.as_tensor(ex.take, dtype=torch.long)
+            rows.append(row + take[:, 0])
+            positions.append(take[:, 1])
         row += ex.n_rows
-    return torch.cat(parts)
+    r = torch.cat(rows).to(mask.device)
+    p = torch.cat(positions).to(mask.device)
+    return torch.stack([hidden[i][r, p] for i in keep], dim=1)
 
 
 def pool(flat: torch.Tensor, lengths: torch.Tensor, modes: Sequence[str]) -> dict[str, torch.Tensor]:
@@ -70,12 +80,18 @@ def run_batch(backbone: Backbone, examples: Sequence[EncodedExample], records: S
     """Forward one planned batch and return it unpadded, pooled and cast, ready for a shard."""
     ids, mask = pad_windows(examples, backbone.tokenizer.pad_token_id)
     hidden = backbone.hidden_states(ids, mask)  # L+1 x (R, W, D)
-    states = torch.stack([hidden[i] for i in keep], dim=2).float()  # (R, W, S, D)
-    flat = unpad(states, mask.to(states.device), examples)  # (t, S, D)
+    flat = unpad(hidden, keep, mask.to(hidden[0].device), examples).float()  # (t, S, D)
     lengths = torch.tensor([ex.n_tokens for ex in examples], device=flat.device)  # (b,)
     pooled = pool(flat, lengths, pooling)
-    flat64 = flat.double()
-    overflow = int((flat.abs() > FP16_MAX).sum()) if storage_dtype == "float16" else 0
+    # Per-batch sums in fp32 are exact enough (a batch is a few thousand tokens); the shard
+    # accumulates them in float64. A norm avoids materialising the squares.
+    stat_sum = flat.sum(0)  # (S, D)
+    stat_sumsq = torch.linalg.vector_norm(flat, dim=0).double() ** 2  # (S, D)
+    overflow = 0
+    if storage_dtype == "float16":
+        low, high = torch.aminmax(flat)
+        if max(-float(low), float(high)) > FP16_MAX:  # rare: count only when something overflows
+            overflow = int((flat.abs() > FP16_MAX).sum())
     word_ids = None
     if all(ex.word_ids is not None for ex in examples):
         word_ids = np.concatenate([ex.word_ids for ex in examples])
@@ -87,8 +103,8 @@ def run_batch(backbone: Backbone, examples: Sequence[EncodedExample], records: S
         pooled={m: to_storage(v, storage_dtype) for m, v in pooled.items()},
         labels={t.name: [records.labels[t.name][ex.row] for ex in examples] for t in tasks},
         example_index=np.array([records.source_index[ex.row] for ex in examples], np.int64),
-        stat_sum=flat64.sum(0).cpu().numpy(),  # (S, D)
-        stat_sumsq=(flat64 * flat64).sum(0).cpu().numpy(),  # (S, D)
+        stat_sum=stat_sum.double().cpu().numpy(),
+        stat_sumsq=stat_sumsq.cpu().numpy(),
         stat_count=int(flat.shape[0]),
         overflow=overflow,
     )
