@@ -8,7 +8,7 @@ Measures, on real data from ``../shared/data`` (see benchmarks/README.md):
 4. rss       - peak RSS of an extraction of 1k and 10k AG News examples, each in a fresh process
 5. read      - LayerCache read throughput: one layer over all tokens, random batches, shuffled iteration
 
-Run ``python benchmarks/extract.py`` (about 10 minutes on 2 CPU cores) or ``--quick`` (about 1 minute).
+Run ``python benchmarks/extract.py`` (about 6 minutes on 2 idle CPU cores) or ``--quick`` (about 1 minute).
 Prints tables and writes JSON (default ``benchmarks/results/extract.json``, ``extract-quick.json``
 with ``--quick``).
 """
@@ -43,6 +43,7 @@ DEVICE = "cpu"
 BATCH_TOKENS = 8192  # extract() defaults
 BATCH_SIZE = 256
 NAIVE_BATCH = 32
+MMAP_THRESHOLD = 64 * 1024  # glibc MALLOC_MMAP_THRESHOLD_ for the allocator-pinned RSS runs
 
 # name -> (file under the data folder, split name used in the cache)
 DATASETS = {
@@ -296,17 +297,18 @@ def bench_overhead(backbone, data: Path, n_examples: int, reps: int, workdir: Pa
         per_rep_loop_ratio = [e["loop_s"] / b["forward_s"] for e, b in zip(extracts, bares)]
         # Where extract's loop time goes (medians over reps).
         keys = ["forward", "run_batch", "shard_append", "shard_commit", "split_stats", "write_manifest", "check_disk"]
-        ph = {k: med([e["phases_s"].get(k, 0.0) for e in extracts]) for k in keys}
+        mid = sorted(extracts, key=lambda e: e["loop_s"])[len(extracts) // 2]  # the median rep, so parts add up
+        ph = {k: mid["phases_s"].get(k, 0.0) for k in keys}
         breakdown = {
             "forward (model)": ph["forward"],
-            "run_batch minus forward (pad, stack/float, unpad, pool, float64 stats, fp16 cast)":
+            "run_batch minus forward (pad, unpad, pool, stats, overflow check, fp16 cast)":
                 ph["run_batch"] - ph["forward"],
             "ShardWriter.append (HDF5 writes)": ph["shard_append"],
             "ShardWriter.commit (close, fsync, sha256)": ph["shard_commit"],
             "_split_stats + write_manifest + _check_disk":
                 ph["split_stats"] + ph["write_manifest"] + ph["check_disk"],
         }
-        breakdown["other (loop bookkeeping, progress, manifest build)"] = loop - sum(breakdown.values())
+        breakdown["other (loop bookkeeping, progress, manifest build)"] = mid["loop_s"] - sum(breakdown.values())
         results[name] = {
             "split": split, "n_examples": extracts[0]["n_examples"], "real_tokens": extracts[0]["n_tokens"],
             "n_batches": extracts[0]["n_batches"], "padded_tokens": bares[0]["padded_tokens"],
@@ -322,7 +324,7 @@ def bench_overhead(backbone, data: Path, n_examples: int, reps: int, workdir: Pa
             "ratio_loop_vs_own_forward": loop / inner_fwd if inner_fwd else None,
             "bare_tokens_per_s": extracts[0]["n_tokens"] / bare_fwd,
             "extract_tokens_per_s": extracts[0]["n_tokens"] / loop,
-            "breakdown_s": breakdown,
+            "breakdown_s": breakdown, "breakdown_rep_loop_s": mid["loop_s"],
             "bare_runs": bares, "extract_runs": extracts,
         }
         keep_caches[name] = (last_cache, split)
@@ -443,11 +445,11 @@ def max_example_tokens(path: Path) -> int:
     return widest
 
 
-def run_rss_child(files: dict[str, str], limit: int | None, out: Path) -> dict:
+def run_rss_child(files: dict[str, str], limit: int | None, out: Path, env: dict | None = None) -> dict:
     payload = json.dumps({"files": files, "limit": limit, "out": str(out)})
     t = time.perf_counter()
     proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--_rss-child", payload],
-                          capture_output=True, text=True, env=os.environ.copy())
+                          capture_output=True, text=True, env={**os.environ, **(env or {})})
     if proc.returncode != 0:
         raise RuntimeError(f"RSS child failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
     line = [ln for ln in proc.stdout.splitlines() if ln.startswith("RSS_RESULT ")][-1]
@@ -463,6 +465,9 @@ def bench_rss(backbone, data: Path, limits: tuple[int, int], workdir: Path) -> d
     budget), and a longer prefix of a dataset tends to hold a longer longest example; the third run
     (first SMALL-1 rows + the longest of the first LARGE rows) has the same widest batch as the
     large run, so large / that run isolates growth with the number of examples.
+    The last two runs repeat small and large with glibc's mmap threshold pinned
+    (``MALLOC_MMAP_THRESHOLD_``), so freed tensor buffers go back to the system instead of staying
+    in the heap: the difference between the two pairs is allocator retention, not data kept.
     """
     from layercache.extraction.tokenize import encode_split
     from layercache.sources.datasets import load_dataset_records
@@ -479,13 +484,18 @@ def bench_rss(backbone, data: Path, limits: tuple[int, int], workdir: Path) -> d
     chosen = lines[:small] if longest < small else lines[:small - 1] + [lines[longest]]
     widest_file.write_text("".join(chosen), encoding="utf-8")
 
-    plan = [(f"first {small}", files, small), (f"first {small - 1} + longest of {large}", {split: str(widest_file)},
-             None), (f"first {large}", files, large)]
+    pinned = {"MALLOC_MMAP_THRESHOLD_": str(MMAP_THRESHOLD)}
+    plan = [(f"first {small}", files, small, None),
+            (f"first {small - 1} + longest of {large}", {split: str(widest_file)}, None, None),
+            (f"first {large}", files, large, None),
+            (f"first {small}, mmap threshold {MMAP_THRESHOLD // 1024}k", files, small, pinned),
+            (f"first {large}, mmap threshold {MMAP_THRESHOLD // 1024}k", files, large, pinned)]
     runs = {}
-    for label, run_files, limit in plan:
+    for label, run_files, limit, env in plan:
         out = workdir / "rss-run"
         la = loadavg()
-        res = run_rss_child(run_files, limit, out)
+        res = run_rss_child(run_files, limit, out, env)
+        res["env"] = env or {}
         res["loadavg_before"] = la
         res["file"] = next(iter(run_files.values()))
         res["cache"] = cache_size(out)
@@ -495,7 +505,7 @@ def bench_rss(backbone, data: Path, limits: tuple[int, int], workdir: Path) -> d
         print(f"  rss agnews {label}: {res['n_examples']} examples, {res['n_tokens']:,} tokens (longest "
               f"{res['longest_example_tokens']}) in {res['extract_s']:.1f}s, peak RSS "
               f"{mb(res['peak_rss_vmhwm']):.0f} MB, load avg {loadavg()}", flush=True)
-    a, w, b = (runs[label] for label, _, _ in plan)
+    a, w, b, pa, pb = (runs[label] for label, *_ in plan)
 
     def growth(x):
         return x["peak_rss_vmhwm"] - x["rss_baseline_after_imports"]
@@ -506,6 +516,9 @@ def bench_rss(backbone, data: Path, limits: tuple[int, int], workdir: Path) -> d
         "growth_over_baseline_ratio": growth(b) / growth(a),
         "peak_ratio_same_longest": b["peak_rss_vmhwm"] / w["peak_rss_vmhwm"],
         "growth_over_baseline_ratio_same_longest": growth(b) / growth(w),
+        "mmap_threshold": MMAP_THRESHOLD,
+        "peak_ratio_pinned_mmap_threshold": pb["peak_rss_vmhwm"] / pa["peak_rss_vmhwm"],
+        "growth_over_baseline_ratio_pinned_mmap_threshold": growth(pb) / growth(pa),
     }
 
 
@@ -727,9 +740,10 @@ def report(results: dict) -> None:
                  "ratio e2e  = (extract() wall - model load) / (data load + tokenize + plan + bare forward)\n"
                  "Same tokenization and plan_batches plan on both sides (checked: batch and token counts match).")
         for name, r in results["overhead"]["datasets"].items():
-            rows = [[k, v, 100 * v / r["extract_loop_s"]] for k, v in r["breakdown_s"].items()]
-            rows.append(["bare forward (reference)", r["bare_forward_s"], 100 * r["bare_forward_s"] / r["extract_loop_s"]])
-            print_table(f"   where extract()'s loop time goes, {name} (s, % of loop; per-rep loop ratios "
+            total = r["breakdown_rep_loop_s"]
+            rows = [[k, v, 100 * v / total] for k, v in r["breakdown_s"].items()]
+            rows.append(["bare forward (median, for reference)", r["bare_forward_s"], 100 * r["bare_forward_s"] / total])
+            print_table(f"   where extract()'s loop time goes, {name}, median rep (s, % of loop; per-rep loop ratios "
                         f"{', '.join(f'{x:.3f}' for x in r['ratio_loop_per_rep'])})",
                         ["phase", "seconds", "% of loop"], rows)
 
@@ -775,6 +789,9 @@ def report(results: dict) -> None:
                          f"large / small-with-the-same-longest-example: peak ratio "
                          f"{r['peak_ratio_same_longest']:.3f} (growth over imports: "
                          f"{r['growth_over_baseline_ratio_same_longest']:.3f})\n"
+                         f"large / small with MALLOC_MMAP_THRESHOLD_={r['mmap_threshold']} (glibc keeps no freed "
+                         f"tensor buffers): peak ratio {r['peak_ratio_pinned_mmap_threshold']:.3f} (growth over "
+                         f"imports: {r['growth_over_baseline_ratio_pinned_mmap_threshold']:.3f})\n"
                          "peak RSS = VmHWM of the child (its own address space); ru_maxrss can carry the parent's "
                          "RSS across fork+exec, so it is shown for reference only.")
 

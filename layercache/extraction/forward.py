@@ -83,10 +83,13 @@ def run_batch(backbone: Backbone, examples: Sequence[EncodedExample], records: S
     flat = unpad(hidden, keep, mask.to(hidden[0].device), examples).float()  # (t, S, D)
     lengths = torch.tensor([ex.n_tokens for ex in examples], device=flat.device)  # (b,)
     pooled = pool(flat, lengths, pooling)
-    # Per-batch sums in fp32 are exact enough (a batch is a few thousand tokens); the shard
-    # accumulates them in float64. A norm avoids materialising the squares.
+    # Per-batch sums in fp32 over chunks of tokens are exact enough and cache-friendly (a chunk's
+    # squares fit in cache; vector_norm over the whole batch measured ~10x slower). The shard
+    # accumulates them in float64.
     stat_sum = flat.sum(0)  # (S, D)
-    stat_sumsq = torch.linalg.vector_norm(flat, dim=0).double() ** 2  # (S, D)
+    stat_sumsq = torch.zeros(flat.shape[1:], dtype=torch.float64, device=flat.device)  # (S, D)
+    for chunk in flat.split(1024):
+        stat_sumsq += (chunk * chunk).sum(0).double()
     overflow = 0
     if storage_dtype == "float16":
         low, high = torch.aminmax(flat)
