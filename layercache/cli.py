@@ -179,6 +179,110 @@ def list_caches():
     out_console.print(table)
 
 
+def parse_assignments(values: list[str] | None, what: str) -> dict:
+    """``--mixer-option k=64 --mixer-option alpha=70`` -> ``{"k": 64, "alpha": 70.0}`` (JSON values)."""
+    out = {}
+    for value in values or []:
+        key, sep, raw = value.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"{what} {value!r} should look like KEY=VALUE, e.g. k=64.")
+        try:
+            out[key.strip()] = json.loads(raw)
+        except json.JSONDecodeError:
+            out[key.strip()] = raw  # a bare word stays a string: pooling=attention
+    return out
+
+
+def _mixer_help() -> str:
+    from .heads.mixers import mixer_names
+
+    return ", ".join("layer:<i>" if n == "layer" else n for n in mixer_names())
+
+
+@app.command("train-head")
+@friendly
+def train_head(
+    cache: Optional[Path] = typer.Argument(None, help="Cache folder [default: the most recent one]."),
+    mixer: str = typer.Option("adaptive", "--mixer", "-m", help=f"Layer mixer: {_mixer_help()}."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Run folder [default: a new folder beside the cache]."),
+    task: Optional[list[str]] = typer.Option(None, "--task", help="Task(s) to learn [default: every task in the cache]; repeatable."),
+    layers: Optional[list[str]] = typer.Option(None, "--layers", help="States to read: names or indices; comma-separated [default: all]."),
+    source: str = typer.Option("auto", "--source", help="tokens, pooled:<mode>, or auto (tokens when stored)."),
+    train_split: str = typer.Option("train", "--train-split", help="Split to train on."),
+    val_split: Optional[str] = typer.Option(None, "--val-split", help="Validation split [default: the cache's validation split, else a 10% slice of train]."),
+    test_split: Optional[str] = typer.Option(None, "--test-split", help="Split to report on [default: test when present]."),
+    epochs: int = typer.Option(20, "--epochs", help="Most epochs (early stopping may end sooner)."),
+    batch_size: int = typer.Option(32, "--batch-size", help="Examples per minibatch."),
+    lr: Optional[float] = typer.Option(None, "--lr", help="Peak learning rate [default: 1e-3 for attention heads and adaptive, 1e-2 for linear heads]."),
+    weight_decay: float = typer.Option(0.01, "--weight-decay", help="AdamW weight decay (never on layer weights)."),
+    schedule: str = typer.Option("linear", "--schedule", help="linear, cosine, constant or plateau."),
+    patience: int = typer.Option(3, "--patience", help="Epochs without validation gain before stopping (0 = never)."),
+    seed: int = typer.Option(0, "--seed", help="Seed for initialisation, order, dropout and the validation slice."),
+    mixer_option: Optional[list[str]] = typer.Option(None, "--mixer-option", help="Mixer setting KEY=VALUE, e.g. k=64, alpha=70, topk=3; repeatable."),
+    head_option: Optional[list[str]] = typer.Option(None, "--head-option", help="Head setting KEY=VALUE, e.g. pooling=attention, attention_heads=8; repeatable."),
+    loss_weight: Optional[list[str]] = typer.Option(None, "--loss-weight", help="TASK=WEIGHT for joint training; repeatable."),
+    separate_mixers: bool = typer.Option(False, "--separate-mixers", help="One mixer per task instead of one shared."),
+    device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Write into a non-empty run folder."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
+):
+    """Learn a head on a cache (no backbone needed): prints metrics and layer weights, writes a run folder."""
+    from .heads.evaluation import primary_metric
+    from .heads.runs import train_head as run_train_head
+    from .report.heads import render_layer_weights, render_metrics
+
+    weights = parse_assignments(loss_weight, "--loss-weight")
+    for name, value in weights.items():
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            raise ConfigError(f"--loss-weight {name}={value!r} needs a number, e.g. {name}=0.5.")
+    result = run_train_head(
+        cache, mixer, out=out, split=train_split, val_split=val_split, test_split=test_split, overwrite=overwrite,
+        tasks=split_list(task) or None, layers=_layer_specs(split_list(layers)) or None, source=source,
+        mixer_options=parse_assignments(mixer_option, "--mixer-option"),
+        head_options=parse_assignments(head_option, "--head-option"), share_mixer=not separate_mixers,
+        loss_weights=weights or None, epochs=epochs, batch_size=batch_size, lr=lr, weight_decay=weight_decay,
+        schedule=schedule, patience=patience, seed=seed, device=device, progress=not quiet,
+    )
+    m = result.metrics
+    shown = {"validation": m["validation"]}
+    if "test" in m:
+        shown[m["test_split"]] = m["test"]
+    history = m["history"]
+    primary = {t.name: primary_metric(t) for t in result.head.tasks_}
+    render_metrics(shown, out_console, primary=primary,
+                   title=f"{mixer}: best epoch {history['best_epoch']} of {len(history['epochs'])}, "
+                         f"{m['train_seconds']:.1f} s; validation = {m['data']['validation']}")
+    render_layer_weights(result.layer_weights, out_console)
+    out_console.print(f"Run written: [bold]{result.run}[/]", soft_wrap=True)
+
+
+def _layer_specs(values: list[str]) -> list[int | str]:
+    return [int(v) if re.fullmatch(r"-?\d+", v) else v for v in values]
+
+
+@app.command("eval")
+@friendly
+def eval_run(
+    run: Path = typer.Argument(..., help="Run folder written by train-head."),
+    cache: Optional[Path] = typer.Argument(None, help="Cache folder [default: the most recent one]."),
+    split: str = typer.Option("test", "--split", help="Split to score."),
+    as_json: bool = typer.Option(False, "--json", help="Print the metrics as JSON."),
+):
+    """Score a saved run on a split of a cache (refuses a cache from another backbone)."""
+    from .heads.runs import evaluate_run
+    from .report.heads import render_layer_weights, render_metrics
+
+    result = evaluate_run(run, cache, split)
+    if as_json:
+        out_console.print_json(json.dumps(result, default=float))
+        return
+    render_metrics({split: result["metrics"]}, out_console, title=f"{run} on {result['cache']}",
+                   primary=result["primary"])
+    config = json.loads((Path(run) / "config.json").read_text())
+    render_layer_weights({"layer_names": config["layer_names"], "mixers": result["layer_weights"],
+                          "usage": result["usage"]}, out_console)
+
+
 def main() -> None:
     """Console-script entry point."""
     app()

@@ -3,25 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from typer.testing import CliRunner
 
 import layercache as lc
-from layercache.cli import app, parse_size
-
-runner = CliRunner()
-
-
-def invoke(*args: str):
-    return runner.invoke(app, [str(a) for a in args])
-
-
-def assert_refused(result, *fragments: str):
-    assert result.exit_code == 2, result.output
-    assert "Traceback" not in result.output
-    text = " ".join(result.output.split())
-    for fragment in fragments:
-        assert fragment in text, text
-
+from cli_support import assert_refused, invoke
+from layercache.cli import parse_size
 
 @pytest.fixture
 def tsv(tmp_path):

@@ -1,3 +1,7 @@
+"""Heads learned from a layer cache: layer mixers, task heads, the trainer and run folders."""
+
+from layercache.heads.estimator import LayerHead
+from layercache.heads.feed import CacheFeed
 from layercache.heads.mixers import (
     MIXERS,
     LayerMixer,
@@ -6,3 +10,10 @@ from layercache.heads.mixers import (
     mixer_from_config,
     mixer_names,
 )
+from layercache.heads.model import HeadModel
+from layercache.heads.runs import TrainResult, evaluate_run, read_run, train_head
+from layercache.heads.trainer import TrainConfig, TrainHistory, train_model
+
+__all__ = ["LayerHead", "CacheFeed", "HeadModel", "TrainConfig", "TrainHistory", "TrainResult", "train_model",
+           "train_head", "evaluate_run", "read_run", "MIXERS", "LayerMixer", "MixOutput", "make_mixer",
+           "mixer_from_config", "mixer_names"]

@@ -487,8 +487,12 @@ class GumbelMix(LayerMixer):
     soft gradient; eval: argmax, no noise. ``mixed`` is the mean of the used states; an example
     that would use none uses the state the policy wants most (largest use − skip logit).
 
-    ``aux_loss = budget_weight · (mean_usage − budget/S)²`` pulls usage toward ``budget`` states
-    (default ``ceil(S/2)``). ``tau`` starts at ``tau_start``; :meth:`set_temperature_progress`
+    ``aux_loss = budget_weight · (mean_usage − budget/S)² + decision_weight · mean H(P(use))``: the
+    first term pulls usage toward ``budget`` states (default ``ceil(S/2)``); the second (mean binary
+    entropy of each state's use probability, in bits) makes the policy decisive. Without it the
+    policy can meet the budget *in expectation* by using every state with probability budget/S,
+    and the noise-free argmax at evaluation then uses every state (BlockDrop adds a usage-entropy
+    term for the same reason). ``tau`` starts at ``tau_start``; :meth:`set_temperature_progress`
     anneals it exponentially to ``tau_end``. ``usage["choices"]`` is ``(B, S)`` in {0, 1};
     ``usage["weights"]`` ``(B, S)`` the resulting mixing weights.
     """
@@ -502,7 +506,8 @@ class GumbelMix(LayerMixer):
         dim: int,
         *,
         budget: int | None = None,
-        budget_weight: float = 1.0,
+        budget_weight: float = 10.0,
+        decision_weight: float = 0.1,
         policy_hidden: int = 0,
         tau_start: float = 5.0,
         tau_end: float = 0.5,
@@ -518,6 +523,7 @@ class GumbelMix(LayerMixer):
             raise ConfigError(f"tau_start and tau_end must be > 0, got {tau_start!r}, {tau_end!r}")
         self.budget = budget
         self.budget_weight = budget_weight
+        self.decision_weight = decision_weight
         self.policy_hidden = policy_hidden
         self.tau_start = tau_start
         self.tau_end = tau_end
@@ -566,6 +572,10 @@ class GumbelMix(LayerMixer):
         w = choices / choices.sum(-1, keepdim=True)  # (B, S)
         mixed = torch.einsum("bs,btsd->btd", w, states)  # (B, T, D)
         aux = self.budget_weight * (choices.mean() - self.budget / self.n_states) ** 2
+        if self.decision_weight:
+            p_use = torch.softmax(logits, dim=-1)[..., 1].clamp(1e-6, 1 - 1e-6)  # (B, S)
+            entropy = -(p_use * p_use.log2() + (1 - p_use) * (1 - p_use).log2())  # (B, S) bits
+            aux = aux + self.decision_weight * entropy.mean()
         self._track_usage(w, mask)
         usage = {"choices": choices.detach(), "weights": w.detach()}
         return MixOutput(mixed=mixed, aux_loss=aux, usage=usage)

@@ -1,0 +1,358 @@
+"""``LayerHead``: a scikit-learn-style estimator that learns a head from a layer cache.
+
+    head = LayerHead(mixer="adaptive", epochs=10).fit(cache)          # train (+ validation split)
+    metrics = head.score(cache, "test")                                # {task: {metric: value}}
+    head.save("runs/adaptive"); LayerHead.load("runs/adaptive")        # JSON + safetensors, no pickle
+
+Where scikit-learn estimators take ``X, y``, a head takes a cache and a split: the cache holds both
+the states and the labels, and reading it lazily is the point. ``get_params`` / ``set_params``
+work as in scikit-learn (the class derives from ``BaseEstimator``).
+
+A fitted head remembers which backbone and tokenizer produced its training cache (their
+fingerprints), which states it reads and the tasks' label names; :meth:`check_cache` refuses a cache
+that differs in any of these, because the head's weights would then mean nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
+from sklearn.base import BaseEstimator
+
+from .. import __version__
+from ..errors import CacheMismatchError, ConfigError
+from ..sources.records import LabelTask
+from ..store.manifest import utc_now
+from ..store.reader import LayerCache
+from .evaluation import PassResult, evaluate, predict
+from .feed import CacheFeed
+from .mixers import make_mixer
+from .model import HeadModel
+from .trainer import TrainConfig, TrainHistory, seed_everything, train_model
+
+CONFIG_FILE = "config.json"
+WEIGHTS_FILE = "weights.safetensors"
+VALIDATION_NAMES = ("validation", "valid", "dev", "val")
+
+
+class LayerHead(BaseEstimator):
+    """Learn how to combine a frozen model's cached layers for one or several label tasks.
+
+    Args:
+        mixer: layer mixer spec: ``last``, ``layer:<i>``, ``scalar``, ``adaptive``, ``attention``,
+            ``gumbel``, ``act``.
+        tasks: label tasks of the cache to learn (default: every task the cache has), trained
+            jointly with ``loss_weights``.
+        layers: cached states to read (names or indexes; default: all).
+        source: ``tokens``, ``pooled:<mode>``, or ``auto`` (token states when the cache has them).
+        mixer_options, head_options, share_mixer: see :class:`HeadModel`.
+        epochs, batch_size, lr, weight_decay, schedule, warmup, patience, max_grad_norm, seed: see
+            :class:`TrainConfig`. ``lr=None`` picks 1e-3 for heads with attention or a projection
+            (``adaptive``) and 1e-2 for linear heads, which learn too slowly at 1e-3.
+        val_fraction: size of the seeded stratified validation slice of the training split, used
+            when no validation split is given.
+        device: ``cpu``, ``cuda`` or ``auto``.
+        progress: show a progress bar while training.
+    """
+
+    def __init__(self, mixer: str = "adaptive", *, tasks=None, layers=None, source: str = "auto",
+                 mixer_options=None, head_options=None, share_mixer: bool = True, loss_weights=None,
+                 epochs: int = 20, batch_size: int = 32, lr: float | None = None, weight_decay: float = 0.01,
+                 schedule: str = "linear", warmup: float = 0.06, patience: int = 3, max_grad_norm: float = 1.0,
+                 seed: int = 0, val_fraction: float = 0.1, device: str = "auto", progress: bool = True) -> None:
+        self.mixer = mixer
+        self.tasks = tasks
+        self.layers = layers
+        self.source = source
+        self.mixer_options = mixer_options
+        self.head_options = head_options
+        self.share_mixer = share_mixer
+        self.loss_weights = loss_weights
+        self.epochs = epochs
+        self.batch_size = batch_size
+        self.lr = lr
+        self.weight_decay = weight_decay
+        self.schedule = schedule
+        self.warmup = warmup
+        self.patience = patience
+        self.max_grad_norm = max_grad_norm
+        self.seed = seed
+        self.val_fraction = val_fraction
+        self.device = device
+        self.progress = progress
+
+    # --- fitting ------------------------------------------------------------------------
+    def fit(self, cache: LayerCache, split: str = "train", val_split: str | None = None) -> "LayerHead":
+        """Train on ``split``; validate on ``val_split``, the cache's validation split, or a slice of train."""
+        device = resolve_device(self.device)
+        tasks = self._resolve_tasks(cache)
+        layer_names = [cache.layer_names[i] for i in cache.layer_index(self.layers)]
+        # Build the mixer once up front: a bad spec or option fails before any data is read.
+        make_mixer(self.mixer, len(layer_names), cache.hidden_size, **(self.mixer_options or {}))
+        source = resolve_source(cache, self.source, tasks)
+        _check_split(cache, split)
+        train_rows = None
+        if val_split is None:
+            val_split = find_validation_split(cache, exclude=split)
+        if val_split is None:
+            train_rows, val_rows = validation_slice(cache, split, tasks, self.val_fraction, self.seed)
+            val_desc = f"{split} (seeded stratified {self.val_fraction:.0%} slice, seed {self.seed})"
+            val_feed = self._feed(cache, split, tasks, layer_names, source, rows=val_rows)
+        else:
+            _check_split(cache, val_split)
+            val_desc = val_split
+            val_feed = self._feed(cache, val_split, tasks, layer_names, source)
+        train_feed = self._feed(cache, split, tasks, layer_names, source, rows=train_rows)
+
+        seed_everything(self.seed)
+        model = HeadModel(len(layer_names), cache.hidden_size, tasks, mixer=self.mixer,
+                          mixer_options=self.mixer_options, head_options=self.head_options,
+                          share_mixer=self.share_mixer, loss_weights=self.loss_weights)
+        self.train_config_ = self._train_config(default_lr(model))
+        for t in tasks:
+            if t.kind == "regression":
+                gold = train_feed.gold(t.name)
+                model.set_target_stats(t.name, np.asarray(gold, dtype=np.float64))
+        self.history_: TrainHistory = train_model(model, train_feed, val_feed, self.train_config_, device=device,
+                                                  progress=self.progress)
+        # Score the kept (best) epoch once more: the numbers a run reports, and the usage pass
+        # behind input-dependent mixers' layer weights.
+        self.validation_metrics_, self.validation_pass_ = evaluate(model, val_feed, device)
+        self.model_ = model.cpu().eval()
+        self.tasks_ = tasks
+        self.layer_names_ = layer_names
+        self.source_ = source
+        self.cache_info_ = cache_identity(cache)
+        self.data_ = {"cache": str(cache.path), "train_split": split, "validation": val_desc,
+                      "n_train": train_feed.n_examples, "n_validation": val_feed.n_examples}
+        return self
+
+    def _train_config(self, lr: float) -> TrainConfig:
+        return TrainConfig(epochs=self.epochs, batch_size=self.batch_size, lr=self.lr or lr,
+                           weight_decay=self.weight_decay, schedule=self.schedule, warmup=self.warmup,
+                           patience=self.patience, max_grad_norm=self.max_grad_norm, seed=self.seed).check()
+
+    def _resolve_tasks(self, cache: LayerCache) -> list[LabelTask]:
+        if not cache.tasks:
+            raise ConfigError(f"The cache {cache.path} has no labels to learn from; extract a labelled dataset "
+                              "(or give --label-column at extraction).")
+        names = [self.tasks] if isinstance(self.tasks, str) else self.tasks
+        if names is None:
+            return list(cache.tasks)
+        known = {t.name: t for t in cache.tasks}
+        missing = [n for n in names if n not in known]
+        if missing:
+            raise ConfigError(f"The cache has no task {missing[0]!r}; its tasks are: {', '.join(known)}.")
+        return [known[n] for n in names]
+
+    def _feed(self, cache, split, tasks, layer_names, source, rows=None, batch_size=None) -> CacheFeed:
+        return CacheFeed(cache, split, tasks=[t.name for t in tasks], rows=rows, layers=layer_names,
+                         source=source, batch_size=batch_size or self.batch_size)
+
+    # --- using a fitted head ------------------------------------------------------------
+    def _check_fitted(self) -> None:
+        if not hasattr(self, "model_"):
+            raise ConfigError("This head is not trained yet; call fit(cache) or LayerHead.load(run) first.")
+
+    def predict(self, cache: LayerCache, split: str) -> PassResult:
+        """Predictions of every task over ``split`` (row order), plus the mixers' usage."""
+        self._check_fitted()
+        self.check_cache(cache)
+        _check_split(cache, split)
+        feed = self._feed(cache, split, self.tasks_, self.layer_names_, self.source_, batch_size=128)
+        return predict(self.model_, feed)
+
+    def score(self, cache: LayerCache, split: str) -> dict[str, dict]:
+        """Metrics of every task on ``split`` (which must carry the labels)."""
+        return self.evaluate(cache, split)[0]
+
+    def evaluate(self, cache: LayerCache, split: str) -> tuple[dict[str, dict], PassResult]:
+        """Metrics and predictions of every task on ``split``."""
+        self._check_fitted()
+        self.check_cache(cache)
+        _check_split(cache, split)
+        feed = self._feed(cache, split, self.tasks_, self.layer_names_, self.source_, batch_size=128)
+        return evaluate(self.model_, feed)
+
+    def layer_weights(self) -> dict[str, list[float] | None]:
+        """Each mixer's weight per state (after the last evaluation pass for input-dependent mixers)."""
+        self._check_fitted()
+        return self.model_.layer_weights()
+
+    # --- compatibility ----------------------------------------------------------------------
+    def check_cache(self, cache: LayerCache) -> None:
+        """Refuse a cache this head cannot read correctly, naming what differs."""
+        self._check_fitted()
+        mine, theirs = self.cache_info_, cache_identity(cache)
+        what = {"model_fingerprint": "backbone weights", "tokenizer_fingerprint": "tokenizer",
+                "hidden_size": "hidden size"}
+        for key, label in what.items():
+            if mine[key] != theirs[key]:
+                raise CacheMismatchError(
+                    f"The cache {cache.path} was extracted with a different {label} ({theirs['model']!r}, "
+                    f"{key} {str(theirs[key])[:12]}) than this head was trained on ({mine['model']!r}, "
+                    f"{str(mine[key])[:12]}); extract the data with the head's backbone.")
+        missing = [n for n in self.layer_names_ if n not in cache.layer_names]
+        if missing:
+            raise CacheMismatchError(f"The cache {cache.path} lacks the state(s) {', '.join(missing)} this head "
+                                     "reads; re-extract without --layers (or with those layers).")
+        known = {t.name: t for t in cache.tasks}
+        for t in self.tasks_:
+            other = known.get(t.name)
+            if other is not None and (other.kind != t.kind or other.label_names != t.label_names):
+                raise CacheMismatchError(
+                    f"Task {t.name!r} in the cache has labels {other.label_names} ({other.kind}) but the head "
+                    f"predicts {t.label_names} ({t.kind}); class ids would not line up.")
+
+    def check_backbone(self, backbone) -> None:
+        """Refuse a live backbone other than the one whose states trained this head."""
+        self._check_fitted()
+        for key, value, label in (("model_fingerprint", backbone.fingerprint, "weights"),
+                                  ("tokenizer_fingerprint", backbone.tokenizer_fingerprint, "tokenizer")):
+            if self.cache_info_[key] != value:
+                raise CacheMismatchError(
+                    f"The backbone {backbone.name!r} has different {label} than the one this head was trained on "
+                    f"({self.cache_info_['model']!r}); load that backbone.")
+
+    # --- persistence ------------------------------------------------------------------------
+    def save(self, path: str | Path, **extra_json) -> Path:
+        """Write ``config.json`` and ``weights.safetensors`` (plus ``extra_json`` files) into ``path``."""
+        self._check_fitted()
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        state = {k: v.detach().cpu().contiguous() for k, v in self.model_.state_dict().items()}
+        save_file(state, str(path / WEIGHTS_FILE))
+        config = {
+            "layercache_version": __version__, "created_at": utc_now(),
+            "params": _jsonable(self.get_params()), "model": self.model_.get_config(),
+            "layer_names": self.layer_names_, "source": self.source_, "cache": self.cache_info_,
+            "data": self.data_, "train": _jsonable(vars(self.train_config_)),
+        }
+        _write_json(path / CONFIG_FILE, config)
+        for name, payload in extra_json.items():
+            _write_json(path / f"{name}.json", payload)
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> "LayerHead":
+        """Rebuild a saved head: identical predictions to the one that was saved."""
+        path = Path(path)
+        config_file, weights_file = path / CONFIG_FILE, path / WEIGHTS_FILE
+        if not config_file.is_file() or not weights_file.is_file():
+            raise ConfigError(f"{path} is not a layercache run folder (it needs {CONFIG_FILE} and "
+                              f"{WEIGHTS_FILE}); pass the folder `layercache train-head` wrote.")
+        try:
+            config = json.loads(config_file.read_text())
+            head = cls(**config["params"])
+            head.model_ = HeadModel.from_config(config["model"])
+        except (KeyError, TypeError, json.JSONDecodeError) as err:
+            raise ConfigError(f"The run config {config_file} cannot be read ({err}); it is damaged or from "
+                              "another version.") from None
+        head.model_.load_state_dict(load_file(str(weights_file)))
+        head.model_.eval()
+        head.tasks_ = list(head.model_.tasks)
+        head.layer_names_ = config["layer_names"]
+        head.source_ = config["source"]
+        head.cache_info_ = config["cache"]
+        head.data_ = config.get("data", {})
+        head.train_config_ = TrainConfig(**config["train"])
+        return head
+
+
+# --- helpers ------------------------------------------------------------------------------------
+def default_lr(model: HeadModel) -> float:
+    """1e-3 for heads with attention, encoder layers or learned projections; 1e-2 for linear ones."""
+    deep = any(isinstance(m, (torch.nn.MultiheadAttention, torch.nn.TransformerEncoder)) for m in model.modules())
+    return 1e-3 if deep or model.mixer_spec == "adaptive" else 1e-2
+
+
+def resolve_device(device: str) -> str:
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError("--device cuda was asked for, but torch sees no CUDA GPU; use --device cpu.")
+    if device != "cpu" and not device.startswith("cuda"):
+        raise ConfigError(f"Unknown device {device!r}; use auto, cpu or cuda.")
+    return device
+
+
+def resolve_source(cache: LayerCache, source: str, tasks: list[LabelTask]) -> str:
+    """``auto`` -> token states when stored, else the first pooled mode; refuse what cannot work."""
+    token_tasks = [t.name for t in tasks if t.kind == "token"]
+    if source == "auto":
+        if cache.stores_tokens:
+            return "tokens"
+        if token_tasks:
+            raise ConfigError(f"Token task {token_tasks[0]!r} needs token states, but the cache holds pooled "
+                              "vectors only; re-extract with --store tokens.")
+        return f"pooled:{cache.manifest.pooling[0]}"
+    if source == "tokens" and not cache.stores_tokens:
+        raise ConfigError("The cache holds pooled vectors only; use --source pooled:<mode> or re-extract "
+                          "with --store tokens.")
+    if source.startswith("pooled:") and token_tasks:
+        raise ConfigError(f"Token task {token_tasks[0]!r} cannot be learned from pooled vectors; use --source tokens.")
+    return source
+
+
+def find_validation_split(cache: LayerCache, exclude: str) -> str | None:
+    for name in VALIDATION_NAMES:
+        if name in cache.splits and name != exclude:
+            return name
+    return None
+
+
+def _check_split(cache: LayerCache, split: str) -> None:
+    if split not in cache.splits:
+        raise ConfigError(f"The cache has no split {split!r}; its splits are: {', '.join(cache.splits)}.")
+
+
+def validation_slice(cache: LayerCache, split: str, tasks: list[LabelTask], fraction: float,
+                     seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(train rows, validation rows): a seeded slice of ``split``, stratified by the first class task."""
+    if not 0 < fraction < 1:
+        raise ConfigError(f"val_fraction must be in (0, 1), got {fraction}.")
+    n = cache.num_examples(split)
+    if n < 2:
+        raise ConfigError(f"Split {split!r} has {n} example(s): too few to hold out a validation slice; "
+                          "give a validation split.")
+    rng = np.random.default_rng(seed)
+    strata = next((t for t in tasks if t.kind == "sequence"), None)
+    labels = cache.labels(split, strata.name) if strata is not None else np.zeros(n, dtype=np.int64)
+    val = []
+    for value in np.unique(labels):
+        members = rng.permutation(np.nonzero(labels == value)[0])
+        val.append(members[: int(round(fraction * len(members)))])
+    val = np.sort(np.concatenate(val))
+    if len(val) == 0:
+        val = np.sort(rng.choice(n, size=1, replace=False))
+    train = np.setdiff1d(np.arange(n), val)
+    return train, val
+
+
+def cache_identity(cache: LayerCache) -> dict:
+    """What a head must agree with: backbone and tokenizer fingerprints, width, states, dataset."""
+    m = cache.manifest
+    return {"model": m.model.get("name"), "model_fingerprint": m.model.get("fingerprint"),
+            "tokenizer_fingerprint": m.tokenizer.get("fingerprint"), "hidden_size": m.hidden_size,
+            "final_norm": m.model.get("final_norm"), "dataset": m.dataset.get("name"),
+            "layer_names": m.layer_names, "storage_dtype": m.storage.get("dtype"), "config_hash": m.config_hash}
+
+
+def _jsonable(value):
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, (np.integer, np.floating)):
+        return value.item()
+    return value
+
+
+def _write_json(path: Path, payload) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(_jsonable(payload), indent=2, default=str) + "\n")
+    tmp.replace(path)

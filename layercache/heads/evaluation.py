@@ -1,0 +1,166 @@
+"""Predict with a head model over a feed and score the predictions, task by task.
+
+Predictions come back in the feed's row order. Token tasks are scored per *word*: each word takes
+the prediction of its first sub-token (as CoNLL evaluation expects); a word the backbone never
+saw (cut off at the maximum length) is predicted ``O`` (or class 0), so truncation costs recall
+instead of silently shrinking the test set.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from ..sources.records import LabelTask
+from . import metrics as M
+from .feed import CacheFeed
+from .model import HeadModel
+
+
+@dataclass
+class Predictions:
+    """One task's predictions over a feed, in row order."""
+
+    task: LabelTask
+    rows: np.ndarray
+    labels: np.ndarray | list[np.ndarray]
+    """(n,) class ids or values; for a token task one (n_words,) array per example."""
+    probabilities: np.ndarray | None = None
+    """(n, C) class probabilities of a sequence classification task."""
+
+
+@dataclass
+class PassResult:
+    """Everything one evaluation pass yields: predictions per task and the mixers' usage summary."""
+
+    predictions: dict[str, Predictions]
+    usage: dict[str, dict] = field(default_factory=dict)
+
+
+def is_iob(task: LabelTask) -> bool:
+    """Whether a token task's labels are IOB entity tags (scored with entity-level span F1)."""
+    names = task.label_names or ()
+    return any(n.startswith(("B-", "I-")) for n in names) and all(
+        n == "O" or n.startswith(("B-", "I-", "E-", "S-")) for n in names)
+
+
+def primary_metric(task: LabelTask) -> str:
+    """The metric early stopping and summaries use for a task."""
+    if task.kind == "regression":
+        return "pearson"
+    if task.kind == "token":
+        # Entity F1 for IOB tags; otherwise macro-F1, since one class (O) usually dominates tokens.
+        return "span_f1" if is_iob(task) else "macro_f1"
+    return "accuracy"
+
+
+@torch.no_grad()
+def predict(model: HeadModel, feed: CacheFeed, device: str | torch.device = "cpu") -> PassResult:
+    """Run ``model`` over every batch of ``feed`` (eval mode) and collect predictions."""
+    was_training = model.training
+    model.eval()
+    rows_seen, per_task = [], {t.name: [] for t in model.tasks}
+    depth_sum, depth_count, used_sum, used_count = {}, {}, {}, {}
+    for batch in feed.epoch(shuffle=False):
+        states, mask = batch.states.to(device), batch.mask.to(device)
+        out = model(states, mask)
+        rows_seen.append(batch.rows)
+        for t in model.tasks:
+            per_task[t.name].append(_batch_predictions(model, t, out.outputs[t.name], batch, feed))
+        for key, usage in out.usage.items():
+            if not usage:
+                continue
+            if "depth" in usage:  # act: N + R per real token
+                depth_sum[key] = depth_sum.get(key, 0.0) + float(usage["depth"][mask].sum())
+                depth_count[key] = depth_count.get(key, 0) + int(mask.sum())
+            if "choices" in usage:  # gumbel: states used per example
+                used_sum[key] = used_sum.get(key, 0.0) + float(usage["choices"].sum())
+                used_count[key] = used_count.get(key, 0) + len(batch.rows)
+    model.train(was_training)
+    rows = np.concatenate(rows_seen)
+    order = np.argsort(rows, kind="stable")
+    result = {}
+    for t in model.tasks:
+        parts = per_task[t.name]
+        if t.kind == "token":
+            flat = [p for part in parts for p in part[0]]
+            labels = [flat[i] for i in order]
+            result[t.name] = Predictions(t, rows[order], labels)
+        else:
+            labels = np.concatenate([p[0] for p in parts])[order]
+            probs = None if t.kind == "regression" else np.concatenate([p[1] for p in parts])[order]
+            result[t.name] = Predictions(t, rows[order], labels, probs)
+    usage = {k: {"mean_depth": depth_sum[k] / max(depth_count[k], 1)} for k in depth_sum}
+    for k in used_sum:
+        usage.setdefault(k, {})["mean_states_used"] = used_sum[k] / max(used_count[k], 1)
+    return PassResult(result, usage)
+
+
+def _batch_predictions(model: HeadModel, task: LabelTask, output: torch.Tensor, batch, feed: CacheFeed):
+    if task.kind == "regression":
+        return model.regression_values(task.name, output).cpu().numpy(), None
+    if task.kind == "sequence":
+        probs = torch.softmax(output.float(), dim=-1).cpu().numpy()
+        return probs.argmax(-1), probs
+    # Token task: per-word predictions from the first sub-token of each word.
+    pred = output.argmax(-1).cpu().numpy()  # (B, T)
+    wid = batch.word_ids.numpy()  # (B, T)
+    fill = task.label_names.index("O") if "O" in task.label_names else 0
+    words = []
+    for i, n_words in enumerate(feed.n_words(batch.rows)):
+        out = np.full(n_words, fill, dtype=np.int64)
+        w = wid[i]
+        prev = np.concatenate([[-2], w[:-1]])
+        first = (w >= 0) & (w != prev) & (w < n_words)
+        out[w[first]] = pred[i][first]
+        words.append(out)
+    return words, None
+
+
+def score(task: LabelTask, gold, predictions: Predictions) -> dict:
+    """Metrics of one task: the primary metric first, then the rest and a per-class report."""
+    pred = predictions.labels
+    if task.kind == "regression":
+        gold = np.asarray(gold, dtype=np.float64)
+        pred = np.asarray(pred, dtype=np.float64)
+        return {"pearson": M.pearson(gold, pred), "spearman": M.spearman(gold, pred),
+                "mse": float(np.mean((gold - pred) ** 2)), "n": len(gold)}
+    if task.kind == "token":
+        flat_gold, flat_pred = np.concatenate(gold), np.concatenate(pred)
+        out = {}
+        if is_iob(task):
+            names = task.label_names
+            spans = M.span_f1([[names[i] for i in g] for g in gold], [[names[i] for i in p] for p in pred])
+            out["span_f1"] = spans["f1"]
+            out["span_precision"], out["span_recall"] = spans["precision"], spans["recall"]
+            out["per_type"] = spans["per_type"]
+        out.update({"accuracy": M.accuracy(flat_gold, flat_pred), "macro_f1": M.macro_f1(flat_gold, flat_pred),
+                    "n_words": len(flat_gold), "n": len(gold)})
+        out["report"] = M.classification_report(flat_gold, flat_pred, task.label_names)["per_class"]
+        return out
+    gold = np.asarray(gold)
+    return {"accuracy": M.accuracy(gold, pred), "macro_f1": M.macro_f1(gold, pred),
+            "mcc": M.matthews_corrcoef(gold, pred), "n": len(gold),
+            "report": M.classification_report(gold, pred, task.label_names)["per_class"]}
+
+
+def evaluate(model: HeadModel, feed: CacheFeed, device="cpu") -> tuple[dict[str, dict], PassResult]:
+    """Predict over ``feed`` and score every task against the feed's gold labels."""
+    result = predict(model, feed, device)
+    metrics = {}
+    for t in model.tasks:
+        metrics[t.name] = score(t, feed.gold(t.name), result.predictions[t.name])
+    return metrics, result
+
+
+def summary_score(model: HeadModel, metrics: dict[str, dict]) -> float:
+    """One number to select on: the loss-weighted mean of each task's primary metric (NaN as 0)."""
+    total = weight = 0.0
+    for t in model.tasks:
+        value = metrics[t.name][primary_metric(t)]
+        w = model.loss_weights[t.name]
+        total += w * (0.0 if value != value else value)
+        weight += w
+    return total / weight if weight else 0.0

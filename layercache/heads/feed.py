@@ -1,0 +1,258 @@
+"""Minibatches for training and evaluation, read straight from a cache's shards.
+
+A :class:`CacheFeed` serves one split (or a subset of its rows) as padded float32
+:class:`~layercache.store.reader.CacheBatch` objects, without ever holding the split's states in
+memory. Per epoch it
+
+1. cuts the chosen rows into *blocks*: runs of rows inside one shard whose states fit a byte
+   budget, read as one contiguous HDF5 slab (one large read instead of one per example);
+2. visits the blocks in a seeded random order and shuffles rows inside each block;
+3. groups rows of similar length into batches (a bucket of 16 batches is sorted by length, then
+   the batches are shuffled), so a head computes on far fewer padded positions than with purely
+   random batches, while every epoch still sees a different order;
+4. builds each batch by one vectorised gather from the slab: ``(B, T, S, D)`` states, the mask,
+   word ids and labels (first sub-token of each word for token tasks).
+
+Labels, lengths and word ids are small and are loaded once; states are never cached across
+blocks. Evaluation uses the same path without shuffling, and reports rows so predictions can be
+put back in split order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from ..errors import CacheError, ConfigError
+from ..store.dtypes import BYTES_PER_VALUE, from_storage
+from ..store.reader import IGNORE_INDEX, CacheBatch, LayerCache
+
+#: Batches per length bucket when shuffling: large enough to cut padding, small enough to stay random.
+BUCKET_BATCHES = 16
+
+
+@dataclass
+class _Block:
+    """Rows of one shard read together: local rows ``[lo, hi)`` of shard ``shard``."""
+
+    shard: int
+    rows: np.ndarray  # (n,) split rows chosen from this block
+    lo: int
+    hi: int
+
+
+class CacheFeed:
+    """Padded minibatches of one cache split for a head.
+
+    Args:
+        cache: an open :class:`LayerCache`.
+        split: the split to read.
+        tasks: label tasks to attach (names); ``[]`` for unlabelled prediction.
+        rows: the split rows to serve (default: all), e.g. a training subset without a
+            validation slice.
+        layers: state names or indexes to read (default: every kept state).
+        source: ``"tokens"`` or ``"pooled:<mode>"`` (one vector per example, ``T = 1``).
+        batch_size: examples per batch.
+        block_bytes: budget of one slab read; bounds the feed's memory.
+    """
+
+    def __init__(self, cache: LayerCache, split: str, *, tasks: Sequence[str] = (), rows: Sequence[int] | None = None,
+                 layers=None, source: str = "tokens", batch_size: int = 32, block_bytes: int = 128 << 20) -> None:
+        if batch_size < 1:
+            raise ConfigError(f"batch_size must be at least 1, got {batch_size}.")
+        self.cache, self.split, self.tasks = cache, split, list(tasks)
+        self.info = cache.split_info(split)
+        self.index = cache.layer_index(layers)
+        self.batch_size = batch_size
+        if source == "tokens":
+            cache._require_tokens()
+            self.pooled_mode = None
+        elif source.startswith("pooled:"):
+            mode = source.split(":", 1)[1]
+            if mode not in cache.manifest.pooling:
+                have = ", ".join(cache.manifest.pooling) or "none"
+                raise CacheError(f"The cache has no pooled {mode!r} vectors (it has: {have}); "
+                                 f"re-extract with --pooling {mode} or train on token states.")
+            self.pooled_mode = mode
+        else:
+            raise ConfigError(f"source must be 'tokens' or 'pooled:<mode>', got {source!r}.")
+        self.source = source
+        self.storage_dtype = cache.manifest.storage["dtype"]
+        n = cache.num_examples(split)
+        self.rows = np.arange(n) if rows is None else np.unique(np.asarray(rows, dtype=np.int64))
+        if len(self.rows) == 0:
+            raise ConfigError(f"No examples to read from split {split!r}.")
+        if self.rows[0] < 0 or self.rows[-1] >= n:
+            raise ConfigError(f"rows must lie in [0, {n}) for split {split!r}.")
+        self._load_small_arrays()
+        self._blocks = self._plan_blocks(block_bytes)
+
+    # --- set-up -----------------------------------------------------------------------
+    def _load_small_arrays(self) -> None:
+        """Offsets, word ids and labels of every shard: small next to the states, read once."""
+        self._starts = [s.first_row for s in self.info.shards]
+        self._offsets, self._word_ids, self._word_offsets = [], [], []
+        self._labels: dict[str, list[np.ndarray]] = {t: [] for t in self.tasks}
+        kinds = {t: self.cache.manifest.task(t).kind for t in self.tasks}
+        self.kinds = kinds
+        need_words = any(k == "token" for k in kinds.values())
+        if need_words and self.pooled_mode is not None:
+            raise CacheError("Token tasks need token states; train them with source 'tokens'.")
+        for shard, info in enumerate(self.info.shards):
+            h = self.cache._handle(info.file)
+            self._offsets.append(self.cache._shard_offsets(self.split, shard))
+            if need_words:
+                if "word_ids" not in h:
+                    raise CacheError("This cache stores no word ids (its text was not split into words), "
+                                     "so token labels cannot be aligned; extract a word-level dataset.")
+                self._word_ids.append(h["word_ids"][:].astype(np.int64))
+                self._word_offsets.append(h["word_offsets"][:].astype(np.int64))
+            for task, kind in kinds.items():
+                key = f"labels/{task}"
+                if key not in h:
+                    raise CacheError(f"The cache split {self.split!r} holds no labels for task {task!r}.")
+                self._labels[task].append(h[key][:])
+        self.lengths = np.concatenate([np.diff(o) for o in self._offsets])  # (n,)
+
+    def _plan_blocks(self, block_bytes: int) -> list[_Block]:
+        # A slab is read with every stored state, then the wanted ones picked in memory (HDF5
+        # fancy indexing over the state axis is far slower), so its cost counts all of them.
+        per_token = len(self.cache.layer_names) * self.cache.hidden_size * BYTES_PER_VALUE[self.storage_dtype]
+        blocks = []
+        shard_of = np.searchsorted(self._starts, self.rows, side="right") - 1
+        for shard in np.unique(shard_of):
+            rows = self.rows[shard_of == shard]
+            local = rows - self._starts[shard]
+            offsets = self._offsets[shard]
+            tokens = (offsets[local + 1] - offsets[local]) if self.pooled_mode is None else np.ones(len(local), int)
+            cost = np.cumsum(tokens * per_token)
+            cuts = [0]
+            while cuts[-1] < len(local):
+                base = cost[cuts[-1] - 1] if cuts[-1] else 0
+                end = int(np.searchsorted(cost, base + block_bytes, side="right"))
+                cuts.append(max(end, cuts[-1] + 1))
+            for a, b in zip(cuts[:-1], cuts[1:]):
+                blocks.append(_Block(int(shard), rows[a:b], int(local[a]), int(local[b - 1]) + 1))
+        return blocks
+
+    # --- iteration ----------------------------------------------------------------------
+    @property
+    def n_examples(self) -> int:
+        return len(self.rows)
+
+    def __len__(self) -> int:
+        """Batches per epoch (blocks are batched separately, so a few batches are short)."""
+        return sum(-(-len(b.rows) // self.batch_size) for b in self._blocks)
+
+    def epoch(self, shuffle: bool = False, seed: int = 0) -> Iterator[CacheBatch]:
+        """One pass over the rows; with ``shuffle``, a new seeded order for each ``seed``."""
+        rng = np.random.default_rng(seed)
+        order = rng.permutation(len(self._blocks)) if shuffle else range(len(self._blocks))
+        for b in order:
+            block = self._blocks[b]
+            slab = self._read(block)
+            for rows in self._batches(block, rng, shuffle):
+                yield self._gather(block, slab, rows)
+
+    def _read(self, block: _Block) -> np.ndarray:
+        """Raw stored values of the block: (t, S', D) token states, or (n, S', D) pooled."""
+        h = self.cache._handle(self.info.shards[block.shard].file)
+        if self.pooled_mode is None:
+            offsets = self._offsets[block.shard]
+            slab = h["hidden"][offsets[block.lo]:offsets[block.hi]]
+        else:
+            slab = h[f"pooled/{self.pooled_mode}"][block.lo:block.hi]
+        if self.index != list(range(slab.shape[1])):
+            slab = slab[:, self.index]
+        return slab
+
+    def _batches(self, block: _Block, rng: np.random.Generator, shuffle: bool) -> list[np.ndarray]:
+        rows, size = block.rows, self.batch_size
+        if not shuffle:
+            # Sorted by length: least padding; callers put predictions back by ``batch.rows``.
+            rows = rows[np.argsort(self.lengths[rows], kind="stable")]
+            return [rows[i:i + size] for i in range(0, len(rows), size)]
+        rows = rng.permutation(rows)
+        batches = []
+        bucket = size * BUCKET_BATCHES
+        for i in range(0, len(rows), bucket):
+            chunk = rows[i:i + bucket]
+            chunk = chunk[np.argsort(self.lengths[chunk], kind="stable")]
+            batches.extend(chunk[j:j + size] for j in range(0, len(chunk), size))
+        return [batches[i] for i in rng.permutation(len(batches))]
+
+    def _gather(self, block: _Block, slab: np.ndarray, rows: np.ndarray) -> CacheBatch:
+        shard = block.shard
+        local = rows - self._starts[shard]  # (B,) rows within the shard
+        B = len(rows)
+        if self.pooled_mode is not None:
+            data = torch.from_numpy(from_storage(slab[local - block.lo], self.storage_dtype))  # (B, S, D)
+            states, mask = data.unsqueeze(1), torch.ones(B, 1, dtype=torch.bool)  # (B, 1, S, D), (B, 1)
+            labels = {t: self._sequence_labels(t, shard, local) for t in self.tasks}
+            return CacheBatch(states=states, mask=mask, rows=rows, labels=labels)
+        offsets = self._offsets[shard]
+        starts = offsets[local]  # (B,) first token of each row in the shard
+        lengths = offsets[local + 1] - starts  # (B,)
+        T = int(lengths.max())
+        pos = np.arange(T)  # (T,)
+        real = pos[None, :] < lengths[:, None]  # (B, T)
+        token = np.where(real, starts[:, None] + pos[None, :], starts[:, None])  # (B, T) shard token index
+        # Padded positions repeat the row's first token; mixers and heads ignore them through the mask.
+        values = slab[token - offsets[block.lo]]  # (B, T, S, D) stored dtype
+        states = torch.from_numpy(from_storage(values, self.storage_dtype))
+        mask = torch.from_numpy(real)
+        word_ids = None
+        if self._word_ids:
+            word_ids = torch.from_numpy(np.where(real, self._word_ids[shard][token], -1))  # (B, T)
+        labels = {}
+        for task in self.tasks:
+            if self.kinds[task] == "token":
+                labels[task] = self._token_labels(task, shard, local, word_ids)
+            else:
+                labels[task] = self._sequence_labels(task, shard, local)
+        return CacheBatch(states=states, mask=mask, rows=rows, labels=labels, word_ids=word_ids)
+
+    def _sequence_labels(self, task: str, shard: int, local: np.ndarray) -> torch.Tensor:
+        values = self._labels[task][shard][local]
+        dtype = np.float32 if self.kinds[task] == "regression" else np.int64
+        return torch.from_numpy(values.astype(dtype))  # (B,)
+
+    def _token_labels(self, task: str, shard: int, local: np.ndarray, word_ids: torch.Tensor) -> torch.Tensor:
+        """(B, T) word labels on the first sub-token of each word, IGNORE_INDEX elsewhere."""
+        wid = word_ids.numpy()  # (B, T)
+        prev = np.concatenate([np.full((len(local), 1), -2), wid[:, :-1]], axis=1)
+        first = (wid >= 0) & (wid != prev)  # (B, T)
+        word_start = self._word_offsets[shard][local]  # (B,)
+        n_words = self._word_offsets[shard][local + 1] - word_start  # (B,)
+        first &= wid < n_words[:, None]
+        flat = self._labels[task][shard]
+        where = np.where(first, word_start[:, None] + wid, 0)
+        out = np.where(first, flat[where], IGNORE_INDEX)
+        return torch.from_numpy(out.astype(np.int64))
+
+    def n_words(self, rows: np.ndarray) -> np.ndarray:
+        """(B,) words per row (token tasks); words cut off at the maximum length count too."""
+        shard_of = np.searchsorted(self._starts, rows, side="right") - 1
+        out = np.empty(len(rows), dtype=np.int64)
+        for i, (row, shard) in enumerate(zip(rows, shard_of)):
+            wo = self._word_offsets[shard]
+            local = row - self._starts[shard]
+            out[i] = wo[local + 1] - wo[local]
+        return out
+
+    # --- gold labels in split order ---------------------------------------------------------
+    def gold(self, task: str) -> np.ndarray | list[np.ndarray]:
+        """Labels of ``self.rows`` in row order: an array, or per-word arrays for a token task."""
+        out = []
+        shard_of = np.searchsorted(self._starts, self.rows, side="right") - 1
+        for row, shard in zip(self.rows, shard_of):
+            local = row - self._starts[shard]
+            if self.kinds[task] == "token":
+                wo = self._word_offsets[shard]
+                out.append(self._labels[task][shard][wo[local]:wo[local + 1]])
+            else:
+                out.append(self._labels[task][shard][local])
+        return out if self.kinds[task] == "token" else np.asarray(out)

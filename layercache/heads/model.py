@@ -1,0 +1,152 @@
+"""A head model: layer mixer(s) plus one task head per label task, trained jointly.
+
+``HeadModel`` reads cached states ``(B, T, S, D)`` and returns one output per task. By default all
+tasks share one mixer (the transformer-heads multi-task case: one representation, several heads);
+``share_mixer=False`` gives each task its own mixer, so each learns its own layer weights from the
+same pass over the cache. The total loss is ``Σ_task weight_task · loss_task + Σ mixer aux losses``.
+
+The model is rebuilt from :meth:`HeadModel.get_config` (plain JSON) plus a state dict: nothing is
+pickled.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from ..errors import ConfigError
+from ..sources.records import LabelTask
+from .mixers import LayerMixer, make_mixer
+from .tasks import default_head_options, make_task_head, task_loss
+
+
+@dataclass
+class HeadOutput:
+    """Per-task outputs of one forward pass, the mixers' auxiliary loss and their usage."""
+
+    outputs: dict[str, Tensor]
+    """task -> ``(B, C)`` / ``(B, 1)`` for sequence tasks, ``(B, T, C)`` for token tasks."""
+    aux_loss: Tensor
+    usage: dict[str, dict[str, Tensor] | None]
+    """mixer key -> the mixer's usage for this batch (per-token depth for ``act`` ...)."""
+
+
+class HeadModel(nn.Module):
+    """Mixer(s) and task heads over cached states.
+
+    Args:
+        n_states: states per token in the batches (S).
+        dim: their width (D).
+        tasks: the label tasks to predict.
+        mixer: a mixer spec (``adaptive``, ``scalar``, ``layer:3`` ... see :func:`make_mixer`).
+        mixer_options: keyword options of that mixer.
+        head_options: options of the task heads, one dict for all tasks or ``{task: dict}``;
+            missing settings take :func:`default_head_options`.
+        share_mixer: one mixer for all tasks (True) or one per task.
+        loss_weights: ``{task: weight}``, default 1 each.
+    """
+
+    def __init__(self, n_states: int, dim: int, tasks: list[LabelTask], *, mixer: str = "adaptive",
+                 mixer_options: dict | None = None, head_options: dict | None = None, share_mixer: bool = True,
+                 loss_weights: dict[str, float] | None = None) -> None:
+        super().__init__()
+        if not tasks:
+            raise ConfigError("A head model needs at least one label task.")
+        self.n_states, self.dim, self.tasks = n_states, dim, list(tasks)
+        self.mixer_spec, self.mixer_options = mixer, dict(mixer_options or {})
+        self.share_mixer = share_mixer or len(tasks) == 1
+        names = [t.name for t in tasks]
+        self.loss_weights = {t: float((loss_weights or {}).get(t, 1.0)) for t in names}
+        unknown = sorted(set(loss_weights or {}) - set(names))
+        if unknown:
+            raise ConfigError(f"Loss weights name unknown task(s) {', '.join(unknown)}; tasks: {', '.join(names)}.")
+        keys = ["shared"] if self.share_mixer else names
+        self.mixers = nn.ModuleDict({k: make_mixer(mixer, n_states, dim, **self.mixer_options) for k in keys})
+        self.head_options = self._resolve_head_options(head_options)
+        self.heads = nn.ModuleDict({
+            t.name: make_task_head(t, self.mixer_for(t.name).out_dim, self.head_options[t.name]) for t in tasks})
+        # Regression heads predict standardised targets; the trainer sets these from the train split.
+        for t in tasks:
+            if t.kind == "regression":
+                self.register_buffer(f"target_mean_{t.name}", torch.zeros(()))
+                self.register_buffer(f"target_std_{t.name}", torch.ones(()))
+
+    def _resolve_head_options(self, options: dict | None) -> dict[str, dict]:
+        options = dict(options or {})
+        names = {t.name for t in self.tasks}
+        per_task = bool(options) and set(options) <= names and all(isinstance(v, dict) for v in options.values())
+        out = {}
+        for task in self.tasks:
+            given = options.get(task.name, {}) if per_task else options
+            merged = {**default_head_options(task, self.mixer_spec), **given}
+            if task.kind == "token":
+                merged = {k: v for k, v in merged.items() if k not in ("pooling", "hidden")}
+            else:
+                merged = {k: v for k, v in merged.items() if k not in ("encoder_layers", "ff_dim")}
+            out[task.name] = merged
+        return out
+
+    # --- structure ----------------------------------------------------------------------
+    def mixer_for(self, task: str) -> LayerMixer:
+        return self.mixers["shared" if self.share_mixer else task]
+
+    def task(self, name: str) -> LabelTask:
+        return next(t for t in self.tasks if t.name == name)
+
+    def get_config(self) -> dict:
+        """JSON-ready settings; :meth:`from_config` rebuilds an untrained model from them."""
+        return {"n_states": self.n_states, "dim": self.dim, "tasks": [t.to_json() for t in self.tasks],
+                "mixer": self.mixer_spec, "mixer_options": self.mixer_options, "head_options": self.head_options,
+                "share_mixer": self.share_mixer, "loss_weights": self.loss_weights}
+
+    @classmethod
+    def from_config(cls, config: dict) -> "HeadModel":
+        return cls(config["n_states"], config["dim"], [LabelTask.from_json(t) for t in config["tasks"]],
+                   mixer=config["mixer"], mixer_options=config["mixer_options"],
+                   head_options=config["head_options"], share_mixer=config["share_mixer"],
+                   loss_weights=config["loss_weights"])
+
+    # --- computation --------------------------------------------------------------------
+    def forward(self, states: Tensor, mask: Tensor) -> HeadOutput:
+        """``states (B, T, S, D)``, ``mask (B, T)`` -> every task's output."""
+        mixed = {key: mixer(states, mask) for key, mixer in self.mixers.items()}
+        outputs = {}
+        for t in self.tasks:
+            mix = mixed["shared" if self.share_mixer else t.name]
+            outputs[t.name] = self.heads[t.name](mix.mixed, mask)
+        aux = sum((m.aux_loss for m in mixed.values()), states.new_zeros(()))
+        return HeadOutput(outputs=outputs, aux_loss=aux, usage={k: m.usage for k, m in mixed.items()})
+
+    def loss(self, out: HeadOutput, labels: dict[str, Tensor]) -> tuple[Tensor, dict[str, float]]:
+        """Weighted sum of task losses plus the mixers' auxiliary loss; also each task's loss value."""
+        total = out.aux_loss
+        parts = {}
+        for t in self.tasks:
+            target = labels[t.name]
+            if t.kind == "regression":
+                target = (target - getattr(self, f"target_mean_{t.name}")) / getattr(self, f"target_std_{t.name}")
+            loss = task_loss(t, out.outputs[t.name], target)
+            parts[t.name] = float(loss.detach())
+            total = total + self.loss_weights[t.name] * loss
+        return total, parts
+
+    def set_target_stats(self, task: str, values: np.ndarray) -> None:
+        """Standardise a regression task's targets with the mean and std of ``values``."""
+        std = float(np.std(values)) or 1.0
+        getattr(self, f"target_mean_{task}").fill_(float(np.mean(values)))
+        getattr(self, f"target_std_{task}").fill_(std)
+
+    def regression_values(self, task: str, output: Tensor) -> Tensor:
+        """Predictions of a regression head in the targets' own units, ``(B,)``."""
+        return output.squeeze(-1) * getattr(self, f"target_std_{task}") + getattr(self, f"target_mean_{task}")
+
+    def layer_weights(self) -> dict[str, list[float] | None]:
+        """Each mixer's global layer weights (``(S,)``, summing to 1), keyed like ``self.mixers``."""
+        out = {}
+        for key, mixer in self.mixers.items():
+            w = mixer.layer_weights()
+            out[key] = None if w is None else [float(x) for x in np.asarray(w)]
+        return out

@@ -1,0 +1,143 @@
+"""Run folders: ``train_head`` trains a head on a cache and writes everything about it to one folder.
+
+A run folder holds
+
+- ``config.json``: estimator parameters, model config, the states read, and the identity of the
+  cache it was trained on (backbone and tokenizer fingerprints, dataset, storage);
+- ``weights.safetensors``: the weights (no pickle anywhere);
+- ``metrics.json``: validation and test metrics, training history and times;
+- ``layer_weights.json`` and ``layer_weights.png``: each mixer's weight per state (and per-token
+  depth / per-example usage for ``act`` / ``gumbel``).
+
+``train_head`` and ``evaluate_run`` are what the ``train-head`` and ``eval`` commands call.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import ConfigError
+from ..store.reader import LayerCache
+from .estimator import LayerHead
+from .evaluation import primary_metric
+
+TEST_NAMES = ("test",)
+
+
+@dataclass
+class TrainResult:
+    """What :func:`train_head` produced."""
+
+    run: Path
+    head: LayerHead
+    metrics: dict
+    """``{"validation": {task: metrics}, "test": {...} or absent, "train_seconds": ..., ...}``."""
+    layer_weights: dict
+
+
+def default_run_folder(cache_path: Path, mixer: str) -> Path:
+    """A new folder beside the cache: ``<cache>.runs/<mixer>-<n>``."""
+    root = cache_path.parent / f"{cache_path.name}.runs"
+    name = mixer.replace(":", "")
+    n = 1
+    while (root / f"{name}-{n:03d}").exists():
+        n += 1
+    return root / f"{name}-{n:03d}"
+
+
+def train_head(cache: str | os.PathLike | LayerCache | None = None, mixer: str = "adaptive", *,
+               out: str | os.PathLike | None = None, split: str = "train", val_split: str | None = None,
+               test_split: str | None = None, overwrite: bool = False, **params) -> TrainResult:
+    """Train a head on a cache and write a run folder.
+
+    Args:
+        cache: a cache folder or an open :class:`LayerCache` (default: the most recent cache).
+        mixer: the layer mixer (see :func:`layercache.heads.make_mixer`).
+        out: the run folder (default: a new folder beside the cache).
+        split: the training split.
+        val_split: the validation split (default: the cache's validation split, or a seeded
+            stratified slice of ``split``).
+        test_split: a split to report on (default: ``test`` when the cache has one).
+        overwrite: allow writing into a non-empty ``out``.
+        **params: :class:`LayerHead` parameters (``epochs``, ``lr``, ``tasks``, ``mixer_options`` ...).
+    """
+    owned = not isinstance(cache, LayerCache)
+    handle = LayerCache.open(cache) if owned else cache
+    try:
+        run = Path(out) if out is not None else default_run_folder(handle.path, mixer)
+        if run.exists() and any(run.iterdir()) and not overwrite:
+            raise ConfigError(f"The run folder {run} is not empty; choose another --out or pass --overwrite.")
+        if run.exists() and not run.is_dir():
+            raise ConfigError(f"--out {run} is a file; give a folder for the run.")
+        if test_split is not None and test_split not in handle.splits:
+            raise ConfigError(f"The cache has no split {test_split!r}; its splits are: {', '.join(handle.splits)}.")
+        head = LayerHead(mixer, **params)
+        started = time.perf_counter()
+        head.fit(handle, split=split, val_split=val_split)
+        train_seconds = time.perf_counter() - started
+        metrics: dict = {"mixer": mixer, "train_seconds": train_seconds, "data": head.data_,
+                         "validation": head.validation_metrics_, "history": head.history_.to_json()}
+        result = head.validation_pass_
+        test_name = test_split or next((s for s in TEST_NAMES if s in handle.splits and s != split), None)
+        if test_name is not None:
+            metrics["test"], result = head.evaluate(handle, test_name)
+            metrics["test_split"] = test_name
+        weights = {"layer_names": head.layer_names_, "mixers": head.layer_weights(), "usage": result.usage}
+        head.save(run, metrics=metrics, layer_weights=weights)
+        plot_layer_weights(weights, run / "layer_weights.png", title=f"{mixer} on {handle.manifest.model['name']}")
+        return TrainResult(run=run, head=head, metrics=metrics, layer_weights=weights)
+    finally:
+        if owned:
+            handle.close()
+
+
+def evaluate_run(run: str | os.PathLike, cache: str | os.PathLike | LayerCache | None = None,
+                 split: str = "test") -> dict:
+    """Score a saved run on a split of a cache (refusing a cache from another backbone)."""
+    head = LayerHead.load(run)
+    owned = not isinstance(cache, LayerCache)
+    handle = LayerCache.open(cache) if owned else cache
+    try:
+        metrics, result = head.evaluate(handle, split)
+        return {"split": split, "cache": str(handle.path), "metrics": metrics, "usage": result.usage,
+                "layer_weights": head.layer_weights(),
+                "primary": {t.name: primary_metric(t) for t in head.tasks_}}
+    finally:
+        if owned:
+            handle.close()
+
+
+def read_run(run: str | os.PathLike) -> dict:
+    """The JSON files of a run folder: ``config``, ``metrics`` and ``layer_weights``."""
+    run = Path(run)
+    return {name: json.loads((run / f"{name}.json").read_text())
+            for name in ("config", "metrics", "layer_weights") if (run / f"{name}.json").is_file()}
+
+
+def plot_layer_weights(weights: dict, path: Path, title: str = "") -> Path:
+    """Bar chart of each mixer's weight per state."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = weights["layer_names"]
+    mixers = {k: v for k, v in weights["mixers"].items() if v is not None}
+    fig, ax = plt.subplots(figsize=(max(4, 0.6 * len(names) + 2), 3))
+    width = 0.8 / max(1, len(mixers))
+    for i, (key, values) in enumerate(mixers.items()):
+        ax.bar([x + i * width for x in range(len(names))], values, width=width, label=key)
+    ax.set_xticks([x + width * (len(mixers) - 1) / 2 for x in range(len(names))])
+    ax.set_xticklabels(names, rotation=45, ha="right")
+    ax.set_ylabel("weight")
+    ax.set_title(title)
+    if len(mixers) > 1:
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path

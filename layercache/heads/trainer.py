@@ -1,0 +1,189 @@
+"""The training loop for head models: AdamW, a learning-rate schedule, early stopping.
+
+Training reads minibatches from a feed (a cache, or a live backbone for comparison), computes in
+float32 whatever the storage dtype, validates after every epoch on the primary metric of each task
+and keeps the best epoch's weights. Everything random (initialisation, order, dropout, Gumbel
+noise) is seeded, so the same call gives the same model.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import torch
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from ..errors import ConfigError
+from .evaluation import evaluate, primary_metric, summary_score
+from .model import HeadModel
+
+SCHEDULES = ("linear", "cosine", "constant", "plateau")
+
+
+@dataclass
+class TrainConfig:
+    """Optimisation settings of :func:`train_model`.
+
+    ``schedule``: ``linear`` / ``cosine`` decay to 0 after ``warmup`` (a fraction of all steps),
+    ``constant``, or ``plateau`` (halve the rate when the validation score stalls, as adalayers
+    does). ``patience``: epochs without improvement before stopping (0 = never stop early).
+    """
+
+    epochs: int = 20
+    batch_size: int = 32
+    lr: float = 1e-3
+    weight_decay: float = 0.01
+    schedule: str = "linear"
+    warmup: float = 0.06
+    patience: int = 3
+    max_grad_norm: float | None = 1.0
+    seed: int = 0
+
+    def check(self) -> "TrainConfig":
+        if self.epochs < 1:
+            raise ConfigError(f"epochs must be at least 1, got {self.epochs}.")
+        if self.batch_size < 1:
+            raise ConfigError(f"batch size must be at least 1, got {self.batch_size}.")
+        if not self.lr > 0:
+            raise ConfigError(f"learning rate must be positive, got {self.lr}.")
+        if self.schedule not in SCHEDULES:
+            raise ConfigError(f"Unknown schedule {self.schedule!r}; choose one of {', '.join(SCHEDULES)}.")
+        if not 0 <= self.warmup < 1:
+            raise ConfigError(f"warmup is a fraction of the steps in [0, 1), got {self.warmup}.")
+        if self.patience < 0:
+            raise ConfigError(f"patience must be 0 (never stop early) or more, got {self.patience}.")
+        return self
+
+
+@dataclass
+class EpochRecord:
+    epoch: int
+    train_loss: float
+    val_score: float
+    val: dict[str, float]
+    """task -> its primary validation metric."""
+    lr: float
+    seconds: float
+
+
+@dataclass
+class TrainHistory:
+    """What happened during training; ``best_epoch``'s weights are the ones kept."""
+
+    epochs: list[EpochRecord] = field(default_factory=list)
+    best_epoch: int = 0
+    best_score: float = float("-inf")
+    stopped_early: bool = False
+    seconds: float = 0.0
+    """Wall time of the whole loop, validation included."""
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def seed_everything(seed: int) -> torch.Generator:
+    """Seed torch's global generator (initialisation, dropout, Gumbel noise) and numpy's."""
+    torch.manual_seed(seed)
+    np.random.seed(seed % (2**32))
+    return torch.Generator().manual_seed(seed)
+
+
+def _param_groups(model: HeadModel, weight_decay: float) -> list[dict]:
+    """Layer-weight logits, biases and norms get no weight decay; everything else does."""
+    layer_params = {id(p) for mixer in model.mixers.values() for p in mixer.layer_params()}
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        (no_decay if id(p) in layer_params or p.dim() < 2 else decay).append(p)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+def _schedule(optimizer, config: TrainConfig, total_steps: int):
+    if config.schedule == "plateau":
+        return torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, mode="max", factor=0.5, patience=1)
+    warm = int(config.warmup * total_steps)
+
+    def factor(step: int) -> float:
+        if step < warm:
+            return (step + 1) / warm
+        if config.schedule == "constant":
+            return 1.0
+        frac = (step - warm) / max(1, total_steps - warm)
+        return max(0.0, 1.0 - frac) if config.schedule == "linear" else 0.5 * (1 + math.cos(math.pi * min(frac, 1.0)))
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+def train_model(model: HeadModel, train_feed, val_feed, config: TrainConfig, *, device: str = "cpu",
+                progress: bool = True, log=None) -> TrainHistory:
+    """Fit ``model`` on ``train_feed``, select the best epoch on ``val_feed``, restore its weights.
+
+    ``train_feed`` yields batches through ``epoch(shuffle=True, seed=...)`` and has ``len()``;
+    ``val_feed`` is scored with :func:`~layercache.heads.evaluation.evaluate`.
+    """
+    config.check()
+    model.to(device)
+    optimizer = torch.optim.AdamW(_param_groups(model, config.weight_decay), lr=config.lr)
+    steps_per_epoch = len(train_feed)
+    total = steps_per_epoch * config.epochs
+    scheduler = _schedule(optimizer, config, total)
+    history = TrainHistory()
+    best_state, waited, step = None, 0, 0
+    started = time.perf_counter()
+    console = Console(file=sys.stderr)
+    bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                   TextColumn("loss {task.fields[loss]:.4f}"), TextColumn("{task.fields[val]}"),
+                   TimeElapsedColumn(), console=console, disable=not progress)
+    with bar:
+        task_id = bar.add_task("epoch 1", total=total, loss=float("nan"), val="")
+        for epoch in range(1, config.epochs + 1):
+            t0 = time.perf_counter()
+            model.train()
+            losses = []
+            for batch in train_feed.epoch(shuffle=True, seed=config.seed * 1_000_003 + epoch):
+                for mixer in model.mixers.values():
+                    if hasattr(mixer, "set_temperature_progress"):  # gumbel: anneal tau over training
+                        mixer.set_temperature_progress(min(1.0, step / max(1, total - 1)))
+                out = model(batch.states.to(device), batch.mask.to(device))
+                loss, _ = model.loss(out, {k: v.to(device) for k, v in batch.labels.items()})
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                if config.max_grad_norm:
+                    torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
+                optimizer.step()
+                if config.schedule != "plateau":
+                    scheduler.step()
+                step += 1
+                losses.append(float(loss.detach()))
+                bar.update(task_id, advance=1, loss=float(np.mean(losses[-50:])))
+            metrics, _ = evaluate(model, val_feed, device)
+            score = summary_score(model, metrics)
+            if config.schedule == "plateau":
+                scheduler.step(score)
+            val = {t.name: float(metrics[t.name][primary_metric(t)]) for t in model.tasks}
+            record = EpochRecord(epoch, float(np.mean(losses)) if losses else float("nan"), score, val,
+                                 optimizer.param_groups[0]["lr"], time.perf_counter() - t0)
+            history.epochs.append(record)
+            text = " ".join(f"val {primary_metric(model.task(k))} {v:.4f}" for k, v in val.items())
+            bar.update(task_id, description=f"epoch {epoch}/{config.epochs}", val=text)
+            if log is not None:
+                log(record)
+            if score > history.best_score:
+                history.best_score, history.best_epoch, waited = score, epoch, 0
+                best_state = copy.deepcopy(model.state_dict())
+            else:
+                waited += 1
+                if config.patience and waited >= config.patience:
+                    history.stopped_early = True
+                    bar.update(task_id, total=step)
+                    break
+    if best_state is not None:
+        model.load_state_dict(best_state)
+    history.seconds = time.perf_counter() - started
+    return history
