@@ -492,7 +492,8 @@ class GumbelMix(LayerMixer):
     entropy of each state's use probability, in bits) makes the policy decisive. Without it the
     policy can meet the budget *in expectation* by using every state with probability budget/S,
     and the noise-free argmax at evaluation then uses every state (BlockDrop adds a usage-entropy
-    term for the same reason). ``tau`` starts at ``tau_start``; :meth:`set_temperature_progress`
+    term for the same reason). The decisiveness term grows with training progress (see
+    :meth:`set_temperature_progress`), so early steps still explore. ``tau`` starts at ``tau_start``; :meth:`set_temperature_progress`
     anneals it exponentially to ``tau_end``. ``usage["choices"]`` is ``(B, S)`` in {0, 1};
     ``usage["weights"]`` ``(B, S)`` the resulting mixing weights.
     """
@@ -528,6 +529,7 @@ class GumbelMix(LayerMixer):
         self.tau_start = tau_start
         self.tau_end = tau_end
         self.tau = float(tau_start)
+        self.progress = 0.0
         if policy_hidden:
             out = nn.Linear(policy_hidden, 2 * n_states)
             self.policy = nn.Sequential(nn.Linear(dim, policy_hidden), nn.GELU(), out)
@@ -542,10 +544,12 @@ class GumbelMix(LayerMixer):
             out.bias.view(n_states, 2)[:, 1] = math.log(rate / (1 - rate))
 
     def set_temperature_progress(self, frac: float) -> float:
-        """Set ``tau = tau_start · (tau_end/tau_start)^frac`` for training progress ``frac`` in [0, 1]."""
+        """Set ``tau = tau_start · (tau_end/tau_start)^frac`` for training progress ``frac`` in [0, 1];
+        the decisiveness penalty is scaled by ``frac`` too."""
         if not 0.0 <= frac <= 1.0:
             raise ValueError(f"training progress must be in [0, 1], got {frac!r}")
         self.tau = self.tau_start * (self.tau_end / self.tau_start) ** frac
+        self.progress = frac
         return self.tau
 
     def policy_logits(self, states: Tensor, mask: Tensor) -> Tensor:
@@ -572,10 +576,10 @@ class GumbelMix(LayerMixer):
         w = choices / choices.sum(-1, keepdim=True)  # (B, S)
         mixed = torch.einsum("bs,btsd->btd", w, states)  # (B, T, D)
         aux = self.budget_weight * (choices.mean() - self.budget / self.n_states) ** 2
-        if self.decision_weight:
+        if self.decision_weight and self.progress > 0:
             p_use = torch.softmax(logits, dim=-1)[..., 1].clamp(1e-6, 1 - 1e-6)  # (B, S)
             entropy = -(p_use * p_use.log2() + (1 - p_use) * (1 - p_use).log2())  # (B, S) bits
-            aux = aux + self.decision_weight * entropy.mean()
+            aux = aux + self.decision_weight * self.progress * entropy.mean()
         self._track_usage(w, mask)
         usage = {"choices": choices.detach(), "weights": w.detach()}
         return MixOutput(mixed=mixed, aux_loss=aux, usage=usage)
