@@ -27,21 +27,21 @@ import numpy as np
 import torch
 
 from ..errors import CacheError, ConfigError
-from ..store.dtypes import BYTES_PER_VALUE, from_storage
+from ..store.dtypes import BYTES_PER_VALUE, storage_to_tensor
 from ..store.reader import IGNORE_INDEX, CacheBatch, LayerCache
 
 #: Batches per length bucket when shuffling: large enough to cut padding, small enough to stay random.
 BUCKET_BATCHES = 16
+#: Unchosen rows a read may skip over: a few wasted rows cost less than another HDF5 read.
+MAX_GAP_ROWS = 4
 
 
 @dataclass
 class _Block:
-    """Rows of one shard read together: local rows ``[lo, hi)`` of shard ``shard``."""
+    """Chosen rows of one shard that are read together."""
 
     shard: int
-    rows: np.ndarray  # (n,) split rows chosen from this block
-    lo: int
-    hi: int
+    rows: np.ndarray  # (n,) sorted split rows
 
 
 class CacheFeed:
@@ -118,24 +118,32 @@ class CacheFeed:
         self.lengths = np.concatenate([np.diff(o) for o in self._offsets])  # (n,)
 
     def _plan_blocks(self, block_bytes: int) -> list[_Block]:
-        # A slab is read with every stored state, then the wanted ones picked in memory (HDF5
-        # fancy indexing over the state axis is far slower), so its cost counts all of them.
+        """Cut the chosen rows of each shard into blocks whose reads fit ``block_bytes``.
+
+        A block is read as runs of nearby rows (see :meth:`_read`), so what it costs is the
+        span of those runs, gaps included, over every stored state (HDF5 fancy indexing over the
+        state axis is far slower than reading all states and picking in memory).
+        """
         per_token = len(self.cache.layer_names) * self.cache.hidden_size * BYTES_PER_VALUE[self.storage_dtype]
         blocks = []
         shard_of = np.searchsorted(self._starts, self.rows, side="right") - 1
         for shard in np.unique(shard_of):
             rows = self.rows[shard_of == shard]
             local = rows - self._starts[shard]
-            offsets = self._offsets[shard]
-            tokens = (offsets[local + 1] - offsets[local]) if self.pooled_mode is None else np.ones(len(local), int)
-            cost = np.cumsum(tokens * per_token)
+            ends = self._offsets[shard][local + 1] if self.pooled_mode is None else local + 1
+            starts = self._offsets[shard][local] if self.pooled_mode is None else local
+            # Each row adds its own tokens, plus the gap before it when that gap is read through.
+            joined = np.zeros(len(local), dtype=bool)
+            joined[1:] = np.diff(local) <= MAX_GAP_ROWS + 1
+            prev_end = np.concatenate([[0], ends[:-1]])
+            cost = np.cumsum((ends - np.where(joined, prev_end, starts)) * per_token)
             cuts = [0]
             while cuts[-1] < len(local):
                 base = cost[cuts[-1] - 1] if cuts[-1] else 0
                 end = int(np.searchsorted(cost, base + block_bytes, side="right"))
                 cuts.append(max(end, cuts[-1] + 1))
             for a, b in zip(cuts[:-1], cuts[1:]):
-                blocks.append(_Block(int(shard), rows[a:b], int(local[a]), int(local[b - 1]) + 1))
+                blocks.append(_Block(int(shard), rows[a:b]))
         return blocks
 
     # --- iteration ----------------------------------------------------------------------
@@ -153,21 +161,35 @@ class CacheFeed:
         order = rng.permutation(len(self._blocks)) if shuffle else range(len(self._blocks))
         for b in order:
             block = self._blocks[b]
-            slab = self._read(block)
+            slab, at = self._read(block)
             for rows in self._batches(block, rng, shuffle):
-                yield self._gather(block, slab, rows)
+                yield self._gather(block, slab, at[np.searchsorted(block.rows, rows)], rows)
 
-    def _read(self, block: _Block) -> np.ndarray:
-        """Raw stored values of the block: (t, S', D) token states, or (n, S', D) pooled."""
+    def _read(self, block: _Block) -> tuple[np.ndarray, np.ndarray]:
+        """Stored values of a block's rows and where each row starts in them.
+
+        Returns ``slab`` — (t, S', D) token states or (n, S', D) pooled vectors, stored dtype — and
+        ``at`` (len(block.rows),), each row's first position in ``slab``. Rows at most
+        ``MAX_GAP_ROWS`` apart are read as one contiguous run (one large read beats many small
+        ones); farther rows start a new run, so a sparse subset never reads the whole shard.
+        """
         h = self.cache._handle(self.info.shards[block.shard].file)
+        local = block.rows - self._starts[block.shard]  # (n,) sorted
         if self.pooled_mode is None:
-            offsets = self._offsets[block.shard]
-            slab = h["hidden"][offsets[block.lo]:offsets[block.hi]]
+            ds, offsets = h["hidden"], self._offsets[block.shard]
         else:
-            slab = h[f"pooled/{self.pooled_mode}"][block.lo:block.hi]
+            ds, offsets = h[f"pooled/{self.pooled_mode}"], np.arange(local[-1] + 2)
+        breaks = np.nonzero(np.diff(local) > MAX_GAP_ROWS + 1)[0] + 1
+        parts, at, base = [], np.empty(len(local), dtype=np.int64), 0
+        for run in np.split(np.arange(len(local)), breaks):
+            lo, hi = offsets[local[run[0]]], offsets[local[run[-1]] + 1]
+            parts.append(ds[lo:hi])
+            at[run] = base + offsets[local[run]] - lo
+            base += hi - lo
+        slab = parts[0] if len(parts) == 1 else np.concatenate(parts)
         if self.index != list(range(slab.shape[1])):
             slab = slab[:, self.index]
-        return slab
+        return slab, at
 
     def _batches(self, block: _Block, rng: np.random.Generator, shuffle: bool) -> list[np.ndarray]:
         rows, size = block.rows, self.batch_size
@@ -184,12 +206,13 @@ class CacheFeed:
             batches.extend(chunk[j:j + size] for j in range(0, len(chunk), size))
         return [batches[i] for i in rng.permutation(len(batches))]
 
-    def _gather(self, block: _Block, slab: np.ndarray, rows: np.ndarray) -> CacheBatch:
+    def _gather(self, block: _Block, slab: np.ndarray, at: np.ndarray, rows: np.ndarray) -> CacheBatch:
+        """One padded batch of ``rows``, which start at positions ``at`` (B,) of ``slab``."""
         shard = block.shard
         local = rows - self._starts[shard]  # (B,) rows within the shard
         B = len(rows)
         if self.pooled_mode is not None:
-            data = torch.from_numpy(from_storage(slab[local - block.lo], self.storage_dtype))  # (B, S, D)
+            data = storage_to_tensor(slab[at], self.storage_dtype)  # (B, S, D)
             states, mask = data.unsqueeze(1), torch.ones(B, 1, dtype=torch.bool)  # (B, 1, S, D), (B, 1)
             labels = {t: self._sequence_labels(t, shard, local) for t in self.tasks}
             return CacheBatch(states=states, mask=mask, rows=rows, labels=labels)
@@ -201,8 +224,8 @@ class CacheFeed:
         real = pos[None, :] < lengths[:, None]  # (B, T)
         token = np.where(real, starts[:, None] + pos[None, :], starts[:, None])  # (B, T) shard token index
         # Padded positions repeat the row's first token; mixers and heads ignore them through the mask.
-        values = slab[token - offsets[block.lo]]  # (B, T, S, D) stored dtype
-        states = torch.from_numpy(from_storage(values, self.storage_dtype))
+        values = slab[token - starts[:, None] + at[:, None]]  # (B, T, S, D) stored dtype
+        states = storage_to_tensor(values, self.storage_dtype)  # (B, T, S, D) float32
         mask = torch.from_numpy(real)
         word_ids = None
         if self._word_ids:

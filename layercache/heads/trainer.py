@@ -129,7 +129,7 @@ def train_model(model: HeadModel, train_feed, val_feed, config: TrainConfig, *, 
     """
     config.check()
     model.to(device)
-    optimizer = torch.optim.AdamW(_param_groups(model, config.weight_decay), lr=config.lr)
+    optimizer = torch.optim.AdamW(_param_groups(model, config.weight_decay), lr=config.lr, foreach=True)
     steps_per_epoch = len(train_feed)
     total = steps_per_epoch * config.epochs
     scheduler = _schedule(optimizer, config, total)

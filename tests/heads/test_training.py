@@ -129,6 +129,17 @@ def test_feed_batches_match_the_reader(cache):
     assert np.array_equal(order(1), order(1))
 
 
+def test_a_sparse_row_subset_reads_only_near_its_rows(cache):
+    rows = np.arange(0, cache.num_examples("train"), 10)
+    feed = CacheFeed(cache, "train", tasks=["negation_scope"], rows=rows, batch_size=8)
+    read = sum(len(feed._read(block)[0]) for block in feed._blocks)
+    assert read == cache.lengths("train")[rows].sum()  # gaps of 9 rows are skipped, not read through
+    for batch in feed.epoch(shuffle=True, seed=0):
+        ref = cache.batch("train", batch.rows, tasks=["negation_scope"])
+        assert torch.equal(batch.states[batch.mask], ref.states[ref.mask])
+        assert torch.equal(batch.labels["negation_scope"], ref.labels["negation_scope"])
+
+
 def test_validation_slice_is_stratified_and_disjoint(cache):
     tasks = [cache.manifest.task("sentiment")]
     train, val = validation_slice(cache, "train", tasks, 0.1, seed=0)
