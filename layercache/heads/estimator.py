@@ -30,8 +30,8 @@ from ..store.manifest import utc_now
 from ..store.reader import LayerCache
 from .evaluation import PassResult, evaluate, predict
 from .feed import CacheFeed
-from .mixers import make_mixer
 from .model import HeadModel
+from .tasks import SequenceHead
 from .trainer import TrainConfig, TrainHistory, seed_everything, train_model
 
 CONFIG_FILE = "config.json"
@@ -48,7 +48,8 @@ class LayerHead(BaseEstimator):
         tasks: label tasks of the cache to learn (default: every task the cache has), trained
             jointly with ``loss_weights``.
         layers: cached states to read (names or indexes; default: all).
-        source: ``tokens``, ``pooled:<mode>``, or ``auto`` (token states when the cache has them).
+        source: ``tokens``, ``pooled:<mode>``, or ``auto``: the cache's mean-pooled vectors when they
+            give identical results (linear mixer, mean-pooling linear head), else token states.
         mixer_options, head_options, share_mixer: see :class:`HeadModel`.
         epochs, batch_size, lr, weight_decay, schedule, warmup, patience, max_grad_norm, seed: see
             :class:`TrainConfig`. ``lr=None`` picks 1e-3 for heads with attention or a projection
@@ -91,9 +92,13 @@ class LayerHead(BaseEstimator):
         device = resolve_device(self.device)
         tasks = self._resolve_tasks(cache)
         layer_names = [cache.layer_names[i] for i in cache.layer_index(self.layers)]
-        # Build the mixer once up front: a bad spec or option fails before any data is read.
-        make_mixer(self.mixer, len(layer_names), cache.hidden_size, **(self.mixer_options or {}))
-        source = resolve_source(cache, self.source, tasks)
+        # Build the model up front: a bad spec or option fails before any data is read, and the
+        # model decides whether pooled vectors can stand in for token states.
+        seed_everything(self.seed)
+        model = HeadModel(len(layer_names), cache.hidden_size, tasks, mixer=self.mixer,
+                          mixer_options=self.mixer_options, head_options=self.head_options,
+                          share_mixer=self.share_mixer, loss_weights=self.loss_weights)
+        source = resolve_source(cache, self.source, tasks, model)
         _check_split(cache, split)
         train_rows = None
         if val_split is None:
@@ -107,11 +112,6 @@ class LayerHead(BaseEstimator):
             val_desc = val_split
             val_feed = self._feed(cache, val_split, tasks, layer_names, source)
         train_feed = self._feed(cache, split, tasks, layer_names, source, rows=train_rows)
-
-        seed_everything(self.seed)
-        model = HeadModel(len(layer_names), cache.hidden_size, tasks, mixer=self.mixer,
-                          mixer_options=self.mixer_options, head_options=self.head_options,
-                          share_mixer=self.share_mixer, loss_weights=self.loss_weights)
         self.train_config_ = self._train_config(default_lr(model))
         for t in tasks:
             if t.kind == "regression":
@@ -280,10 +280,26 @@ def resolve_device(device: str) -> str:
     return device
 
 
-def resolve_source(cache: LayerCache, source: str, tasks: list[LabelTask]) -> str:
-    """``auto`` -> token states when stored, else the first pooled mode; refuse what cannot work."""
+def pooled_equivalent(model: HeadModel) -> bool:
+    """Whether ``model`` gives the same outputs on mean-pooled vectors as on all token states.
+
+    True when every mixer is one linear map at every token (``last``, ``layer:<i>``, ``scalar``
+    without layer norm) and every head is a sequence head that mean-pools before anything else:
+    the mean then commutes with the mixer, and a ``(B, 1, S, D)`` batch replaces ``(B, T, S, D)``.
+    """
+    return (all(m.commutes_with_token_mean() for m in model.mixers.values())
+            and all(isinstance(h, SequenceHead) and h.pooling == "mean" and h.attention is None
+                    for h in model.heads.values()))
+
+
+def resolve_source(cache: LayerCache, source: str, tasks: list[LabelTask], model: HeadModel | None = None) -> str:
+    """``auto`` -> the cache's mean-pooled vectors when ``model`` cannot tell them from token states
+    (far fewer bytes per epoch), else token states when stored, else the first pooled mode.
+    Refuse what cannot work."""
     token_tasks = [t.name for t in tasks if t.kind == "token"]
     if source == "auto":
+        if model is not None and "mean" in cache.manifest.pooling and pooled_equivalent(model):
+            return "pooled:mean"
         if cache.stores_tokens:
             return "tokens"
         if token_tasks:

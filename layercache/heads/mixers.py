@@ -129,6 +129,14 @@ class LayerMixer(nn.Module):
         options = {p.name: getattr(self, p.name) for p in params if p.kind is p.KEYWORD_ONLY}
         return {"spec": self.spec, "n_states": self.n_states, "dim": self.dim, "options": options}
 
+    def commutes_with_token_mean(self) -> bool:
+        """Whether mixing then averaging over tokens equals averaging then mixing.
+
+        True for mixers that are the same linear map at every token; a trainer may then feed them
+        the cache's mean-pooled vectors (T = 1) instead of every token, with identical results.
+        """
+        return False
+
     def layer_params(self) -> list[nn.Parameter]:
         """Parameters that encode the global layer weights.
 
@@ -244,6 +252,9 @@ class SelectLayer(LayerMixer):
             )
         self.index = index
 
+    def commutes_with_token_mean(self) -> bool:
+        return True
+
     @property
     def resolved_index(self) -> int:
         """The index counted from 0 (embeddings)."""
@@ -298,6 +309,9 @@ class ScalarMix(LayerMixer):
         self.include_embeddings = include_embeddings
         self.scalar_weights = nn.Parameter(torch.zeros(n_states))  # (S,)
         self.gamma = nn.Parameter(torch.ones(()))
+
+    def commutes_with_token_mean(self) -> bool:
+        return not self.layer_norm  # a per-token norm is not linear
 
     def weights(self) -> Tensor:
         """The mixing weights ``softmax(w)``, shape ``(S,)``, with gradient."""

@@ -212,3 +212,18 @@ def test_head_model_config_round_trip(cache):
     again = HeadModel.from_config(json.loads(json.dumps(model.get_config())))
     again.load_state_dict(model.state_dict())
     assert again.get_config() == model.get_config()
+
+
+def test_linear_heads_read_pooled_vectors_with_identical_results(cache):
+    auto = LayerHead("scalar", tasks=["sentiment", "intensity"], epochs=2, progress=False, device="cpu").fit(cache)
+    tokens = LayerHead("scalar", tasks=["sentiment", "intensity"], epochs=2, progress=False, device="cpu",
+                       source="tokens").fit(cache)
+    assert auto.source_ == "pooled:mean" and tokens.source_ == "tokens"
+    a, b = auto.predict(cache, "test").predictions, tokens.predict(cache, "test").predictions
+    # Same model, same data: only fp16 rounding of the stored pooled vectors differs.
+    np.testing.assert_allclose(a["sentiment"].probabilities, b["sentiment"].probabilities, atol=2e-3)
+    np.testing.assert_allclose(a["intensity"].labels, b["intensity"].labels, atol=2e-2)
+    for mixer, options in (("adaptive", {"mixer_options": SMALL_ADAPTIVE}), ("attention", {}),
+                           ("last", {"head_options": {"pooling": "first"}})):
+        head = LayerHead(mixer, tasks=["sentiment"], epochs=1, progress=False, device="cpu", **options).fit(cache)
+        assert head.source_ == "tokens", mixer
