@@ -146,6 +146,10 @@ class PhaseTimer:
     """Time the phases of one ``extract()`` call by wrapping (not replacing) the functions it calls.
 
     Each wrapper adds two ``perf_counter`` calls; the code that runs is the library's own.
+    ``ShardWriter.append`` / ``commit`` run on extraction's writer thread, overlapped with the
+    main thread's forward passes, so their times are reported beside the main thread's breakdown,
+    not inside it; what the main thread spends waiting for that thread is its own phase.
+    Process CPU times of a phase include every thread's CPU during it.
     """
 
     def __init__(self):
@@ -187,7 +191,10 @@ class PhaseTimer:
         return backbone
 
     def __enter__(self):
+        import layercache.extraction.background as background_mod
+        import layercache.extraction.memory as memory_mod
         import layercache.extraction.run as run_mod
+        import layercache.extraction.shards as shards_mod
         import layercache.store.writer as writer_mod
 
         self._wrap(run_mod, "load_dataset_records", "load_data")
@@ -197,6 +204,13 @@ class PhaseTimer:
         self._wrap(run_mod, "run_batch", "run_batch")
         self._wrap(run_mod, "write_manifest", "write_manifest")
         self._wrap(run_mod, "_split_stats", "split_stats")
+        self._wrap(memory_mod.HeapTrimmer, "batch_done", "heap_trim")
+        # main thread waiting for the writer thread: a free buffer, room in its queue, the split's last jobs
+        self._wrap(background_mod.BufferPool, "take", "wait_writer")
+        self._wrap(background_mod.BackgroundWriter, "submit", "wait_writer")
+        self._wrap(background_mod.BackgroundWriter, "__exit__", "wait_writer")
+        # on the writer thread
+        self._wrap(shards_mod, "write_manifest", "writer_manifest")
         self._wrap(writer_mod.ShardWriter, "append", "shard_append")
         self._wrap(writer_mod.ShardWriter, "commit", "shard_commit")
         return self
@@ -296,19 +310,24 @@ def bench_overhead(backbone, data: Path, n_examples: int, reps: int, workdir: Pa
         inner_fwd = med([e["phases_s"].get("forward", 0.0) for e in extracts])
         per_rep_loop_ratio = [e["loop_s"] / b["forward_s"] for e, b in zip(extracts, bares)]
         # Where extract's loop time goes (medians over reps).
-        keys = ["forward", "run_batch", "shard_append", "shard_commit", "split_stats", "write_manifest", "check_disk"]
+        keys = ["forward", "run_batch", "wait_writer", "heap_trim", "split_stats", "write_manifest", "check_disk",
+                "shard_append", "shard_commit", "writer_manifest"]
         mid = sorted(extracts, key=lambda e: e["loop_s"])[len(extracts) // 2]  # the median rep, so parts add up
         ph = {k: mid["phases_s"].get(k, 0.0) for k in keys}
         breakdown = {
             "forward (model)": ph["forward"],
-            "run_batch minus forward (pad, unpad, pool, stats, overflow check, fp16 cast)":
-                ph["run_batch"] - ph["forward"],
-            "ShardWriter.append (HDF5 writes)": ph["shard_append"],
-            "ShardWriter.commit (close, fsync, sha256)": ph["shard_commit"],
+            "run_batch minus forward (pad, gather, pool, stats, cast)": ph["run_batch"] - ph["forward"],
+            "waiting for the writer thread (buffer, queue, split's last append + commit)": ph["wait_writer"],
+            "heap trims (malloc_trim)": ph["heap_trim"],
             "_split_stats + write_manifest + _check_disk":
                 ph["split_stats"] + ph["write_manifest"] + ph["check_disk"],
         }
         breakdown["other (loop bookkeeping, progress, manifest build)"] = mid["loop_s"] - sum(breakdown.values())
+        writer_thread = {
+            "ShardWriter.append (HDF5 writes)": ph["shard_append"],
+            "ShardWriter.commit (close, fsync + sha256)": ph["shard_commit"],
+            "manifest writes after commits": ph["writer_manifest"],
+        }
         results[name] = {
             "split": split, "n_examples": extracts[0]["n_examples"], "real_tokens": extracts[0]["n_tokens"],
             "n_batches": extracts[0]["n_batches"], "padded_tokens": bares[0]["padded_tokens"],
@@ -324,7 +343,7 @@ def bench_overhead(backbone, data: Path, n_examples: int, reps: int, workdir: Pa
             "ratio_loop_vs_own_forward": loop / inner_fwd if inner_fwd else None,
             "bare_tokens_per_s": extracts[0]["n_tokens"] / bare_fwd,
             "extract_tokens_per_s": extracts[0]["n_tokens"] / loop,
-            "breakdown_s": breakdown, "breakdown_rep_loop_s": mid["loop_s"],
+            "breakdown_s": breakdown, "breakdown_rep_loop_s": mid["loop_s"], "writer_thread_s": writer_thread,
             "bare_runs": bares, "extract_runs": extracts,
         }
         keep_caches[name] = (last_cache, split)
@@ -743,6 +762,8 @@ def report(results: dict) -> None:
             total = r["breakdown_rep_loop_s"]
             rows = [[k, v, 100 * v / total] for k, v in r["breakdown_s"].items()]
             rows.append(["bare forward (median, for reference)", r["bare_forward_s"], 100 * r["bare_forward_s"] / total])
+            rows += [[f"writer thread, overlapped: {k}", v, 100 * v / total]
+                     for k, v in r.get("writer_thread_s", {}).items()]
             print_table(f"   where extract()'s loop time goes, {name}, median rep (s, % of loop; per-rep loop ratios "
                         f"{', '.join(f'{x:.3f}' for x in r['ratio_loop_per_rep'])})",
                         ["phase", "seconds", "% of loop"], rows)

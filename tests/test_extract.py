@@ -235,3 +235,80 @@ def test_bfloat16_bits_round_trip_exactly():
     stored = to_storage(values, "bfloat16")
     assert stored.dtype == np.uint16
     np.testing.assert_array_equal(from_storage(stored, "bfloat16"), values.to(torch.bfloat16).float().numpy())
+
+
+# --- the chunked packing of a batch's states ----------------------------------------------------
+def _reference_pack(hidden, keep, index, lengths, modes, storage_dtype):
+    """The whole-batch computation the packer must reproduce: gather, pool, sums, overflow, cast."""
+    from layercache.store.dtypes import FP16_MAX, to_storage
+
+    flat = torch.stack([hidden[i].reshape(-1, hidden[i].shape[-1])[index] for i in keep], dim=1)  # (t, S, D)
+    pooled = {m: to_storage(v, storage_dtype) for m, v in pool(flat, lengths, modes).items()}
+    overflow = int((flat.abs() > FP16_MAX).sum()) if storage_dtype == "float16" else 0
+    return (to_storage(flat, storage_dtype), pooled, flat.double().sum(0).numpy(),
+            (flat.double() ** 2).sum(0).numpy(), overflow)
+
+
+@pytest.mark.parametrize("storage_dtype", ["float16", "bfloat16", "float32"])
+@pytest.mark.parametrize("block_tokens", [1, 7, None])
+def test_packer_matches_the_whole_batch_computation(storage_dtype, block_tokens):
+    from layercache.extraction.forward import token_index
+    from layercache.extraction.packing import StatePacker, storage_array, storage_tensor
+    from layercache.extraction.tokenize import EncodedExample
+
+    gen = torch.Generator().manual_seed(0)
+    windows = [[5, 3], [4], [6]]  # window lengths of three examples; the first is windowed
+    take = np.array([(0, 0), (0, 1), (0, 2), (0, 3), (1, 2)], np.int32)  # 4 tokens of window 0, 1 of window 1
+    examples = [EncodedExample(row=i, windows=[np.arange(n, dtype=np.int32) for n in lens],
+                               take=take if i == 0 else None, word_ids=None) for i, lens in enumerate(windows)]
+    R, W, D, keep = 4, 6, 8, [0, 2, 3]
+    hidden = [torch.randn((R, W, D), generator=gen) * 4 for _ in range(4)]  # (R, W, D) each
+    hidden[2][0, 1, 3] = 7e4  # beyond the float16 range
+    hidden[3][1, 2, 0] = -1e5  # the token taken from window 1
+    hidden[3][2, 5, 5] = 1e6  # in padding: never stored, never counted
+    hidden[0][1, 0, 0] = 1e6  # in a window overlap that is taken from the other window
+    mask = torch.zeros((R, W), dtype=torch.long)
+    for r, n in enumerate(n for lens in windows for n in lens):
+        mask[r, :n] = 1
+    index = token_index(examples, mask)
+    lengths = torch.tensor([ex.n_tokens for ex in examples])
+    assert index.tolist() == [0, 1, 2, 3, 6 + 2, 12, 13, 14, 15, 18, 19, 20, 21, 22, 23]
+
+    modes = ["mean", "first", "last"]
+    packer = StatePacker(len(keep), D, storage_dtype=storage_dtype, pooling=modes, device=torch.device("cpu"))
+    packer.block_tokens = block_tokens or packer.block_tokens
+    out = storage_tensor(int(lengths.sum()) + 3, len(keep), D, storage_dtype)[: int(lengths.sum())]
+    packed = packer.pack(hidden, keep, index, lengths, out)
+    tokens, pooled, stat_sum, stat_sumsq, overflow = _reference_pack(hidden, keep, index, lengths, modes,
+                                                                      storage_dtype)
+    np.testing.assert_array_equal(storage_array(out, storage_dtype), tokens)  # bit for bit
+    for mode in modes:
+        np.testing.assert_array_equal(packed.pooled[mode], pooled[mode])
+    np.testing.assert_allclose(packed.stat_sum, stat_sum, rtol=1e-6, atol=1e-3)
+    np.testing.assert_allclose(packed.stat_sumsq, stat_sumsq, rtol=1e-6)
+    assert packed.overflow == overflow == (2 if storage_dtype == "float16" else 0)
+
+
+def test_pad_windows_pads_right_with_a_mask():
+    from layercache.extraction.forward import pad_windows
+    from layercache.extraction.tokenize import EncodedExample
+
+    examples = [EncodedExample(row=0, windows=[np.array([7, 8, 9], np.int32)], take=None, word_ids=None),
+                EncodedExample(row=1, windows=[np.array([4], np.int32), np.array([5, 6], np.int32)],
+                               take=np.array([(0, 0), (1, 1)], np.int32), word_ids=None)]
+    ids, mask = pad_windows(examples, pad_id=0)
+    assert ids.dtype == mask.dtype == torch.long
+    assert ids.tolist() == [[7, 8, 9], [4, 0, 0], [5, 6, 0]]
+    assert mask.tolist() == [[1, 1, 1], [1, 0, 0], [1, 1, 0]]
+    assert examples[1].stitched_ids().tolist() == [4, 6]
+
+
+def test_plan_holds_ids_as_int32_arrays(tiny_models, small_builtin):
+    from layercache.extraction.tokenize import encode_split
+
+    backbone = load_backbone(str(tiny_models["bert"]), device="cpu", max_length=12, words_input=True)
+    split = load_builtin(sizes=SIZES).splits["train"]
+    for stride in (None, 4):
+        for ex in encode_split(backbone.tokenizer, split, max_length=12, stride=stride, causal=False):
+            assert all(w.dtype == np.int32 for w in ex.windows)
+            assert ex.stitched_ids().dtype == np.int32 and len(ex.stitched_ids()) == ex.n_tokens

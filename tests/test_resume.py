@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -95,3 +96,102 @@ def test_sigkill_then_resume_matches_an_uninterrupted_run(tiny_models, tmp_path)
     assert left.keys() == right.keys()
     for key in left:
         np.testing.assert_array_equal(left[key], right[key], err_msg=key)
+
+
+# --- errors in the writer thread and in the forward pass -------------------------------------------
+def _shard_files(cache: Path) -> set[str]:
+    return {f"{p.parent.name}/{p.name}" for p in cache.glob("*/shard-*")}
+
+
+def _assert_only_committed_shards(cache: Path) -> None:
+    """What an interrupted run must leave: no temp file, and every shard on disk listed with its hash."""
+    from layercache.store.writer import sha256_file
+
+    manifest = lc.read_manifest(cache)
+    assert not manifest.complete
+    listed = {s.file: s for split in manifest.splits.values() for s in split.shards}
+    assert _shard_files(cache) == set(listed)
+    for name, shard in listed.items():
+        assert sha256_file(cache / name) == shard.sha256
+
+
+def _extract(path: Path, model: Path):
+    return lc.extract(str(model), "builtin", path, progress=False, shard_bytes=12_000, batch_tokens=96,
+                      pooling=["mean", "last"])
+
+
+@pytest.fixture
+def small_builtin(monkeypatch):
+    import layercache.sources.builtin as builtin
+
+    original = builtin.load_builtin
+    monkeypatch.setattr(builtin, "load_builtin", lambda seed=0, sizes=None: original(seed, {"train": 40,
+                                                                                            "validation": 12}))
+
+
+@pytest.mark.parametrize("where", ["append", "commit", "forward"])
+def test_an_error_surfaces_and_the_run_resumes_to_the_same_cache(tiny_models, tmp_path, small_builtin,
+                                                                 monkeypatch, where):
+    import layercache.extraction.run as run_mod
+    from layercache.store import writer as writer_mod
+
+    calls = {"n": 0}
+
+    def failing(original):
+        def wrapper(*args, **kwargs):
+            calls["n"] += 1
+            if calls["n"] == 5:
+                raise OSError(f"injected failure in {where}")
+            return original(*args, **kwargs)
+        return wrapper
+
+    owner, attr = {"append": (writer_mod.ShardWriter, "append"), "commit": (writer_mod, "fsync_and_sha256"),
+                   "forward": (run_mod, "run_batch")}[where]
+    if where == "commit":
+        calls["n"] = 2  # fail the third commit: two shards are committed before it
+    with monkeypatch.context() as patch:
+        patch.setattr(owner, attr, failing(getattr(owner, attr)))
+        with pytest.raises(OSError, match=f"injected failure in {where}"):
+            _extract(tmp_path / "broken", tiny_models["bert"])
+    _assert_only_committed_shards(tmp_path / "broken")
+    assert lc.read_manifest(tmp_path / "broken").splits["train"].shards  # some work was kept
+
+    resumed = _extract(tmp_path / "broken", tiny_models["bert"])
+    clean = _extract(tmp_path / "clean", tiny_models["bert"])
+    assert resumed.resumed and resumed.manifest.complete
+    for split in clean.manifest.splits:
+        assert ([s.sha256 for s in resumed.manifest.splits[split].shards]
+                == [s.sha256 for s in clean.manifest.splits[split].shards])
+
+
+def test_background_writer_runs_jobs_in_order_and_reraises_the_first_error():
+    from layercache.extraction.background import BackgroundWriter
+
+    done = []
+    with BackgroundWriter() as writer:
+        for i in range(5):
+            writer.submit(lambda i=i: done.append(i))
+    assert done == [0, 1, 2, 3, 4]
+
+    def boom():
+        raise ValueError("boom")
+
+    writer = BackgroundWriter(max_pending=1)
+    writer.submit(boom)
+    with pytest.raises(ValueError, match="boom"):
+        for _ in range(100):  # a later submit (or finish) raises it in the caller
+            writer.submit(lambda: done.append("after the error"))
+    with pytest.raises(ValueError, match="boom"):
+        writer.finish()
+    assert "after the error" not in done
+
+    gate = threading.Event()
+    writer = BackgroundWriter(max_pending=4)
+    writer.submit(gate.wait)
+    writer.submit(lambda: done.append("queued"))
+    canceller = threading.Thread(target=writer.cancel)
+    canceller.start()
+    time.sleep(0.2)  # cancel() has set its flag and waits for the running job
+    gate.set()
+    canceller.join()
+    assert "queued" not in done  # a cancelled writer finishes the running job and drops the rest

@@ -1,7 +1,8 @@
-"""One batch through the frozen backbone: padded forward, then unpadding, stitching, pooling.
+"""One batch through the frozen backbone: padded forward, then what a shard stores of it.
 
-Everything after the forward pass stays in torch on the model's device until the final cast to
-the storage dtype, so a GPU run copies to the host only the real tokens of the kept states.
+Everything after the forward pass stays in torch on the model's device until the cast to the
+storage dtype (see :mod:`.packing`), so a GPU run copies to the host only the real tokens of the
+kept states.
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ import torch
 
 from ..sources.backbone import Backbone
 from ..sources.records import LabelTask, SplitRecords
-from ..store.dtypes import FP16_MAX, to_storage
 from ..store.writer import ExtractedBatch
+from .packing import StatePacker, storage_array
 from .tokenize import EncodedExample
 
 POOLING_MODES = ("mean", "first", "last")
@@ -23,42 +24,38 @@ POOLING_MODES = ("mean", "first", "last")
 def pad_windows(examples: Sequence[EncodedExample], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(R, W) input ids and attention mask for every window of the batch, right-padded."""
     windows = [w for ex in examples for w in ex.windows]
-    width = max(len(w) for w in windows)
-    ids = torch.full((len(windows), width), pad_id, dtype=torch.long)  # (R, W)
-    mask = torch.zeros((len(windows), width), dtype=torch.long)  # (R, W)
-    for r, w in enumerate(windows):
-        ids[r, : len(w)] = torch.tensor(w, dtype=torch.long)
-        mask[r, : len(w)] = 1
-    return ids, mask
+    lengths = np.fromiter((len(w) for w in windows), np.int64, len(windows))  # (R,)
+    real = np.arange(lengths.max()) < lengths[:, None]  # (R, W)
+    ids = np.full(real.shape, pad_id, np.int64)  # (R, W)
+    ids[real] = np.concatenate(windows)  # boolean assignment is row-major: window after window
+    return torch.from_numpy(ids), torch.from_numpy(real.astype(np.int64))
 
 
-def unpad(hidden: Sequence[torch.Tensor], keep: Sequence[int], mask: torch.Tensor,
-          examples: Sequence[EncodedExample]) -> torch.Tensor:
-    """Real tokens of every example, back to back: kept states of (R, W, D) -> (t, S, D).
+def token_index(examples: Sequence[EncodedExample], mask: torch.Tensor) -> torch.Tensor:
+    """(t,) position in the flattened (R * W) padded batch of every stored token, example after example.
 
-    Each state is unpadded before stacking, so padding is never copied.
+    Without windows that is every real position of the mask; a windowed example takes each
+    token from the window its ``take`` map names.
     """
+    width = mask.shape[1]
     if all(ex.take is None for ex in examples):
-        real = mask.bool()
-        return torch.stack([hidden[i][real] for i in keep], dim=1)  # row-major: example by example
-    rows, positions, row = [], [], 0
+        return torch.from_numpy(np.flatnonzero(mask.numpy()))
+    parts, row = [], 0
     for ex in examples:
         if ex.take is None:
-            n = len(ex.windows[0])
-            rows.append(torch.full((n,), row))
-            positions.append(torch.arange(n))
+            parts.append(row * width + np.arange(ex.n_tokens))
         else:
-            take = torch.as_tensor(ex.take, dtype=torch.long)
-            rows.append(row + take[:, 0])
-            positions.append(take[:, 1])
+            parts.append((row + ex.take[:, 0].astype(np.int64)) * width + ex.take[:, 1])
         row += ex.n_rows
-    r = torch.cat(rows).to(mask.device)
-    p = torch.cat(positions).to(mask.device)
-    return torch.stack([hidden[i][r, p] for i in keep], dim=1)
+    return torch.from_numpy(np.concatenate(parts))
 
 
 def pool(flat: torch.Tensor, lengths: torch.Tensor, modes: Sequence[str]) -> dict[str, torch.Tensor]:
-    """Mask-aware pooling from unpadded tokens: mode -> (b, S, D). Padding never enters a mean."""
+    """Mask-aware pooling from unpadded tokens (t, S, D): mode -> (b, S, D). Padding never enters a mean.
+
+    The reference definition; extraction computes the same values chunk by chunk in
+    :class:`.packing.StatePacker`.
+    """
     ends = torch.cumsum(lengths, 0)  # (b,)
     starts = ends - lengths
     out = {}
@@ -75,46 +72,34 @@ def pool(flat: torch.Tensor, lengths: torch.Tensor, modes: Sequence[str]) -> dic
 
 
 def run_batch(backbone: Backbone, examples: Sequence[EncodedExample], records: SplitRecords, *,
-              keep: Sequence[int], tasks: Sequence[LabelTask], storage_dtype: str, store_tokens: bool,
-              pooling: Sequence[str]) -> ExtractedBatch:
-    """Forward one planned batch and return it unpadded, pooled and cast, ready for a shard."""
+              keep: Sequence[int], tasks: Sequence[LabelTask], packer: StatePacker,
+              out: torch.Tensor | None) -> ExtractedBatch:
+    """Forward one planned batch and return it unpadded, pooled and cast, ready for a shard.
+
+    ``out``: a host tensor of the storage dtype with room for the batch's tokens, which receives
+    the token states (the returned batch's ``hidden`` is a view of it); None stores pooled only.
+    """
     ids, mask = pad_windows(examples, backbone.tokenizer.pad_token_id)
     hidden = backbone.hidden_states(ids, mask)  # L+1 x (R, W, D)
-    flat = unpad(hidden, keep, mask.to(hidden[0].device), examples).float()  # (t, S, D)
-    lengths = torch.tensor([ex.n_tokens for ex in examples], device=flat.device)  # (b,)
-    pooled = pool(flat, lengths, pooling)
-    # Per-batch sums in fp32 over chunks of tokens are exact enough and cache-friendly (a chunk's
-    # squares fit in cache; vector_norm over the whole batch measured ~10x slower). The shard
-    # accumulates them in float64.
-    stat_sum = flat.sum(0)  # (S, D)
-    stat_sumsq = torch.zeros(flat.shape[1:], dtype=torch.float64, device=flat.device)  # (S, D)
-    for chunk in flat.split(1024):
-        stat_sumsq += (chunk * chunk).sum(0).double()
-    overflow = 0
-    if storage_dtype == "float16":
-        low, high = torch.aminmax(flat)
-        if max(-float(low), float(high)) > FP16_MAX:  # rare: count only when something overflows
-            overflow = int((flat.abs() > FP16_MAX).sum())
+    device = hidden[0].device
+    index = token_index(examples, mask).to(device)  # (t,)
+    lengths_np = np.fromiter((ex.n_tokens for ex in examples), np.int64, len(examples))  # (b,)
+    n_tokens = int(lengths_np.sum())
+    tokens = None if out is None else out[:n_tokens]  # (t, S, D)
+    packed = packer.pack(hidden, keep, index, torch.from_numpy(lengths_np).to(device), tokens)
     word_ids = None
     if all(ex.word_ids is not None for ex in examples):
         word_ids = np.concatenate([ex.word_ids for ex in examples])
-    batch = ExtractedBatch(
-        hidden=to_storage(flat, storage_dtype) if store_tokens else None,
-        lengths=lengths.cpu().numpy().astype(np.int64),
-        input_ids=np.concatenate([_stitched_ids(ex) for ex in examples]).astype(np.int32),
+    return ExtractedBatch(
+        hidden=None if tokens is None else storage_array(tokens, packer.storage_dtype),
+        lengths=lengths_np,
+        input_ids=np.concatenate([ex.stitched_ids() for ex in examples]).astype(np.int32, copy=False),
         word_ids=word_ids,
-        pooled={m: to_storage(v, storage_dtype) for m, v in pooled.items()},
-        labels={t.name: [records.labels[t.name][ex.row] for ex in examples] for t in tasks},
+        pooled=packed.pooled,
+        labels={task.name: [records.labels[task.name][ex.row] for ex in examples] for task in tasks},
         example_index=np.array([records.source_index[ex.row] for ex in examples], np.int64),
-        stat_sum=stat_sum.double().cpu().numpy(),
-        stat_sumsq=stat_sumsq.cpu().numpy(),
-        stat_count=int(flat.shape[0]),
-        overflow=overflow,
+        stat_sum=packed.stat_sum,
+        stat_sumsq=packed.stat_sumsq,
+        stat_count=n_tokens,
+        overflow=packed.overflow,
     )
-    return batch
-
-
-def _stitched_ids(ex: EncodedExample) -> np.ndarray:
-    if ex.take is None:
-        return np.asarray(ex.windows[0])
-    return np.array([ex.windows[w][p] for w, p in ex.take])

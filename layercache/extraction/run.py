@@ -8,6 +8,7 @@ shard by shard, updating the manifest atomically after each commit.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import shutil
@@ -28,9 +29,13 @@ from ..sources.records import DatasetRecords
 from ..store.dtypes import BYTES_PER_VALUE, check_storage_dtype
 from ..store.manifest import (FORMAT_VERSION, MANIFEST_NAME, Manifest, SplitInfo, read_manifest, stable_hash,
                               write_manifest)
-from ..store.writer import ShardWriter, shard_name
+from ..store.writer import ExtractedBatch
+from .background import BackgroundWriter, BufferPool
 from .batching import BatchCost, plan_batches
 from .forward import POOLING_MODES, run_batch
+from .memory import HeapTrimmer
+from .packing import StatePacker, storage_tensor
+from .shards import SplitShards
 from .tokenize import EncodedExample, encode_split
 
 log = logging.getLogger("layercache")
@@ -38,6 +43,7 @@ log = logging.getLogger("layercache")
 STORE_MODES = ("tokens", "pooled")
 DEFAULT_SHARD_BYTES = 256 * 2**20
 DISK_MARGIN = 1.05  # HDF5 metadata and chunk slack on top of the raw estimate
+IN_FLIGHT_BATCHES = 2  # token-state buffers: one being filled by the forward side, one being written
 
 
 @dataclass
@@ -144,9 +150,14 @@ def extract(
     out.mkdir(parents=True, exist_ok=True)
     write_manifest(out, manifest)
     record_latest(out)
+    storage = manifest.storage
+    packer = StatePacker(len(keep), backbone.hidden_size, storage_dtype=storage["dtype"], pooling=storage["pooling"],
+                         device=backbone.device)
+    buffers = (_storage_buffers(plans, len(keep), backbone.hidden_size, storage["dtype"])
+               if storage["store"] == "tokens" else None)
     with extraction_progress(progress) as bars:
         for name, plan in plans.items():
-            _extract_split(backbone, records, name, plan, manifest, out, keep, bars)
+            _extract_split(backbone, records, name, plan, manifest, out, keep, bars, packer, buffers)
     manifest.complete = True
     write_manifest(out, manifest)
     overflow = manifest.extraction.get("fp16_overflow", 0)
@@ -293,6 +304,16 @@ def _new_manifest(backbone, records: DatasetRecords, plans, *, keep, store, pool
                     layercache_version=__version__)
 
 
+def _storage_buffers(plans: dict[str, _SplitPlan], n_states: int, dim: int, storage_dtype: str) -> BufferPool:
+    """Reused host buffers for batches' token states, each big enough for the largest planned batch.
+
+    Two: one filled by the forward side while the writer thread appends the other.
+    """
+    most = max((sum(plan.examples[i].n_tokens for i in batch) for plan in plans.values() for batch in plan.batches),
+               default=1)
+    return BufferPool(IN_FLIGHT_BATCHES, lambda: storage_tensor(most, n_states, dim, storage_dtype))
+
+
 def _difference(old: Manifest, new: Manifest) -> str:
     """Name the first thing that differs between two caches' configurations, for the refusal."""
     checks = [("model", old.model.get("fingerprint"), new.model.get("fingerprint")),
@@ -327,42 +348,49 @@ def _remove_cache_files(out: Path) -> None:
 
 
 # --- the work ----------------------------------------------------------------------------
-def _extract_split(backbone, records, name, plan: _SplitPlan, manifest: Manifest, out: Path, keep, bars) -> None:
+def _extract_split(backbone, records, name, plan: _SplitPlan, manifest: Manifest, out: Path, keep, bars,
+                   packer: StatePacker, buffers: BufferPool | None) -> None:
+    """Forward the split's remaining batches; a background thread appends them to shards and commits them."""
     info = manifest.splits[name]
     folder = out / name
     folder.mkdir(exist_ok=True)
     _clean_strays(folder, info)
-    storage = manifest.storage
     split_records = records.splits[name]
     task = bars.add_task(name, total=info.n_examples, completed=info.rows_written,
                          completed_start=info.rows_written, tokens=0, tokens_start=0)
-    writer = None
+    shards = SplitShards(out, manifest, name, n_states=len(keep), dim=backbone.hidden_size,
+                         n_batches=len(plan.batches))
+    trimmer = HeapTrimmer(int(os.environ.get("LC_TRIM_SLACK", "64")) * 2**20)
+    if os.environ.get("LC_TRIM_SLACK") == "-1": trimmer.enabled = False
     try:
-        for b in range(info.batches_written, len(plan.batches)):
-            examples = [plan.examples[i] for i in plan.batches[b]]
-            if writer is None:
-                writer = ShardWriter(folder / shard_name(len(info.shards)), n_states=len(keep),
-                                     dim=backbone.hidden_size, dtype=storage["dtype"],
-                                     store_tokens=storage["store"] == "tokens", pooling=storage["pooling"],
-                                     tasks=manifest.tasks, first_row=info.rows_written, first_batch=b)
-            batch = run_batch(backbone, examples, split_records, keep=keep, tasks=manifest.tasks,
-                              storage_dtype=storage["dtype"], store_tokens=storage["store"] == "tokens",
-                              pooling=storage["pooling"])
-            writer.append(batch)
-            bars.update(task, advance=batch.n_examples,
-                        tokens=bars.tasks[task].fields["tokens"] + batch.n_tokens)
-            if writer.payload_bytes >= storage["shard_bytes"] or b == len(plan.batches) - 1:
-                info.shards.append(writer.commit())
-                writer = None
-                write_manifest(out, manifest)
+        with BackgroundWriter() as writer:
+            for b in range(info.batches_written, len(plan.batches)):
+                examples = [plan.examples[i] for i in plan.batches[b]]
+                buffer = None if buffers is None else buffers.take(writer.check)
+                batch = run_batch(backbone, examples, split_records, keep=keep, tasks=manifest.tasks,
+                                  packer=packer, out=buffer)
+                writer.submit(functools.partial(_write_batch, shards, b, batch, buffers, buffer))
+                trimmer.batch_done()
+                bars.update(task, advance=batch.n_examples,
+                            tokens=bars.tasks[task].fields["tokens"] + batch.n_tokens)
     except BaseException:
-        if writer is not None:
-            writer.abort()
+        shards.abort()  # the writer thread has stopped: nothing else touches the shard
         raise
     info.stats, overflow = _split_stats(out, info, manifest.layer_names)
     manifest.extraction["fp16_overflow"] = manifest.extraction.get("fp16_overflow", 0) + overflow
     info.complete = True
     write_manifest(out, manifest)
+
+
+def _write_batch(shards: SplitShards, b: int, batch: ExtractedBatch, buffers: BufferPool | None, buffer) -> None:
+    """The writer thread's job for one batch: append it, free its buffer, commit the shard if complete."""
+    try:
+        complete = shards.append(b, batch)
+    finally:
+        if buffer is not None:  # the data is in the file now; the forward side may refill it
+            buffers.give_back(buffer)
+    if complete:
+        shards.commit()
 
 
 def _clean_strays(folder: Path, info: SplitInfo) -> None:

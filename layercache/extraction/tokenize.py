@@ -20,14 +20,19 @@ from ..sources.records import SplitRecords
 ENCODE_CHUNK = 1024
 
 
-@dataclass
+@dataclass(slots=True)
 class EncodedExample:
-    """One example ready for the forward pass."""
+    """One example ready for the forward pass.
+
+    A split's plan holds one of these per example for the whole run, so ids are compact int32
+    arrays (a Python list spends ~8 bytes per token on the pointer alone, plus an int object for
+    ids above 256) and the class has slots.
+    """
 
     row: int
     """Position in the split's records."""
-    windows: list[list[int]]
-    """Input ids (special tokens included) of each window that must run through the model."""
+    windows: list[np.ndarray]
+    """(w,) int32 input ids (special tokens included) of each window that must run through the model."""
     take: np.ndarray | None
     """(t, 2) int32 pairs (window, position) giving each stitched token; None: all of window 0."""
     word_ids: np.ndarray | None
@@ -42,6 +47,13 @@ class EncodedExample:
     def width(self) -> int:
         """Padded width this example forces on its batch."""
         return max(len(w) for w in self.windows)
+
+    def stitched_ids(self) -> np.ndarray:
+        """(t,) int32 input ids of the stored token sequence."""
+        if self.take is None:
+            return self.windows[0]
+        starts = np.cumsum([0] + [len(w) for w in self.windows[:-1]])  # (n_windows,)
+        return np.concatenate(self.windows)[starts[self.take[:, 0]] + self.take[:, 1]]
 
     @property
     def n_rows(self) -> int:
@@ -82,14 +94,14 @@ def _encode_single(tokenizer, records, start, stop, max_length, stride, causal):
         windows = by_example[example]
         word_ids = [_word_ids(enc, w) for w in windows]
         if stride is None or len(windows) == 1:
-            ids = enc["input_ids"][windows[0]]
+            ids = _ids(enc["input_ids"][windows[0]])
             yield EncodedExample(row=start + example, windows=[ids], take=None, word_ids=word_ids[0],
                                  truncated=len(windows) > 1)
             continue
         seq_ids = [enc.sequence_ids(w) for w in windows]
         take = stitch(seq_ids, capacity - stride, causal)
         flat_words = np.array([word_ids[w][p] for w, p in take], np.int32)
-        yield EncodedExample(row=start + example, windows=[enc["input_ids"][w] for w in windows],
+        yield EncodedExample(row=start + example, windows=[_ids(enc["input_ids"][w]) for w in windows],
                              take=take, word_ids=flat_words)
 
 
@@ -99,8 +111,12 @@ def _encode_pairs(tokenizer, records, start, stop, max_length):
     enc = tokenizer(firsts, seconds, truncation="longest_first", max_length=max_length, add_special_tokens=True)
     for i, ids in enumerate(enc["input_ids"]):
         # Word ids of a pair restart at 0 in the second sentence, so they are not stored.
-        yield EncodedExample(row=start + i, windows=[ids], take=None, word_ids=None,
+        yield EncodedExample(row=start + i, windows=[_ids(ids)], take=None, word_ids=None,
                              truncated=len(full[i]) > max_length)
+
+
+def _ids(ids: list[int]) -> np.ndarray:
+    return np.array(ids, np.int32)
 
 
 def _word_ids(enc, window: int) -> np.ndarray:

@@ -1,0 +1,141 @@
+"""Turn a padded batch's hidden states into what a shard stores, one kept state at a time.
+
+After the forward pass every kept state is an (R, W, D) tensor with padding. The shard needs the
+real tokens back to back in the storage dtype, per-example pooled vectors, per-state sums and
+sums of squares, and a count of values beyond the float16 range. Done as whole-batch passes,
+that is one fresh (t, S, D) float32 tensor (~90 MB for 8k tokens of a 7 x 384 model, so page
+faults on every batch), a stack of temporaries, and six more passes over it. Here each state's
+real tokens are gathered into one reused float32 block (t, D), every reduction reads that block
+while it is still in cache, the cast writes straight into the caller's storage buffer, and the
+block is squared in place last, so no temporary the size of the batch is ever allocated. A
+batch costs a few dozen large tensor ops, which matters on a busy machine, where every op of a
+multi-threaded torch waits for all its threads to get a core.
+
+Results are the same as the whole-batch computation: the stored states are the same float32
+values cast once; each mean pool adds its example's tokens in token order into a float32 sum
+exactly as one ``index_add_`` over the batch does. The per-state sums (float64) are combined
+from per-example float32 sums instead of one float32 sum over the batch, which changes only
+their rounding.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from ..store.dtypes import FP16_MAX, STORAGE_DTYPES, to_storage
+
+BLOCK_BYTES = 16 * 2**20
+"""Most float32 scratch for one state's tokens; longer batches go through it in several blocks."""
+
+
+@dataclass
+class PackedStates:
+    """One batch's states in the form a shard stores them."""
+
+    pooled: dict[str, np.ndarray]
+    """mode -> (b, S, D) in storage form."""
+    stat_sum: np.ndarray
+    """(S, D) float64 sum over the batch's real tokens."""
+    stat_sumsq: np.ndarray
+    """(S, D) float64 sum of squares."""
+    overflow: int
+    """Values beyond the float16 range (0 unless storing float16)."""
+
+
+class StatePacker:
+    """Unpads, reduces and casts batches of hidden states; owns a reused float32 scratch block.
+
+    One packer serves one extraction run (one model, one set of kept states), batch after batch.
+    """
+
+    def __init__(self, n_states: int, dim: int, *, storage_dtype: str, pooling: Sequence[str],
+                 device: torch.device):
+        self.n_states, self.dim = n_states, dim
+        self.storage_dtype = storage_dtype
+        self.pooling = list(pooling)
+        self.device = torch.device(device)
+        self.block_tokens = max(1, BLOCK_BYTES // (4 * dim))
+        self._scratch = torch.empty((0, dim), dtype=torch.float32, device=self.device)
+
+    def _block(self, n: int) -> torch.Tensor:
+        """(n, D) float32 scratch, grown when needed and then reused."""
+        if self._scratch.shape[0] < n:
+            self._scratch = torch.empty((n, self.dim), dtype=torch.float32, device=self.device)
+        return self._scratch[:n]
+
+    def pack(self, hidden: Sequence[torch.Tensor], keep: Sequence[int], index: torch.Tensor,
+             lengths: torch.Tensor, out: torch.Tensor | None) -> PackedStates:
+        """Pack one batch.
+
+        ``hidden``: every state of the forward pass, (R, W, D) each; ``keep``: the S states to
+        store; ``index``: (t,) positions of the stored tokens in the flattened (R * W) rows,
+        example after example; ``lengths``: (b,) stored tokens per example; ``out``: (t, S, D)
+        host tensor of the storage dtype that receives the token states (None: pooled only).
+        """
+        S, D = self.n_states, self.dim
+        states = [hidden[i].reshape(-1, D) for i in keep]  # S x (R * W, D), views
+        t, b = int(index.shape[0]), int(lengths.shape[0])
+        segment = torch.repeat_interleave(torch.arange(b, device=index.device), lengths)  # (t,) example of each token
+        sums = torch.zeros((S, b, D), dtype=torch.float32, device=self.device)  # per-example sums
+        sumsq = torch.zeros((S, D), dtype=torch.float64, device=self.device)
+        cast_on_device = out is not None and out.device != self.device
+        for j, state in enumerate(states):
+            for start in range(0, t, self.block_tokens):
+                stop = min(start + self.block_tokens, t)
+                block = torch.index_select(state, 0, index[start:stop], out=self._block(stop - start))  # (n, D)
+                sums[j].index_add_(0, segment[start:stop], block)  # adds tokens in order, like one index_add_
+                if out is not None:
+                    # Cast on the device first when there is one: only storage-sized values cross the bus.
+                    out[start:stop, j].copy_(block.to(out.dtype) if cast_on_device else block)
+                # Squared in place, last: a separate product would be one more batch-sized temporary.
+                sumsq[j] += block.mul_(block).sum(0)  # float32 per block, float64 across blocks
+        stat_sum = sums.sum(1, dtype=torch.float64)  # (S, D)
+        pooled = self._pool(states, index, lengths, sums)
+        return PackedStates(pooled={m: to_storage(v, self.storage_dtype) for m, v in pooled.items()},
+                            stat_sum=stat_sum.cpu().numpy(), stat_sumsq=sumsq.cpu().numpy(),
+                            overflow=self._overflow(states, index, sumsq))
+
+    def _pool(self, states: list[torch.Tensor], index: torch.Tensor, lengths: torch.Tensor,
+              sums: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Mask-aware pooling: mode -> (b, S, D) float32. Padding never enters a mean."""
+        out = {}
+        ends = torch.cumsum(lengths, 0)  # (b,)
+        if "mean" in self.pooling:
+            out["mean"] = (sums / lengths.to(sums.dtype)[None, :, None]).transpose(0, 1).contiguous()
+        if "first" in self.pooling:
+            out["first"] = _gather_tokens(states, index[ends - lengths])
+        if "last" in self.pooling:
+            out["last"] = _gather_tokens(states, index[ends - 1])
+        return out
+
+    def _overflow(self, states: list[torch.Tensor], index: torch.Tensor, sumsq: torch.Tensor) -> int:
+        """Values whose magnitude exceeds the float16 range, counted only when one may.
+
+        Every square is at most its column's sum of squares (float32 rounding is monotone and
+        all terms are >= 0), so a value beyond FP16_MAX makes some sum exceed FP16_MAX ** 2; only
+        then are the values compared one by one.
+        """
+        if self.storage_dtype != "float16" or not float(sumsq.max()) > FP16_MAX**2:
+            return 0
+        return sum(int((state.index_select(0, index).abs() > FP16_MAX).sum()) for state in states)
+
+
+def _gather_tokens(states: list[torch.Tensor], positions: torch.Tensor) -> torch.Tensor:
+    """(b, S, D) states of one token per example."""
+    return torch.stack([state.index_select(0, positions) for state in states], dim=1)
+
+
+def storage_tensor(n_tokens: int, n_states: int, dim: int, storage_dtype: str) -> torch.Tensor:
+    """A host (t, S, D) tensor in the storage dtype, for :meth:`StatePacker.pack` to fill."""
+    return torch.empty((n_tokens, n_states, dim), dtype=STORAGE_DTYPES[storage_dtype])
+
+
+def storage_array(values: torch.Tensor, storage_dtype: str) -> np.ndarray:
+    """The numpy view of a filled storage tensor, as written to disk (bfloat16 as raw uint16 bits)."""
+    if storage_dtype == "bfloat16":
+        return values.view(torch.int16).numpy().view(np.uint16)
+    return values.numpy()
