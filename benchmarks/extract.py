@@ -43,7 +43,6 @@ DEVICE = "cpu"
 BATCH_TOKENS = 8192  # extract() defaults
 BATCH_SIZE = 256
 NAIVE_BATCH = 32
-MMAP_THRESHOLD = 64 * 1024  # glibc MALLOC_MMAP_THRESHOLD_ for the allocator-pinned RSS runs
 
 # name -> (file under the data folder, split name used in the cache)
 DATASETS = {
@@ -146,9 +145,10 @@ class PhaseTimer:
     """Time the phases of one ``extract()`` call by wrapping (not replacing) the functions it calls.
 
     Each wrapper adds two ``perf_counter`` calls; the code that runs is the library's own.
-    ``ShardWriter.append`` / ``commit`` run on extraction's writer thread, overlapped with the
-    main thread's forward passes, so their times are reported beside the main thread's breakdown,
-    not inside it; what the main thread spends waiting for that thread is its own phase.
+    ``ShardWriter.append`` / ``commit`` run inside the writer's jobs: inline on a machine with no
+    spare core (then they are part of the "writing shards" phase), or on the writer thread,
+    overlapped with the forward passes (then that phase is only the main thread's waiting). Their
+    own times are reported beside the breakdown, not inside it.
     Process CPU times of a phase include every thread's CPU during it.
     """
 
@@ -317,14 +317,14 @@ def bench_overhead(backbone, data: Path, n_examples: int, reps: int, workdir: Pa
         breakdown = {
             "forward (model)": ph["forward"],
             "run_batch minus forward (pad, gather, pool, stats, cast)": ph["run_batch"] - ph["forward"],
-            "waiting for the writer thread (buffer, queue, split's last append + commit)": ph["wait_writer"],
+            "writing shards (inline writer), or waiting for the writer thread": ph["wait_writer"],
             "heap trims (malloc_trim)": ph["heap_trim"],
             "_split_stats + write_manifest + _check_disk":
                 ph["split_stats"] + ph["write_manifest"] + ph["check_disk"],
         }
         breakdown["other (loop bookkeeping, progress, manifest build)"] = mid["loop_s"] - sum(breakdown.values())
         writer_thread = {
-            "ShardWriter.append (HDF5 writes)": ph["shard_append"],
+            "ShardWriter.append (HDF5 writes)": ph["shard_append"],  # on the writer thread, when there is one
             "ShardWriter.commit (close, fsync + sha256)": ph["shard_commit"],
             "manifest writes after commits": ph["writer_manifest"],
         }
@@ -484,9 +484,8 @@ def bench_rss(backbone, data: Path, limits: tuple[int, int], workdir: Path) -> d
     budget), and a longer prefix of a dataset tends to hold a longer longest example; the third run
     (first SMALL-1 rows + the longest of the first LARGE rows) has the same widest batch as the
     large run, so large / that run isolates growth with the number of examples.
-    The last two runs repeat small and large with glibc's mmap threshold pinned
-    (``MALLOC_MMAP_THRESHOLD_``), so freed tensor buffers go back to the system instead of staying
-    in the heap: the difference between the two pairs is allocator retention, not data kept.
+    (layercache/extraction/memory.py explains why the remaining growth is glibc's heap, and why
+    extract() does not pin the mmap threshold to remove it.)
     """
     from layercache.extraction.tokenize import encode_split
     from layercache.sources.datasets import load_dataset_records
@@ -503,12 +502,9 @@ def bench_rss(backbone, data: Path, limits: tuple[int, int], workdir: Path) -> d
     chosen = lines[:small] if longest < small else lines[:small - 1] + [lines[longest]]
     widest_file.write_text("".join(chosen), encoding="utf-8")
 
-    pinned = {"MALLOC_MMAP_THRESHOLD_": str(MMAP_THRESHOLD)}
     plan = [(f"first {small}", files, small, None),
             (f"first {small - 1} + longest of {large}", {split: str(widest_file)}, None, None),
-            (f"first {large}", files, large, None),
-            (f"first {small}, mmap threshold {MMAP_THRESHOLD // 1024}k", files, small, pinned),
-            (f"first {large}, mmap threshold {MMAP_THRESHOLD // 1024}k", files, large, pinned)]
+            (f"first {large}", files, large, None)]
     runs = {}
     for label, run_files, limit, env in plan:
         out = workdir / "rss-run"
@@ -524,7 +520,7 @@ def bench_rss(backbone, data: Path, limits: tuple[int, int], workdir: Path) -> d
         print(f"  rss agnews {label}: {res['n_examples']} examples, {res['n_tokens']:,} tokens (longest "
               f"{res['longest_example_tokens']}) in {res['extract_s']:.1f}s, peak RSS "
               f"{mb(res['peak_rss_vmhwm']):.0f} MB, load avg {loadavg()}", flush=True)
-    a, w, b, pa, pb = (runs[label] for label, *_ in plan)
+    a, w, b = (runs[label] for label, *_ in plan)
 
     def growth(x):
         return x["peak_rss_vmhwm"] - x["rss_baseline_after_imports"]
@@ -535,9 +531,6 @@ def bench_rss(backbone, data: Path, limits: tuple[int, int], workdir: Path) -> d
         "growth_over_baseline_ratio": growth(b) / growth(a),
         "peak_ratio_same_longest": b["peak_rss_vmhwm"] / w["peak_rss_vmhwm"],
         "growth_over_baseline_ratio_same_longest": growth(b) / growth(w),
-        "mmap_threshold": MMAP_THRESHOLD,
-        "peak_ratio_pinned_mmap_threshold": pb["peak_rss_vmhwm"] / pa["peak_rss_vmhwm"],
-        "growth_over_baseline_ratio_pinned_mmap_threshold": growth(pb) / growth(pa),
     }
 
 
@@ -762,7 +755,7 @@ def report(results: dict) -> None:
             total = r["breakdown_rep_loop_s"]
             rows = [[k, v, 100 * v / total] for k, v in r["breakdown_s"].items()]
             rows.append(["bare forward (median, for reference)", r["bare_forward_s"], 100 * r["bare_forward_s"] / total])
-            rows += [[f"writer thread, overlapped: {k}", v, 100 * v / total]
+            rows += [[f"  of the writer's jobs: {k}", v, 100 * v / total]
                      for k, v in r.get("writer_thread_s", {}).items()]
             print_table(f"   where extract()'s loop time goes, {name}, median rep (s, % of loop; per-rep loop ratios "
                         f"{', '.join(f'{x:.3f}' for x in r['ratio_loop_per_rep'])})",
@@ -810,9 +803,6 @@ def report(results: dict) -> None:
                          f"large / small-with-the-same-longest-example: peak ratio "
                          f"{r['peak_ratio_same_longest']:.3f} (growth over imports: "
                          f"{r['growth_over_baseline_ratio_same_longest']:.3f})\n"
-                         f"large / small with MALLOC_MMAP_THRESHOLD_={r['mmap_threshold']} (glibc keeps no freed "
-                         f"tensor buffers): peak ratio {r['peak_ratio_pinned_mmap_threshold']:.3f} (growth over "
-                         f"imports: {r['growth_over_baseline_ratio_pinned_mmap_threshold']:.3f})\n"
                          "peak RSS = VmHWM of the child (its own address space); ru_maxrss can carry the parent's "
                          "RSS across fork+exec, so it is shown for reference only.")
 

@@ -277,11 +277,11 @@ def test_packer_matches_the_whole_batch_computation(storage_dtype, block_tokens)
     modes = ["mean", "first", "last"]
     packer = StatePacker(len(keep), D, storage_dtype=storage_dtype, pooling=modes, device=torch.device("cpu"))
     packer.block_tokens = block_tokens or packer.block_tokens
-    out = storage_tensor(int(lengths.sum()) + 3, len(keep), D, storage_dtype)[: int(lengths.sum())]
+    out = storage_tensor(int(lengths.sum()) + 3, len(keep), D, storage_dtype)[:, : int(lengths.sum())]
     packed = packer.pack(hidden, keep, index, lengths, out)
     tokens, pooled, stat_sum, stat_sumsq, overflow = _reference_pack(hidden, keep, index, lengths, modes,
                                                                       storage_dtype)
-    np.testing.assert_array_equal(storage_array(out, storage_dtype), tokens)  # bit for bit
+    np.testing.assert_array_equal(storage_array(out, storage_dtype), tokens.transpose(1, 0, 2))  # bit for bit
     for mode in modes:
         np.testing.assert_array_equal(packed.pooled[mode], pooled[mode])
     np.testing.assert_allclose(packed.stat_sum, stat_sum, rtol=1e-6, atol=1e-3)

@@ -129,11 +129,14 @@ def small_builtin(monkeypatch):
                                                                                             "validation": 12}))
 
 
+@pytest.mark.parametrize("threaded", [True, False], ids=["writer-thread", "inline-writer"])
 @pytest.mark.parametrize("where", ["append", "commit", "forward"])
 def test_an_error_surfaces_and_the_run_resumes_to_the_same_cache(tiny_models, tmp_path, small_builtin,
-                                                                 monkeypatch, where):
+                                                                 monkeypatch, where, threaded):
     import layercache.extraction.run as run_mod
     from layercache.store import writer as writer_mod
+
+    monkeypatch.setattr(run_mod, "writer_thread_helps", lambda device: threaded)
 
     calls = {"n": 0}
 
@@ -162,6 +165,32 @@ def test_an_error_surfaces_and_the_run_resumes_to_the_same_cache(tiny_models, tm
     for split in clean.manifest.splits:
         assert ([s.sha256 for s in resumed.manifest.splits[split].shards]
                 == [s.sha256 for s in clean.manifest.splits[split].shards])
+
+
+def test_writer_thread_and_inline_writer_write_identical_caches(tiny_models, tmp_path, small_builtin,
+                                                                 monkeypatch):
+    import layercache.extraction.run as run_mod
+
+    digests = {}
+    for threaded in (True, False):
+        monkeypatch.setattr(run_mod, "writer_thread_helps", lambda device: threaded)
+        result = _extract(tmp_path / str(threaded), tiny_models["bert"])
+        digests[threaded] = {name: [s.sha256 for s in split.shards]
+                             for name, split in result.manifest.splits.items()}
+    assert digests[True] == digests[False]
+    assert sum(len(d) for d in digests[True].values()) > 2  # several shards, so the comparison means something
+
+
+def test_inline_writer_runs_jobs_at_once_and_raises_in_the_caller():
+    from layercache.extraction.background import BackgroundWriter
+
+    done = []
+    with BackgroundWriter(threaded=False, name="inline-under-test") as writer:
+        assert "inline-under-test" not in {t.name for t in threading.enumerate()}  # no thread started
+        writer.submit(lambda: done.append(1))
+        assert done == [1]  # ran before submit returned
+        with pytest.raises(ValueError, match="boom"):
+            writer.submit(lambda: (_ for _ in ()).throw(ValueError("boom")))
 
 
 def test_background_writer_runs_jobs_in_order_and_reraises_the_first_error():

@@ -1,10 +1,18 @@
-"""Write shards on a background thread while the next batch runs through the model.
+"""Write shards on a background thread while the next batch runs through the model, when that helps.
 
 Appending a batch to HDF5, fsyncing and hashing a finished shard are I/O and hashing that
 release the GIL, so they can overlap the next forward pass instead of following it. The
 extraction loop hands each batch to a :class:`BackgroundWriter` as a job; jobs run one at a
 time, in submission order, on one thread, so the shard and manifest updates happen in exactly
 the order (and with the same crash guarantees) as if they ran inline.
+
+Overlap only pays when the writer has a core of its own: a forward pass on a GPU, or a CPU pass
+that leaves cores free. When torch's threads already use every core, a writer thread steals
+time slices from them, and because the forward pass's parallel regions wait for their slowest
+thread, a little stolen time costs a lot: on 2 cores the forward pass ran ~20 % slower with the
+writer thread than with the same writes done inline between batches (benchmarks/README.md).
+:func:`writer_thread_helps` makes that call, and ``BackgroundWriter(threaded=False)`` runs each
+job at once in the caller, with the same interface.
 
 Memory stays bounded: the token states of a batch live in one of a few reused buffers of a
 :class:`BufferPool`, and the forward side waits for a free one, which is also what keeps it from
@@ -23,7 +31,7 @@ import torch
 
 POLL_SECONDS = 0.05
 """How often a blocked caller looks for an error on the writer thread."""
-WRITER_NICENESS = int(os.environ.get("LC_NICE", "5"))
+WRITER_NICENESS = 5
 """Scheduling niceness of the writer thread (Linux), so that on a CPU run the forward pass's
 threads win a core when both want it; the writer has slack, a stalled forward does not."""
 
@@ -36,12 +44,14 @@ class BackgroundWriter:
     running one, so the caller can clean up knowing nothing else will touch its files.
     """
 
-    def __init__(self, max_pending: int = 2, name: str = "layercache-writer"):
+    def __init__(self, max_pending: int = 2, name: str = "layercache-writer", threaded: bool = True):
         self._jobs: queue.Queue[Callable[[], None] | None] = queue.Queue(maxsize=max_pending)
         self._error: BaseException | None = None
         self._cancelled = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self._thread.start()
+        self._thread: threading.Thread | None = None  # None: jobs run inline, in submit()
+        if threaded:
+            self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+            self._thread.start()
 
     def _run(self) -> None:
         _lower_priority()
@@ -63,7 +73,7 @@ class BackgroundWriter:
 
     def submit(self, job: Callable[[], None]) -> None:
         """Queue ``job``, waiting while ``max_pending`` jobs are queued; raises an earlier job's error."""
-        if os.environ.get("LC_INLINE"):
+        if self._thread is None:
             job()
             return
         while True:
@@ -75,6 +85,8 @@ class BackgroundWriter:
                 continue
 
     def _stop(self) -> None:
+        if self._thread is None:
+            return
         while self._thread.is_alive():
             try:
                 self._jobs.put(None, timeout=POLL_SECONDS)
@@ -126,6 +138,17 @@ class BufferPool:
 
     def give_back(self, buffer: torch.Tensor) -> None:
         self._free.put(buffer)
+
+
+def writer_thread_helps(device: torch.device) -> bool:
+    """Whether a writer thread would have a core to itself: a non-CPU forward, or spare CPU cores."""
+    if device.type != "cpu":
+        return True
+    try:
+        cores = len(os.sched_getaffinity(0))  # the cores this process may use (containers, taskset)
+    except AttributeError:  # not on Linux
+        cores = os.cpu_count() or 1
+    return cores > torch.get_num_threads()
 
 
 def _lower_priority() -> None:

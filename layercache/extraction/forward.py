@@ -76,8 +76,9 @@ def run_batch(backbone: Backbone, examples: Sequence[EncodedExample], records: S
               out: torch.Tensor | None) -> ExtractedBatch:
     """Forward one planned batch and return it unpadded, pooled and cast, ready for a shard.
 
-    ``out``: a host tensor of the storage dtype with room for the batch's tokens, which receives
-    the token states (the returned batch's ``hidden`` is a view of it); None stores pooled only.
+    ``out``: an (S, T, D) host tensor of the storage dtype with room for the batch's T >= t tokens,
+    which receives the token states (the returned batch's ``hidden`` is a view of it); None stores
+    pooled only.
     """
     ids, mask = pad_windows(examples, backbone.tokenizer.pad_token_id)
     hidden = backbone.hidden_states(ids, mask)  # L+1 x (R, W, D)
@@ -85,7 +86,7 @@ def run_batch(backbone: Backbone, examples: Sequence[EncodedExample], records: S
     index = token_index(examples, mask).to(device)  # (t,)
     lengths_np = np.fromiter((ex.n_tokens for ex in examples), np.int64, len(examples))  # (b,)
     n_tokens = int(lengths_np.sum())
-    tokens = None if out is None else out[:n_tokens]  # (t, S, D)
+    tokens = None if out is None else out[:, :n_tokens]  # (S, t, D)
     packed = packer.pack(hidden, keep, index, torch.from_numpy(lengths_np).to(device), tokens)
     word_ids = None
     if all(ex.word_ids is not None for ex in examples):

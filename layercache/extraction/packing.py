@@ -73,8 +73,9 @@ class StatePacker:
 
         ``hidden``: every state of the forward pass, (R, W, D) each; ``keep``: the S states to
         store; ``index``: (t,) positions of the stored tokens in the flattened (R * W) rows,
-        example after example; ``lengths``: (b,) stored tokens per example; ``out``: (t, S, D)
-        host tensor of the storage dtype that receives the token states (None: pooled only).
+        example after example; ``lengths``: (b,) stored tokens per example; ``out``: (S, t, D)
+        host tensor of the storage dtype that receives the token states, state-major, as
+        :class:`~layercache.store.writer.ShardWriter` takes them (None: pooled only).
         """
         S, D = self.n_states, self.dim
         states = [hidden[i].reshape(-1, D) for i in keep]  # S x (R * W, D), views
@@ -90,10 +91,10 @@ class StatePacker:
                 sums[j].index_add_(0, segment[start:stop], block)  # adds tokens in order, like one index_add_
                 if out is not None:
                     # Cast on the device first when there is one: only storage-sized values cross the bus.
-                    out[start:stop, j].copy_(block.to(out.dtype) if cast_on_device else block)
+                    out[j, start:stop].copy_(block.to(out.dtype) if cast_on_device else block)
                 # Squared in place, last: a separate product would be one more batch-sized temporary.
                 sumsq[j] += block.mul_(block).sum(0)  # float32 per block, float64 across blocks
-        stat_sum = sums.sum(1, dtype=torch.float64)  # (S, D)
+        stat_sum = sums.sum(1).double()  # (S, D); float32 over <= a few hundred example sums
         pooled = self._pool(states, index, lengths, sums)
         return PackedStates(pooled={m: to_storage(v, self.storage_dtype) for m, v in pooled.items()},
                             stat_sum=stat_sum.cpu().numpy(), stat_sumsq=sumsq.cpu().numpy(),
@@ -130,8 +131,8 @@ def _gather_tokens(states: list[torch.Tensor], positions: torch.Tensor) -> torch
 
 
 def storage_tensor(n_tokens: int, n_states: int, dim: int, storage_dtype: str) -> torch.Tensor:
-    """A host (t, S, D) tensor in the storage dtype, for :meth:`StatePacker.pack` to fill."""
-    return torch.empty((n_tokens, n_states, dim), dtype=STORAGE_DTYPES[storage_dtype])
+    """A host (S, t, D) tensor in the storage dtype, for :meth:`StatePacker.pack` to fill."""
+    return torch.empty((n_states, n_tokens, dim), dtype=STORAGE_DTYPES[storage_dtype])
 
 
 def storage_array(values: torch.Tensor, storage_dtype: str) -> np.ndarray:

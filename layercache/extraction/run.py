@@ -30,7 +30,7 @@ from ..store.dtypes import BYTES_PER_VALUE, check_storage_dtype
 from ..store.manifest import (FORMAT_VERSION, MANIFEST_NAME, Manifest, SplitInfo, read_manifest, stable_hash,
                               write_manifest)
 from ..store.writer import ExtractedBatch
-from .background import BackgroundWriter, BufferPool
+from .background import BackgroundWriter, BufferPool, writer_thread_helps
 from .batching import BatchCost, plan_batches
 from .forward import POOLING_MODES, run_batch
 from .memory import HeapTrimmer
@@ -153,11 +153,13 @@ def extract(
     storage = manifest.storage
     packer = StatePacker(len(keep), backbone.hidden_size, storage_dtype=storage["dtype"], pooling=storage["pooling"],
                          device=backbone.device)
-    buffers = (_storage_buffers(plans, len(keep), backbone.hidden_size, storage["dtype"])
+    threaded = writer_thread_helps(backbone.device)
+    buffers = (_storage_buffers(plans, len(keep), backbone.hidden_size, storage["dtype"],
+                                IN_FLIGHT_BATCHES if threaded else 1)
                if storage["store"] == "tokens" else None)
     with extraction_progress(progress) as bars:
         for name, plan in plans.items():
-            _extract_split(backbone, records, name, plan, manifest, out, keep, bars, packer, buffers)
+            _extract_split(backbone, records, name, plan, manifest, out, keep, bars, packer, buffers, threaded)
     manifest.complete = True
     write_manifest(out, manifest)
     overflow = manifest.extraction.get("fp16_overflow", 0)
@@ -304,14 +306,15 @@ def _new_manifest(backbone, records: DatasetRecords, plans, *, keep, store, pool
                     layercache_version=__version__)
 
 
-def _storage_buffers(plans: dict[str, _SplitPlan], n_states: int, dim: int, storage_dtype: str) -> BufferPool:
-    """Reused host buffers for batches' token states, each big enough for the largest planned batch.
+def _storage_buffers(plans: dict[str, _SplitPlan], n_states: int, dim: int, storage_dtype: str,
+                     count: int) -> BufferPool:
+    """``count`` reused host buffers for batches' token states, each big enough for the largest planned batch.
 
-    Two: one filled by the forward side while the writer thread appends the other.
+    With a writer thread, two: one filled by the forward side while the writer appends the other.
     """
     most = max((sum(plan.examples[i].n_tokens for i in batch) for plan in plans.values() for batch in plan.batches),
                default=1)
-    return BufferPool(IN_FLIGHT_BATCHES, lambda: storage_tensor(most, n_states, dim, storage_dtype))
+    return BufferPool(count, lambda: storage_tensor(most, n_states, dim, storage_dtype))
 
 
 def _difference(old: Manifest, new: Manifest) -> str:
@@ -349,8 +352,8 @@ def _remove_cache_files(out: Path) -> None:
 
 # --- the work ----------------------------------------------------------------------------
 def _extract_split(backbone, records, name, plan: _SplitPlan, manifest: Manifest, out: Path, keep, bars,
-                   packer: StatePacker, buffers: BufferPool | None) -> None:
-    """Forward the split's remaining batches; a background thread appends them to shards and commits them."""
+                   packer: StatePacker, buffers: BufferPool | None, threaded: bool) -> None:
+    """Forward the split's remaining batches; the writer appends them to shards and commits them (see background.py)."""
     info = manifest.splits[name]
     folder = out / name
     folder.mkdir(exist_ok=True)
@@ -360,10 +363,9 @@ def _extract_split(backbone, records, name, plan: _SplitPlan, manifest: Manifest
                          completed_start=info.rows_written, tokens=0, tokens_start=0)
     shards = SplitShards(out, manifest, name, n_states=len(keep), dim=backbone.hidden_size,
                          n_batches=len(plan.batches))
-    trimmer = HeapTrimmer(int(os.environ.get("LC_TRIM_SLACK", "64")) * 2**20)
-    if os.environ.get("LC_TRIM_SLACK") == "-1": trimmer.enabled = False
+    trimmer = HeapTrimmer()
     try:
-        with BackgroundWriter() as writer:
+        with BackgroundWriter(threaded=threaded) as writer:
             for b in range(info.batches_written, len(plan.batches)):
                 examples = [plan.examples[i] for i in plan.batches[b]]
                 buffer = None if buffers is None else buffers.take(writer.check)

@@ -16,6 +16,12 @@ The file is written as ``.tmp`` and renamed into place only when complete, so a 
 lose at most the shard being written, and a reader never sees a half-written shard. Chunks of
 ``hidden`` hold one state for a run of tokens, so reading one layer across the whole split
 touches only that layer's bytes.
+
+Token states arrive state-major, (S, t, D), so each chunk's bytes are one contiguous slice of
+a batch and are written as raw chunks (``write_direct_chunk``): HDF5 then only copies them to
+the file, instead of gathering every chunk out of a (t, S, D) array through its hyperslab
+machinery (~40 % of the append time). Chunks are uncompressed, so the file is the same HDF5
+dataset either way and reads the same.
 """
 
 from __future__ import annotations
@@ -41,7 +47,7 @@ class ExtractedBatch:
     """What one forward pass produced, unpadded and ready to append to a shard."""
 
     hidden: np.ndarray | None
-    """(t, S, D) token states in storage form, examples back to back; None for pooled-only storage."""
+    """(S, t, D) token states in storage form, state-major, examples back to back; None for pooled-only."""
     lengths: np.ndarray
     """(b,) tokens per example."""
     input_ids: np.ndarray
@@ -85,6 +91,7 @@ class ShardWriter:
     first_row: int
     first_batch: int
     _file: h5py.File | None = field(default=None, init=False, repr=False)
+    _tokens: _TokenChunks | None = field(default=None, init=False, repr=False)
     _n_examples: int = field(default=0, init=False)
     _n_tokens: int = field(default=0, init=False)
     _n_words: int = field(default=0, init=False)
@@ -125,6 +132,7 @@ class ShardWriter:
             f.create_dataset("hidden", shape=(0, S, D), maxshape=(None, S, D), dtype=vec_dtype,
                              chunks=(CHUNK_TOKENS, 1, D), track_times=False)
             f["hidden"].attrs["dtype"] = self.dtype
+            self._tokens = _TokenChunks(f["hidden"], vec_dtype)
         f.create_dataset("offsets", data=np.zeros(1, np.int64), chunks=(4096,), **resizable)
         f.create_dataset("input_ids", shape=(0,), dtype=np.int32, chunks=(8192,), **resizable)
         self._has_word_ids = batch.word_ids is not None
@@ -158,7 +166,7 @@ class ShardWriter:
             raise ValueError("every batch of a shard must agree on having word ids")
         f = self._file
         if self.store_tokens:
-            self._append(f["hidden"], batch.hidden)
+            self._tokens.append(batch.hidden)
         self._append(f["offsets"], self._n_tokens + np.cumsum(batch.lengths, dtype=np.int64))
         self._append(f["input_ids"], batch.input_ids)
         if self._has_word_ids:
@@ -191,6 +199,8 @@ class ShardWriter:
         if self._file is None:
             raise ValueError("cannot commit an empty shard")
         f = self._file
+        if self._tokens is not None:
+            self._tokens.finish()
         f.create_dataset("stats/sum", data=self._sum, track_times=False)
         f.create_dataset("stats/sumsq", data=self._sumsq, track_times=False)
         f["stats"].attrs["count"] = self._count
@@ -217,6 +227,53 @@ class ShardWriter:
             finally:
                 self._file = None
         self.tmp_path.unlink(missing_ok=True)
+
+
+class _TokenChunks:
+    """Append state-major (S, n, D) batches to a (t, S, D) dataset chunked (CHUNK_TOKENS, 1, D), chunk by chunk.
+
+    A chunk is CHUNK_TOKENS consecutive tokens of one state. Batches do not end on chunk
+    boundaries, so the tokens after a batch's last full chunk wait in ``_carry`` (S, C, D) until
+    the next batch fills it, and :meth:`finish` writes the last, partial chunk zero-padded (what
+    HDF5 itself stores past the end of an edge chunk).
+    """
+
+    def __init__(self, ds: h5py.Dataset, dtype: np.dtype):
+        self.ds = ds
+        n_states, dim = ds.shape[1:]
+        self._carry = np.zeros((n_states, CHUNK_TOKENS, dim), dtype)
+        self._carried = 0  # tokens waiting in _carry
+        self._size = 0  # tokens appended so far
+
+    def _write(self, start: int, chunk_per_state) -> None:
+        for j, chunk in enumerate(chunk_per_state):  # chunk: (C, D), contiguous
+            self.ds.id.write_direct_chunk((start, j, 0), chunk)
+
+    def append(self, values: np.ndarray) -> None:
+        n = values.shape[1]
+        start = self._size - self._carried  # first token of the open chunk
+        self._size += n
+        self.ds.resize(self._size, axis=0)
+        used = 0
+        if self._carried:
+            used = min(CHUNK_TOKENS - self._carried, n)
+            self._carry[:, self._carried:self._carried + used] = values[:, :used]
+            self._carried += used
+            if self._carried < CHUNK_TOKENS:
+                return
+            self._write(start, self._carry)
+            start, self._carried = start + CHUNK_TOKENS, 0
+        while n - used >= CHUNK_TOKENS:
+            self._write(start, values[:, used:used + CHUNK_TOKENS])
+            start, used = start + CHUNK_TOKENS, used + CHUNK_TOKENS
+        self._carried = n - used
+        self._carry[:, :self._carried] = values[:, used:]
+
+    def finish(self) -> None:
+        if self._carried:
+            self._carry[:, self._carried:] = 0
+            self._write(self._size - self._carried, self._carry)
+            self._carried = 0
 
 
 def sha256_file(path: Path, block: int = 1 << 20) -> str:
