@@ -13,9 +13,11 @@ memory. Per epoch it
 4. builds each batch by one vectorised gather from the slab: ``(B, T, S, D)`` states, the mask,
    word ids and labels (first sub-token of each word for token tasks).
 
-Labels, lengths and word ids are small and are loaded once; states are never cached across
-blocks. Evaluation uses the same path without shuffling, and reports rows so predictions can be
-put back in split order.
+Labels, lengths and word ids are small and are loaded once. Slabs read in one epoch are kept
+for the next ones while they fit ``keep_bytes`` (1 GiB by default), so a subset that fits in
+memory is read from disk once; a larger one streams, block by block, every epoch. Evaluation
+uses the same path without shuffling, and reports rows so predictions can be put back in split
+order.
 """
 
 from __future__ import annotations
@@ -56,11 +58,14 @@ class CacheFeed:
         layers: state names or indexes to read (default: every kept state).
         source: ``"tokens"`` or ``"pooled:<mode>"`` (one vector per example, ``T = 1``).
         batch_size: examples per batch.
-        block_bytes: budget of one slab read; bounds the feed's memory.
+        block_bytes: budget of one slab read.
+        keep_bytes: slabs kept in memory across epochs, at most this many bytes in all (0: read
+            every block every epoch). The feed's memory is bounded by ``keep_bytes + block_bytes``.
     """
 
     def __init__(self, cache: LayerCache, split: str, *, tasks: Sequence[str] = (), rows: Sequence[int] | None = None,
-                 layers=None, source: str = "tokens", batch_size: int = 32, block_bytes: int = 128 << 20) -> None:
+                 layers=None, source: str = "tokens", batch_size: int = 32, block_bytes: int = 128 << 20,
+                 keep_bytes: int = 1 << 30) -> None:
         if batch_size < 1:
             raise ConfigError(f"batch_size must be at least 1, got {batch_size}.")
         self.cache, self.split, self.tasks = cache, split, list(tasks)
@@ -89,6 +94,9 @@ class CacheFeed:
             raise ConfigError(f"rows must lie in [0, {n}) for split {split!r}.")
         self._load_small_arrays()
         self._blocks = self._plan_blocks(block_bytes)
+        self.keep_bytes = keep_bytes
+        self._kept: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # block -> (slab, at)
+        self._kept_bytes = 0
 
     # --- set-up -----------------------------------------------------------------------
     def _load_small_arrays(self) -> None:
@@ -161,9 +169,19 @@ class CacheFeed:
         order = rng.permutation(len(self._blocks)) if shuffle else range(len(self._blocks))
         for b in order:
             block = self._blocks[b]
-            slab, at = self._read(block)
+            slab, at = self._slab(b)
             for rows in self._batches(block, rng, shuffle):
                 yield self._gather(block, slab, at[np.searchsorted(block.rows, rows)], rows)
+
+    def _slab(self, b: int) -> tuple[np.ndarray, np.ndarray]:
+        """Block ``b``'s slab: kept from an earlier epoch, or read (and kept if it fits)."""
+        if b in self._kept:
+            return self._kept[b]
+        slab, at = self._read(self._blocks[b])
+        if self._kept_bytes + slab.nbytes <= self.keep_bytes:
+            self._kept[b] = slab, at
+            self._kept_bytes += slab.nbytes
+        return slab, at
 
     def _read(self, block: _Block) -> tuple[np.ndarray, np.ndarray]:
         """Stored values of a block's rows and where each row starts in them.

@@ -37,6 +37,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from layercache.errors import ConfigError
+from layercache.heads.dropout import Dropout
 
 __all__ = [
     "MixOutput",
@@ -398,7 +399,7 @@ class AdaptiveMix(LayerMixer):
         bound = 1.0 / math.sqrt(dim)
         self.projection = nn.Parameter(torch.empty(n_states, k, dim).uniform_(-bound, bound))  # (S, k, D)
         self.p = nn.Parameter(torch.ones(n_states))  # (S,)
-        self.drop = nn.Dropout(dropout)
+        self.drop = Dropout(dropout)
 
     @property
     def out_dim(self) -> int:
@@ -421,14 +422,23 @@ class AdaptiveMix(LayerMixer):
 
     def _mix(self, states: Tensor, mask: Tensor) -> MixOutput:
         B, T, S, D = states.shape
-        f = torch.einsum("btsd,skd->btsk", F.gelu(states), self.projection)  # (B, T, S, k)
-        f = self.drop(_layer_norm(f))  # (B, T, S, k)
         w = self.weights()  # (S,)
+        entropy = -(w * torch.log(w + 1e-6)).mean()  # over all S states; a cut one adds 0
+        # States whose weight top-k or the cutoff set to exactly 0 add nothing to the mix, and their
+        # projection gets a zero gradient either way, so only the others are projected: the same
+        # result and gradients for less work (with alpha 70 and cutoff 0.005, 3-4 of MiniLM's 7
+        # states are left after a few epochs).
+        alive = torch.nonzero(w).squeeze(1) if (self.cutoff or self.topk) else None  # (S',)
+        projection = self.projection  # (S, k, D)
+        if alive is not None and len(alive) < S:
+            states = states.index_select(2, alive)  # (B, T, S', D)
+            projection, w = projection.index_select(0, alive), w.index_select(0, alive)  # (S', k, D), (S',)
+        f = torch.einsum("btsd,skd->btsk", F.gelu(states), projection)  # (B, T, S', k)
+        f = self.drop(_layer_norm(f))  # (B, T, S', k)
         mixed = F.gelu(torch.einsum("s,btsk->btk", w, f))  # (B, T, k)
         if self.position_encoding:
             pe = sinusoidal_positions(T, self.k, device=states.device, dtype=mixed.dtype)  # (T, k)
             mixed = mixed + pe.unsqueeze(0)  # (B, T, k)
-        entropy = -(w * torch.log(w + 1e-6)).mean()
         return MixOutput(mixed=mixed, aux_loss=self.entropy_weight * entropy)
 
     def layer_params(self) -> list[nn.Parameter]:

@@ -22,6 +22,7 @@ from torch import Tensor, nn
 from ..errors import ConfigError
 from ..sources.records import LabelTask
 from ..store.reader import IGNORE_INDEX
+from .dropout import Dropout
 
 POOLINGS = ("mean", "first", "last", "attention")
 
@@ -55,7 +56,7 @@ class SequenceHead(nn.Module):
         self.attention = (nn.MultiheadAttention(in_dim, fit_heads(in_dim, attention_heads), batch_first=True)
                           if attention_heads > 0 else None)
         self.score = nn.Linear(in_dim, 1) if pooling == "attention" else None
-        self.drop = nn.Dropout(dropout)
+        self.drop = Dropout(dropout)
         self.hidden = nn.Linear(in_dim, hidden) if hidden > 0 else None
         self.out = nn.Linear(hidden if hidden > 0 else in_dim, n_out)
 
@@ -105,7 +106,7 @@ class TokenHead(nn.Module):
             layer = nn.TransformerEncoderLayer(in_dim, fit_heads(in_dim, attention_heads), ff_dim, dropout,
                                                activation="gelu", batch_first=True, norm_first=True)
             self.encoder = nn.TransformerEncoder(layer, encoder_layers, enable_nested_tensor=False)
-        self.drop = nn.Dropout(dropout)
+        self.drop = Dropout(dropout)
         self.out = nn.Linear(in_dim, n_out)
 
     def forward(self, x: Tensor, mask: Tensor) -> Tensor:

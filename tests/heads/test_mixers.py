@@ -229,6 +229,38 @@ def test_adaptive_weights_sharpen_topk_cutoff_and_entropy():
     assert mixer.weights().tolist() == [0.0, 0.0, 1.0, 0.0, 0.0]
 
 
+@pytest.mark.parametrize("options", [{"cutoff": 0.05}, {"topk": 2}])
+def test_adaptive_projects_only_surviving_states_with_the_same_result_and_gradients(options):
+    """Cut states are skipped; output and every gradient match the all-states computation."""
+    torch.manual_seed(0)
+    fast = AdaptiveMix(S, D, k=16, alpha=10.0, dropout=0.0, **options)
+    with torch.no_grad():
+        fast.p.copy_(torch.tensor([0.0, 0.1, 0.5, 0.3, 0.45]))
+    full = AdaptiveMix(S, D, k=16, alpha=10.0, dropout=0.0, **options)
+    full.load_state_dict(fast.state_dict())
+    assert int((fast.weights() > 0).sum()) < S  # something is cut
+
+    def all_states_mix(self, states, mask):  # the formula with every state projected
+        w = self.weights()
+        f = torch.nn.functional.layer_norm(
+            torch.einsum("btsd,skd->btsk", torch.nn.functional.gelu(states), self.projection), (self.k,))
+        mixed = torch.nn.functional.gelu(torch.einsum("s,btsk->btk", w, f))
+        return MixOutput(mixed=mixed, aux_loss=self.entropy_weight * -(w * torch.log(w + 1e-6)).mean())
+
+    states, mask = batch()
+    direction = torch.randn(B, T, 16) * mask.unsqueeze(-1)  # real tokens only: forward() zeroes padding
+    outputs = {}
+    for name, mixer in (("fast", fast), ("full", full)):
+        out = mixer(states, mask) if name == "fast" else all_states_mix(mixer, states, mask)
+        (out.mixed * direction).sum().add(out.aux_loss).backward()
+        outputs[name] = out
+    torch.testing.assert_close(outputs["fast"].mixed[mask], outputs["full"].mixed[mask])
+    torch.testing.assert_close(fast.projection.grad, full.projection.grad)
+    torch.testing.assert_close(fast.p.grad, full.p.grad)
+    cut = fast.weights().detach() == 0
+    assert (fast.projection.grad[cut] == 0).all()
+
+
 def test_adaptive_topk_keeps_exactly_k_at_uniform_init():
     assert int((AdaptiveMix(S, D, k=4, topk=3).weights() > 0).sum()) == 3
 

@@ -129,6 +129,28 @@ def test_feed_batches_match_the_reader(cache):
     assert np.array_equal(order(1), order(1))
 
 
+@pytest.mark.parametrize("keep_bytes", [0, 120_000, 1 << 30], ids=["stream", "some-kept", "all-kept"])
+def test_kept_slabs_give_the_same_batches_and_bound_memory(cache, monkeypatch, keep_bytes):
+    streamed = CacheFeed(cache, "validation", tasks=["sentiment"], batch_size=16, block_bytes=50_000, keep_bytes=0)
+    feed = CacheFeed(cache, "validation", tasks=["sentiment"], batch_size=16, block_bytes=50_000,
+                     keep_bytes=keep_bytes)
+    reads = []
+    original = feed._read
+    monkeypatch.setattr(feed, "_read", lambda block: reads.append(block) or original(block))
+    for seed in (1, 2, 3):
+        for mine, ref in zip(feed.epoch(shuffle=True, seed=seed), streamed.epoch(shuffle=True, seed=seed),
+                             strict=True):
+            assert np.array_equal(mine.rows, ref.rows) and torch.equal(mine.states, ref.states)
+    n_blocks = len(feed._blocks)
+    assert feed._kept_bytes <= keep_bytes
+    if keep_bytes == 0:
+        assert len(reads) == 3 * n_blocks and not feed._kept
+    elif keep_bytes == 1 << 30:
+        assert len(reads) == n_blocks  # each block read from disk once, then served from memory
+    else:
+        assert 0 < len(feed._kept) < n_blocks and n_blocks < len(reads) < 3 * n_blocks
+
+
 def test_a_sparse_row_subset_reads_only_near_its_rows(cache):
     rows = np.arange(0, cache.num_examples("train"), 10)
     feed = CacheFeed(cache, "train", tasks=["negation_scope"], rows=rows, batch_size=8)

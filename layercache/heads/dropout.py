@@ -1,0 +1,58 @@
+"""Dropout whose random mask is cheap on a CPU.
+
+Heads trained from a cache spend a large share of each step on dropout: the adalayers mixer drops
+out a ``(B, T, S, k)`` stack, and torch's CPU ``bernoulli_`` draws each element from MT19937 one
+at a time. For MiniLM's stack at batch 32 that took 2.8 ms of a ~15 ms step (forward and backward)
+against 1.1 ms for the projection itself.
+
+:class:`Dropout` draws the mask as 16-bit integers from numpy's PCG64 (a fast, vectorised
+generator) seeded from torch's generator, so ``torch.manual_seed`` still makes training
+repeatable: 1.3 ms for the same tensor. The drop probability is ``p`` rounded to a multiple of
+1/65536 (0.1 becomes 0.100006), and kept values are scaled by the inverse of the exact keep rate,
+so the expectation is unchanged. On other devices it is ``torch.nn.functional.dropout``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+from torch.nn import functional as F
+
+_LEVELS = 1 << 16
+
+
+def keep_mask(shape: torch.Size | tuple[int, ...], p: float) -> tuple[Tensor, float]:
+    """A CPU boolean mask of ``shape`` keeping each element with probability ~``1 - p``, and its scale.
+
+    Returns ``(keep, scale)``: ``keep`` has P(True) = ``1 - round(p * 65536) / 65536``, and
+    ``scale`` is the inverse of that probability.
+    """
+    drop_levels = round(p * _LEVELS)
+    seed = int(torch.randint(0, 2**62, (1,)))  # from torch's default generator: repeatable under manual_seed
+    bits = np.random.Generator(np.random.PCG64(seed)).integers(0, _LEVELS, math.prod(shape), dtype=np.uint16)
+    keep = torch.from_numpy(bits >= drop_levels).view(shape)
+    return keep, _LEVELS / (_LEVELS - drop_levels)
+
+
+class Dropout(nn.Module):
+    """Inverted dropout like :class:`torch.nn.Dropout`, with a faster mask on the CPU (module docstring)."""
+
+    def __init__(self, p: float = 0.1) -> None:
+        super().__init__()
+        if not 0.0 <= p < 1.0:
+            raise ValueError(f"dropout probability must be in [0, 1), got {p}")
+        self.p = p
+
+    def forward(self, x: Tensor) -> Tensor:
+        if not self.training or self.p == 0.0:
+            return x
+        if x.device.type != "cpu":
+            return F.dropout(x, self.p, training=True)
+        keep, scale = keep_mask(x.shape, self.p)
+        return x * (keep * scale).to(x.dtype)  # the mask's gradient is the same mask
+
+    def extra_repr(self) -> str:
+        return f"p={self.p}"
