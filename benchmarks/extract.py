@@ -16,28 +16,20 @@ with ``--quick``).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
-import platform
 import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+if str(Path(__file__).resolve().parent) not in sys.path:  # _common.py, when imported from elsewhere
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import (DEFAULT_DATA, HERE, loadavg, machine_meta, print_table, quiet_transformers,  # noqa: E402
+                     work_folder, write_results)
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parent
-if str(REPO) not in sys.path:  # run from a checkout without installing
-    sys.path.insert(0, str(REPO))
-
-DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 MODEL = "minilm"
 DEVICE = "cpu"
 BATCH_TOKENS = 8192  # extract() defaults
@@ -59,23 +51,6 @@ TARGETS = {
 
 # --------------------------------------------------------------------------------------------
 # small helpers
-
-
-def _quiet_transformers() -> None:
-    try:
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.disable_progress_bar()
-        hf_logging.set_verbosity_error()
-    except Exception:  # pragma: no cover - only cosmetics
-        pass
-
-
-def loadavg() -> list[float] | None:
-    try:
-        return [round(x, 2) for x in os.getloadavg()]
-    except OSError:  # pragma: no cover
-        return None
 
 
 def proc_status_bytes(key: str) -> int | None:
@@ -103,33 +78,6 @@ def dir_bytes(path: Path) -> tuple[int, int]:
 
 def mb(n: float) -> float:
     return n / 1e6
-
-
-def fmt(x, digits=2) -> str:
-    if x is None:
-        return "-"
-    if isinstance(x, int):
-        return f"{x:,}"
-    if isinstance(x, float):
-        if abs(x) >= 1000:
-            return f"{x:,.0f}"
-        return f"{x:.{digits}f}"
-    return str(x)
-
-
-def print_table(title: str, headers: list[str], rows: list[list], note: str | None = None) -> None:
-    cells = [[fmt(c) for c in row] for row in rows]
-    widths = [max(len(h), *(len(r[i]) for r in cells)) if cells else len(h) for i, h in enumerate(headers)]
-    line = "  ".join("-" * w for w in widths)
-    print(f"\n{title}")
-    print("  ".join(h.ljust(w) if i == 0 else h.rjust(w) for i, (h, w) in enumerate(zip(headers, widths))))
-    print(line)
-    for r in cells:
-        print("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))))
-    if note:
-        for text in note.strip().splitlines():
-            print(f"  {text}")
-    sys.stdout.flush()
 
 
 def split_files(data: Path, name: str) -> tuple[dict[str, str], str]:
@@ -430,7 +378,7 @@ def rss_child(payload: dict) -> dict:
     """Runs in a fresh interpreter: one extraction, then report this process's peak RSS."""
     import resource
 
-    _quiet_transformers()
+    quiet_transformers()
     import torch  # noqa: F401  (baseline includes the libraries every extraction needs)
     import transformers  # noqa: F401
 
@@ -655,26 +603,16 @@ def main(argv=None) -> int:
         only.add("overhead")
     out_json = args.out or (HERE / "results" / ("extract-quick.json" if quick else "extract.json"))
 
-    _quiet_transformers()
+    quiet_transformers()
     import torch
 
     import layercache
     from layercache import load_backbone
 
     t_start = time.perf_counter()
-    tmp_ctx = (contextlib.nullcontext(str(args.workdir)) if args.workdir
-               else tempfile.TemporaryDirectory(prefix="layercache-bench-"))
-    with tmp_ctx as tmp:
-        workdir = Path(tmp)
-        workdir.mkdir(parents=True, exist_ok=True)
-        # extract() records its output as the "latest" cache; keep that pointer out of the user's home.
-        os.environ["LAYERCACHE_HOME"] = str(workdir / "home")
-
+    with work_folder(args.workdir, "layercache-bench-") as workdir:
         meta = {
-            "date": time.strftime("%Y-%m-%d %H:%M:%S"), "quick": quick, "model": MODEL, "device": DEVICE,
-            "python": platform.python_version(), "torch": torch.__version__, "layercache": layercache.__version__,
-            "platform": platform.platform(), "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
-            "loadavg_start": loadavg(), "data": str(data), "overhead_examples": n_examples, "reps": reps,
+            **machine_meta(quick, MODEL, DEVICE), "data": str(data), "overhead_examples": n_examples, "reps": reps,
             "read_min_seconds": read_s, "rss_limits": list(rss_limits),
             "note": "2 CPU cores shared with other work (tests may run concurrently); load averages are recorded "
                     "next to each measurement. Read benchmarks run right after writing, so the page cache is warm.",
@@ -720,9 +658,7 @@ def main(argv=None) -> int:
         meta["total_s"] = time.perf_counter() - t_start
 
     report(results)
-    out_json.parent.mkdir(parents=True, exist_ok=True)
-    out_json.write_text(json.dumps(results, indent=2, default=str) + "\n")
-    print(f"\nTotal {meta['total_s']:.0f}s. JSON written to {out_json}")
+    write_results(results, out_json)
     return 0
 
 

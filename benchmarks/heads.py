@@ -23,28 +23,21 @@ subsets: under a minute on idle cores, a few minutes when other work shares them
 from __future__ import annotations
 
 import argparse
-import contextlib
 import cProfile
 import io
 import json
 import os
-import platform
 import pstats
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+if str(Path(__file__).resolve().parent) not in sys.path:  # _common.py, when imported from elsewhere
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _common  # noqa: E402
+from _common import (DEFAULT_DATA, HERE, loadavg, machine_meta, quiet_transformers,  # noqa: E402
+                     work_folder, write_results)
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parent
-if str(REPO) not in sys.path:  # run from a checkout without installing
-    sys.path.insert(0, str(REPO))
-
-DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 MODEL = "minilm"
 DEVICE = "cpu"
 THREADS = 2
@@ -75,56 +68,12 @@ TARGETS = {
 
 
 # --------------------------------------------------------------------------------------------
-# small helpers (same style as extract.py)
-
-
-def _quiet_transformers() -> None:
-    try:
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.disable_progress_bar()
-        hf_logging.set_verbosity_error()
-    except Exception:  # pragma: no cover - only cosmetics
-        pass
-
-
-def loadavg() -> list[float] | None:
-    try:
-        return [round(x, 2) for x in os.getloadavg()]
-    except OSError:  # pragma: no cover
-        return None
-
-
-def fmt(x, digits=3) -> str:
-    if x is None:
-        return "-"
-    if isinstance(x, bool):
-        return "yes" if x else "no"
-    if isinstance(x, int):
-        return f"{x:,}"
-    if isinstance(x, float):
-        if x != x:
-            return "nan"
-        if abs(x) >= 1000:
-            return f"{x:,.0f}"
-        if abs(x) >= 100:
-            return f"{x:.1f}"
-        return f"{x:.{digits}f}"
-    return str(x)
+# small helpers (tables and load averages: _common.py)
 
 
 def print_table(title: str, headers: list[str], rows: list[list], note: str | None = None) -> None:
-    cells = [[fmt(c) for c in row] for row in rows]
-    widths = [max(len(h), *(len(r[i]) for r in cells)) if cells else len(h) for i, h in enumerate(headers)]
-    print(f"\n{title}")
-    print("  ".join(h.ljust(w) if i == 0 else h.rjust(w) for i, (h, w) in enumerate(zip(headers, widths))))
-    print("  ".join("-" * w for w in widths))
-    for r in cells:
-        print("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))))
-    if note:
-        for text in note.strip().splitlines():
-            print(f"  {text}")
-    sys.stdout.flush()
+    """Tables of scores: three decimals."""
+    _common.print_table(title, headers, rows, note, digits=3)
 
 
 def log(text: str) -> None:
@@ -459,7 +408,7 @@ def main(argv=None) -> int:
     only = set(args.only or ["mixers", "live"])
     out_json = args.out or (HERE / "results" / ("heads-quick.json" if quick else "heads.json"))
 
-    _quiet_transformers()
+    quiet_transformers()
     import torch
 
     import layercache
@@ -469,18 +418,9 @@ def main(argv=None) -> int:
         make_mixer(m, 7, 384)  # a typo fails now, not after the extraction
     torch.set_num_threads(args.threads)
     t_start = time.perf_counter()
-    tmp_ctx = (contextlib.nullcontext(str(args.cache_dir)) if args.cache_dir
-               else tempfile.TemporaryDirectory(prefix="layercache-heads-bench-"))
-    with tmp_ctx as tmp:
-        workdir = Path(tmp)
-        workdir.mkdir(parents=True, exist_ok=True)
-        # extract() records its output as the "latest" cache; keep that pointer out of the user's home.
-        os.environ["LAYERCACHE_HOME"] = str(workdir / "home")
+    with work_folder(args.cache_dir, "layercache-heads-bench-") as workdir:
         meta = {
-            "date": time.strftime("%Y-%m-%d %H:%M:%S"), "quick": quick, "model": MODEL, "device": DEVICE,
-            "python": platform.python_version(), "torch": torch.__version__, "layercache": layercache.__version__,
-            "platform": platform.platform(), "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
-            "loadavg_start": loadavg(), "data": str(data), "sizes": sizes, "mixers": mixers, "epochs": epochs,
+            **machine_meta(quick, MODEL, DEVICE), "data": str(data), "sizes": sizes, "mixers": mixers, "epochs": epochs,
             "patience": patience_text(args.patience), "live_epochs": live_epochs,
             "live_measured_epochs": live_measured, "seed": args.seed, "train_batch": TRAIN_BATCH,
             "eval_batch": EVAL_BATCH, "val_fraction": VAL_FRACTION,
@@ -528,9 +468,7 @@ def main(argv=None) -> int:
         meta["total_s"] = time.perf_counter() - t_start
 
     report(results)
-    out_json.parent.mkdir(parents=True, exist_ok=True)
-    out_json.write_text(json.dumps(results, indent=2, default=str) + "\n")
-    print(f"\nTotal {meta['total_s']:.0f}s. JSON written to {out_json}")
+    write_results(results, out_json)
     return 0
 
 

@@ -42,7 +42,7 @@ from ..extraction.tokenize import EncodedExample, encode_split
 from ..sources.backbone import Backbone
 from ..sources.records import DatasetRecords, LabelTask
 from ..store.dtypes import STORAGE_DTYPES, check_storage_dtype
-from ..store.reader import IGNORE_INDEX, CacheBatch, LayerCache
+from ..store.reader import IGNORE_INDEX, CacheBatch, LayerCache, state_positions
 
 
 class LiveFeed:
@@ -89,7 +89,7 @@ class LiveFeed:
         self.split_records = records.splits[split]
         self.batch_size, self.bucket_batches = batch_size, bucket_batches
         self.storage_dtype = storage_dtype
-        self.index = _layer_index(layers, backbone.layer_names)
+        self.index = state_positions(layers, backbone.layer_names, "the backbone")
         self.layer_names = [backbone.layer_names[i] for i in self.index]
         self.task_specs = [_resolve_task(records, t) for t in tasks]
         self.tasks = [t.name for t in self.task_specs]
@@ -279,23 +279,3 @@ def _resolve_task(records: DatasetRecords, task: str | LabelTask) -> LabelTask:
     except KeyError:
         known = ", ".join(t.name for t in records.tasks) or "none"
         raise ConfigError(f"The dataset has no task {name!r}; its tasks are: {known}.") from None
-
-
-def _layer_index(layers, names: list[str]) -> list[int]:
-    """Positions among the backbone's states for names or (negative) indexes, in the order given."""
-    if layers is None:
-        return list(range(len(names)))
-    if isinstance(layers, (int, str)):
-        layers = [layers]
-    out = []
-    for layer in layers:
-        if isinstance(layer, str) and layer in names:
-            out.append(names.index(layer))
-        elif isinstance(layer, (int, np.integer)) and not isinstance(layer, bool) and -len(names) <= layer < len(names):
-            out.append(int(layer) % len(names))
-        else:
-            raise ConfigError(f"Layer {layer!r} does not exist; the backbone has {', '.join(names)} "
-                              f"(or an index from {-len(names)} to {len(names) - 1}).")
-    if not out:
-        raise ConfigError("layers is empty; name at least one state.")
-    return out

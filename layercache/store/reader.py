@@ -28,6 +28,31 @@ IGNORE_INDEX = -100
 LayerSpec = int | str
 
 
+def state_positions(layers: LayerSpec | Sequence[LayerSpec] | None, names: Sequence[str],
+                    owner: str = "the states") -> list[int]:
+    """Positions in ``names`` of state names or (negative) indices, in the order given; None = all.
+
+    ``owner`` names what holds the states in the refusal: "Layer 'x' is not in this cache, ...".
+    """
+    if layers is None:
+        return list(range(len(names)))
+    if isinstance(layers, (int, str)):
+        layers = [layers]
+    out = []
+    for layer in layers:
+        if isinstance(layer, str) and layer in names:
+            out.append(names.index(layer))
+        elif (isinstance(layer, (int, np.integer)) and not isinstance(layer, bool)
+              and -len(names) <= layer < len(names)):
+            out.append(int(layer) % len(names))
+        else:
+            raise ConfigError(f"Layer {layer!r} is not in {owner}, which has {', '.join(names)} "
+                              f"(or give an index from {-len(names)} to {len(names) - 1}).")
+    if not out:
+        raise ConfigError("layers is empty; name at least one state.")
+    return out
+
+
 @dataclass
 class CacheBatch:
     """A padded minibatch read from the cache, float32, ready for a head."""
@@ -127,23 +152,7 @@ class LayerCache:
 
     def layer_index(self, layers: LayerSpec | Sequence[LayerSpec] | None) -> list[int]:
         """Positions among the kept states for names or (negative) indices; None = all."""
-        names = self.layer_names
-        if layers is None:
-            return list(range(len(names)))
-        if isinstance(layers, (int, str)):
-            layers = [layers]
-        out = []
-        for layer in layers:
-            if isinstance(layer, str) and layer in names:
-                out.append(names.index(layer))
-            elif isinstance(layer, (int, np.integer)) and -len(names) <= layer < len(names):
-                out.append(int(layer) % len(names))
-            else:
-                raise ConfigError(
-                    f"Layer {layer!r} is not in this cache; it keeps {', '.join(names)} "
-                    f"(or an index from {-len(names)} to {len(names) - 1})."
-                )
-        return out
+        return state_positions(layers, self.layer_names, "this cache")
 
     # --- shard access -----------------------------------------------------------------
     def _handle(self, file: str) -> h5py.File:

@@ -18,15 +18,6 @@ SIZES = {"train": 24, "validation": 8}
 TASKS = ["agreement", "sentiment", "negation_scope", "intensity"]  # sequence, sequence, token, regression
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny tensors: a thread pool only adds overhead, and the CPU cores are shared."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module")
 def records():
     return load_builtin(sizes=SIZES)
@@ -184,7 +175,7 @@ def test_refuses_what_does_not_match(caches, tiny_models, records):
         LiveFeed.matching_cache(cache, "train", bert, fewer)
     with pytest.raises(ConfigError, match="no task"):
         LiveFeed(bert, records, "train", tasks=["nope"])
-    with pytest.raises(ConfigError, match="does not exist"):
+    with pytest.raises(ConfigError, match="not in the backbone"):
         LiveFeed(bert, records, "train", layers=["layer_9"])
     with pytest.raises(ConfigError, match="no split"):
         LiveFeed(bert, records, "test")

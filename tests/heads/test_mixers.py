@@ -29,15 +29,6 @@ SPECS = ["last", "layer:2", "scalar", "adaptive", "attention", "gumbel", "act"]
 SMALL = {"adaptive": {"k": 16}, "attention": {"attn_dim": 8}}
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny tensors: a thread pool only adds overhead, and the CPU cores are shared."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def build(spec: str, n_states: int = S, dim: int = D, **options) -> LayerMixer:
     torch.manual_seed(0)
     return make_mixer(spec, n_states, dim, **{**SMALL.get(spec, {}), **options})

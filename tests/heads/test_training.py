@@ -37,15 +37,6 @@ def cache(bert_cache):
         yield opened
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    # Tiny heads run faster on one thread, and a second test process then does not thrash.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def options(mixer: str) -> dict:
     return {"mixer_options": SMALL_ADAPTIVE} if mixer == "adaptive" else {}
 
