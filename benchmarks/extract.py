@@ -273,7 +273,7 @@ def bench_overhead(backbone, data: Path, n_examples: int, reps: int, workdir: Pa
         breakdown["other (loop bookkeeping, progress, manifest build)"] = mid["loop_s"] - sum(breakdown.values())
         writer_thread = {
             "ShardWriter.append (HDF5 writes)": ph["shard_append"],  # on the writer thread, when there is one
-            "ShardWriter.commit (close, fsync + sha256)": ph["shard_commit"],
+            "ShardWriter.commit (close, fsync + checksum)": ph["shard_commit"],
             "manifest writes after commits": ph["writer_manifest"],
         }
         results[name] = {

@@ -147,6 +147,8 @@ def extract(
 def info(
     cache: Optional[Path] = typer.Argument(None, help="Cache folder [default: the most recent one]."),
     as_json: bool = typer.Option(False, "--json", help="Print the manifest as JSON."),
+    check: bool = typer.Option(False, "--check", help="Also re-read every shard and compare it with its "
+                               "recorded checksum (exit code 1 when one differs)."),
 ):
     """Show what a cache holds: model, dataset, splits, sizes, layers, dtype, complete or not."""
     from .report.info import cache_summary, render_summary
@@ -155,8 +157,16 @@ def info(
     with LayerCache.open(cache, allow_incomplete=True) as opened:
         if as_json:
             out_console.print_json(json.dumps(opened.manifest.to_json()))
-            return
-        render_summary(cache_summary(opened), out_console)
+        else:
+            render_summary(cache_summary(opened), out_console)
+        if check:
+            damaged = opened.damaged_shards()
+            if damaged:
+                err_console.print(f"[bold red]{len(damaged)} shard(s) missing or changed since extraction:[/] "
+                                  + ", ".join(damaged) + ". Re-extract with --overwrite.", highlight=False)
+                raise typer.Exit(1)
+            n = sum(len(s.shards) for s in opened.manifest.splits.values())
+            err_console.print(f"All {n} shards match their checksums.")
 
 
 @app.command("list")

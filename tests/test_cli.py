@@ -32,6 +32,21 @@ def test_extract_then_info_and_list(tiny_models, tsv, tmp_path):
     assert as_json.exit_code == 0 and '"config_hash"' in as_json.output
 
 
+def test_info_check_finds_a_changed_shard(tiny_models, tsv, tmp_path):
+    out = tmp_path / "cache"
+    assert invoke("extract", tiny_models["bert"], tsv, "--out", out, "--quiet").exit_code == 0
+    clean = invoke("info", out, "--check")
+    assert clean.exit_code == 0 and "match their checksums" in clean.output
+    shard = sorted(out.glob("train/shard-*.h5"))[0]
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # one flipped bit pattern somewhere in the token states
+    shard.write_bytes(bytes(data))
+    with lc.LayerCache.open(out) as cache:
+        assert cache.damaged_shards() == [f"train/{shard.name}"]
+    damaged = invoke("info", out, "--check")
+    assert damaged.exit_code == 1 and shard.name in damaged.output and "--overwrite" in damaged.output
+
+
 def test_split_files_and_layers(tiny_models, tsv, tmp_path):
     out = tmp_path / "cache"
     result = invoke("extract", tiny_models["bert"], "--split", f"train={tsv}", "--split", f"validation={tsv}",

@@ -90,7 +90,7 @@ def test_sigkill_then_resume_matches_an_uninterrupted_run(tiny_models, tmp_path)
     assert a.complete and a.config_hash == b.config_hash
     assert not list(killed.glob("*/*.tmp"))
     for split in a.splits:
-        assert [s.sha256 for s in a.splits[split].shards] == [s.sha256 for s in b.splits[split].shards]
+        assert [s.checksum for s in a.splits[split].shards] == [s.checksum for s in b.splits[split].shards]
         assert a.splits[split].stats == b.splits[split].stats
     left, right = read_all(killed), read_all(clean)
     assert left.keys() == right.keys()
@@ -105,14 +105,14 @@ def _shard_files(cache: Path) -> set[str]:
 
 def _assert_only_committed_shards(cache: Path) -> None:
     """What an interrupted run must leave: no temp file, and every shard on disk listed with its hash."""
-    from layercache.store.writer import sha256_file
+    from layercache.store.checksum import file_checksum
 
     manifest = lc.read_manifest(cache)
     assert not manifest.complete
     listed = {s.file: s for split in manifest.splits.values() for s in split.shards}
     assert _shard_files(cache) == set(listed)
     for name, shard in listed.items():
-        assert sha256_file(cache / name) == shard.sha256
+        assert file_checksum(cache / name) == shard.checksum
 
 
 def _extract(path: Path, model: Path):
@@ -148,7 +148,7 @@ def test_an_error_surfaces_and_the_run_resumes_to_the_same_cache(tiny_models, tm
             return original(*args, **kwargs)
         return wrapper
 
-    owner, attr = {"append": (writer_mod.ShardWriter, "append"), "commit": (writer_mod, "fsync_and_sha256"),
+    owner, attr = {"append": (writer_mod.ShardWriter, "append"), "commit": (writer_mod, "fsync_and_checksum"),
                    "forward": (run_mod, "run_batch")}[where]
     if where == "commit":
         calls["n"] = 2  # fail the third commit: two shards are committed before it
@@ -163,8 +163,8 @@ def test_an_error_surfaces_and_the_run_resumes_to_the_same_cache(tiny_models, tm
     clean = _extract(tmp_path / "clean", tiny_models["bert"])
     assert resumed.resumed and resumed.manifest.complete
     for split in clean.manifest.splits:
-        assert ([s.sha256 for s in resumed.manifest.splits[split].shards]
-                == [s.sha256 for s in clean.manifest.splits[split].shards])
+        assert ([s.checksum for s in resumed.manifest.splits[split].shards]
+                == [s.checksum for s in clean.manifest.splits[split].shards])
 
 
 def test_writer_thread_and_inline_writer_write_identical_caches(tiny_models, tmp_path, small_builtin,
@@ -175,7 +175,7 @@ def test_writer_thread_and_inline_writer_write_identical_caches(tiny_models, tmp
     for threaded in (True, False):
         monkeypatch.setattr(run_mod, "writer_thread_helps", lambda device: threaded)
         result = _extract(tmp_path / str(threaded), tiny_models["bert"])
-        digests[threaded] = {name: [s.sha256 for s in split.shards]
+        digests[threaded] = {name: [s.checksum for s in split.shards]
                              for name, split in result.manifest.splits.items()}
     assert digests[True] == digests[False]
     assert sum(len(d) for d in digests[True].values()) > 2  # several shards, so the comparison means something

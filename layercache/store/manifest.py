@@ -2,7 +2,7 @@
 
 ``<cache>/manifest.json`` records what produced the cache (model, tokenizer, dataset), how it is
 stored (dtype, kept states, token states or pooled only), and every committed shard with its
-row range and sha256. It is rewritten atomically (temp file + fsync + rename) after each shard
+row range and checksum. It is rewritten atomically (temp file + fsync + rename) after each shard
 commit, so a crash leaves either the previous or the next valid manifest, never half of one;
 ``complete`` turns true only in the last write of a finished run.
 
@@ -25,6 +25,7 @@ from ..errors import CacheError
 from ..sources.records import LabelTask
 
 FORMAT_VERSION = 1
+"""Bumped whenever a reader of the previous version would misread a new cache."""
 MANIFEST_NAME = "manifest.json"
 
 
@@ -51,7 +52,8 @@ class ShardInfo:
     first_batch: int
     n_batches: int
     bytes: int
-    sha256: str
+    checksum: str
+    """``"xxh3_128:<hex>"`` of the file (see :mod:`layercache.store.checksum`)."""
 
 
 @dataclass

@@ -19,6 +19,7 @@ import torch
 
 from ..errors import CacheError, ConfigError
 from ..sources.records import LabelTask
+from .checksum import checksum_matches
 from .dtypes import from_storage
 from .manifest import Manifest, SplitInfo, read_manifest
 
@@ -153,6 +154,15 @@ class LayerCache:
     def layer_index(self, layers: LayerSpec | Sequence[LayerSpec] | None) -> list[int]:
         """Positions among the kept states for names or (negative) indices; None = all."""
         return state_positions(layers, self.layer_names, "this cache")
+
+    def damaged_shards(self) -> list[str]:
+        """Listed shards whose file is missing or no longer has the checksum the manifest recorded.
+
+        Reads every shard once (at disk speed); an empty list means the cache's bytes are exactly
+        what extraction committed.
+        """
+        return [shard.file for split in self.manifest.splits.values() for shard in split.shards
+                if not checksum_matches(self.path / shard.file, shard.checksum)]
 
     # --- shard access -----------------------------------------------------------------
     def _handle(self, file: str) -> h5py.File:

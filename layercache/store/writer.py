@@ -26,9 +26,7 @@ dataset either way and reads the same.
 
 from __future__ import annotations
 
-import hashlib
 import os
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -36,6 +34,7 @@ import h5py
 import numpy as np
 
 from ..sources.records import LabelTask
+from .checksum import fsync_and_checksum
 from .dtypes import BYTES_PER_VALUE, h5_dtype
 from .manifest import ShardInfo
 
@@ -195,7 +194,7 @@ class ShardWriter:
         self._n_batches += 1
 
     def commit(self) -> ShardInfo:
-        """Finish the file, fsync it, and rename it into place; returns its manifest entry."""
+        """Finish the file, fsync and checksum it, and rename it into place; returns its manifest entry."""
         if self._file is None:
             raise ValueError("cannot commit an empty shard")
         f = self._file
@@ -210,13 +209,13 @@ class ShardWriter:
         f.flush()
         f.close()
         self._file = None
-        digest = fsync_and_sha256(self.tmp_path)
+        digest = fsync_and_checksum(self.tmp_path)
         size = self.tmp_path.stat().st_size
         os.replace(self.tmp_path, self.path)
         return ShardInfo(
             file=f"{self.path.parent.name}/{self.path.name}", first_row=self.first_row,
             n_examples=self._n_examples, n_tokens=self._n_tokens, first_batch=self.first_batch,
-            n_batches=self._n_batches, bytes=size, sha256=digest,
+            n_batches=self._n_batches, bytes=size, checksum=digest,
         )
 
     def abort(self) -> None:
@@ -274,30 +273,6 @@ class _TokenChunks:
             self._carry[:, self._carried:] = 0
             self._write(self._size - self._carried, self._carry)
             self._carried = 0
-
-
-def sha256_file(path: Path, block: int = 1 << 20) -> str:
-    """Hex sha256 of a file, read into one reused buffer (no per-block allocation)."""
-    digest = hashlib.sha256()
-    buffer = bytearray(block)
-    view = memoryview(buffer)
-    with open(path, "rb", buffering=0) as handle:
-        while n := handle.readinto(buffer):
-            digest.update(view[:n])
-    return digest.hexdigest()
-
-
-def fsync_and_sha256(path: Path) -> str:
-    """Flush ``path`` to disk and return its sha256, the two at once.
-
-    The hash reads the file back from the page cache while the disk writes it; both release the
-    GIL, so a commit takes about the longer of the two instead of their sum.
-    """
-    with open(path, "rb+") as handle, ThreadPoolExecutor(1, thread_name_prefix="layercache-fsync") as pool:
-        synced = pool.submit(os.fsync, handle.fileno())
-        digest = sha256_file(path)
-        synced.result()  # re-raises an fsync error
-    return digest
 
 
 def shard_name(index: int) -> str:
