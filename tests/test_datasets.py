@@ -51,16 +51,17 @@ def test_csv_with_header(tmp_path):
 def test_tsv_headerless_is_detected(tmp_path):
     path = write(tmp_path / "train.tsv", "".join(f"{int(l == 'pos')}\t{t}\n" for t, l in REVIEWS))
     records = load_dataset_records(str(path))
-    assert records.columns == ["0", "1"]
-    assert records.text_columns == ["1"]
-    assert records.tasks[0].name == "0" and records.tasks[0].label_names == ("0", "1")
+    # Positional columns get the names a header would have given them, once label and text are told apart.
+    assert records.columns == ["label", "text"]
+    assert records.text_columns == ["text"]
+    assert records.tasks[0].name == "label" and records.tasks[0].label_names == ("0", "1")
     split = records.splits["train"]
     assert len(split) == 6  # the first row is data, not a header
     assert split.texts[0] == REVIEWS[0][0]
-    assert split.labels["0"] == [0, 1, 1, 0, 0, 0]
-    # explicit column choice on a headerless file
+    assert split.labels["label"] == [0, 1, 1, 0, 0, 0]
+    # explicit column choice on a headerless file, by position
     again = load_dataset_records(str(path), text_columns=["1"], label_columns=["0"])
-    assert again.splits["train"].texts == split.texts
+    assert again.splits["train"].texts == split.texts and again.tasks[0].name == "label"
 
 
 def test_tsv_headerless_text_first_with_string_labels_and_quotes(tmp_path):
@@ -69,10 +70,11 @@ def test_tsv_headerless_text_first_with_string_labels_and_quotes(tmp_path):
     path = write(tmp_path / "news.tsv", "\n".join(lines) + "\n")
     records = load_dataset_records(str(path))
     split = records.splits["train"]
-    assert records.text_columns == ["0"] and records.tasks[0].name == "1"
+    assert records.text_columns == ["text"] and records.tasks[0].name == "label"
+    assert records.columns == ["text", "label"]
     assert split.texts[0] == 'he said "no" and walked out of the room'
     assert records.tasks[0].label_names == ("business", "drama", "sport")
-    assert split.labels["1"] == [1, 2, 0, 2]
+    assert split.labels["label"] == [1, 2, 0, 2]
 
 
 def test_unknown_header_names_are_still_a_header(tmp_path):
@@ -435,7 +437,7 @@ def test_shared_real_data():
         records = load_dataset_records(str(sst2))
     split = records.splits["train"]
     assert len(split) == 6920
-    assert records.text_columns == ["1"]
+    assert records.text_columns == ["text"]
     assert records.tasks[0].num_classes == 2 and records.tasks[0].label_names == ("0", "1")
     assert all(" " in text for text in split.texts[:50])
 

@@ -99,6 +99,11 @@ class _MemorySplit(_Split):
         values = self.columns[name]
         return values if stop is None else values[:stop]
 
+    def rename(self, names: Mapping[str, str]) -> None:
+        """Rename columns (``old -> new``); the others keep their names."""
+        self.columns = {names.get(k, k): v for k, v in self.columns.items()}
+        self.column_names = list(self.columns)
+
 
 class _HubSplit(_Split):
     def __init__(self, name: str, origin: str, dataset: Any) -> None:
@@ -633,6 +638,8 @@ def _build_records(loaded: _Loaded, *, splits, text_columns, label_columns, no_l
     if overlap:
         raise ConfigError(f"Column {overlap[0]!r} cannot be both the text and a label; choose another column "
                           f"for one of them.")
+    if loaded.headerless:
+        labels, texts, columns = _name_headerless_columns(all_splits, labels, texts, columns)
     for split in chosen:
         for column in texts:
             if column not in split.column_names:
@@ -733,6 +740,25 @@ def _choose_text_columns(loaded: _Loaded, columns: list[str], chosen: list[_Spli
             return [found], "texts"
     raise DatasetError(f"No text column found in {loaded.name!r} (columns: {', '.join(columns)}); pass "
                        f"--text-column NAME (or two names for a sentence pair).")
+
+
+def _name_headerless_columns(splits: Mapping[str, _Split], labels: list[str], texts: list[str],
+                             columns: list[str]) -> tuple[list[str], list[str], list[str]]:
+    """Give the columns of a file without a header the names a header would have given them.
+
+    Their names are positions ("0", "1"); once detection (or ``--label-column 0``) has told label
+    from text, the task is called ``label`` (``label_<position>`` for several) and the text
+    ``text`` (``text``/``text_pair`` for pairs), so runs and reports do not speak of task "0".
+    """
+    names = {c: "label" if len(labels) == 1 else f"label_{c}" for c in labels}
+    names.update(zip(texts, ["text"] if len(texts) == 1 else ["text", "text_pair"]))
+    clash = set(names.values()) & (set(columns) - set(names))
+    if clash:  # cannot happen with positional names, but never shadow a real column
+        return labels, texts, columns
+    for split in splits.values():
+        if isinstance(split, _MemorySplit):
+            split.rename(names)
+    return [names[c] for c in labels], [names[c] for c in texts], [names.get(c, c) for c in columns]
 
 
 def _holds_lists(splits: Iterable[_Split], column: str) -> bool:
