@@ -28,6 +28,7 @@ from ..errors import CacheMismatchError, ConfigError
 from ..sources.records import LabelTask
 from ..store.manifest import utc_now
 from ..store.reader import LayerCache
+from .attention import SelfAttention
 from .evaluation import PassResult, evaluate, predict
 from .feed import CacheFeed
 from .model import HeadModel
@@ -266,7 +267,7 @@ class LayerHead(BaseEstimator):
 # --- helpers ------------------------------------------------------------------------------------
 def default_lr(model: HeadModel) -> float:
     """1e-3 for heads with attention, encoder layers or learned projections; 1e-2 for linear ones."""
-    deep = any(isinstance(m, (torch.nn.MultiheadAttention, torch.nn.TransformerEncoder)) for m in model.modules())
+    deep = any(isinstance(m, SelfAttention) for m in model.modules())
     return 1e-3 if deep or model.mixer_spec == "adaptive" else 1e-2
 
 

@@ -10,8 +10,9 @@ memory. Per epoch it
 3. groups rows of similar length into batches (a bucket of 16 batches is sorted by length, then
    the batches are shuffled), so a head computes on far fewer padded positions than with purely
    random batches, while every epoch still sees a different order;
-4. builds each batch by one vectorised gather from the slab: ``(B, T, S, D)`` states, the mask,
-   word ids and labels (first sub-token of each word for token tasks).
+4. builds each batch by one vectorised gather from the slab: ``(B, T, S, D)`` states in the
+   cache's storage precision (float16 by default; mixers compute in float32), the mask, word ids
+   and labels (first sub-token of each word for token tasks).
 
 Labels, lengths and word ids are small and are loaded once. Slabs read in one epoch are kept
 for the next ones while they fit ``keep_bytes`` (1 GiB by default), so a subset that fits in
@@ -29,7 +30,8 @@ import numpy as np
 import torch
 
 from ..errors import CacheError, ConfigError
-from ..store.dtypes import BYTES_PER_VALUE, storage_to_tensor
+from ..store.buffers import populated_empty
+from ..store.dtypes import BYTES_PER_VALUE, as_torch
 from ..store.reader import IGNORE_INDEX, CacheBatch, LayerCache
 
 #: Batches per length bucket when shuffling: large enough to cut padding, small enough to stay random.
@@ -97,6 +99,7 @@ class CacheFeed:
         self.keep_bytes = keep_bytes
         self._kept: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # block -> (slab, at)
         self._kept_bytes = 0
+        self._stream: np.ndarray | None = None  # reused by blocks that are not kept
 
     # --- set-up -----------------------------------------------------------------------
     def _load_small_arrays(self) -> None:
@@ -129,10 +132,9 @@ class CacheFeed:
         """Cut the chosen rows of each shard into blocks whose reads fit ``block_bytes``.
 
         A block is read as runs of nearby rows (see :meth:`_read`), so what it costs is the
-        span of those runs, gaps included, over every stored state (HDF5 fancy indexing over the
-        state axis is far slower than reading all states and picking in memory).
+        span of those runs, gaps included, over the states this feed serves.
         """
-        per_token = len(self.cache.layer_names) * self.cache.hidden_size * BYTES_PER_VALUE[self.storage_dtype]
+        per_token = len(self.index) * self.cache.hidden_size * BYTES_PER_VALUE[self.storage_dtype]
         blocks = []
         shard_of = np.searchsorted(self._starts, self.rows, side="right") - 1
         for shard in np.unique(shard_of):
@@ -177,37 +179,62 @@ class CacheFeed:
         """Block ``b``'s slab: kept from an earlier epoch, or read (and kept if it fits)."""
         if b in self._kept:
             return self._kept[b]
-        slab, at = self._read(self._blocks[b])
-        if self._kept_bytes + slab.nbytes <= self.keep_bytes:
+        block = self._blocks[b]
+        keep = self._kept_bytes + self._slab_bytes(block) <= self.keep_bytes
+        slab, at = self._read(block, keep=keep)
+        if keep:
             self._kept[b] = slab, at
             self._kept_bytes += slab.nbytes
         return slab, at
 
-    def _read(self, block: _Block) -> tuple[np.ndarray, np.ndarray]:
+    def _runs(self, block: _Block) -> tuple[np.ndarray, list[np.ndarray], np.ndarray]:
+        """(local rows, runs of positions read together, row offsets into the stored dataset)."""
+        local = block.rows - self._starts[block.shard]  # (n,) sorted
+        offsets = self._offsets[block.shard] if self.pooled_mode is None else np.arange(local[-1] + 2)
+        breaks = np.nonzero(np.diff(local) > MAX_GAP_ROWS + 1)[0] + 1
+        return local, np.split(np.arange(len(local)), breaks), offsets
+
+    def _slab_bytes(self, block: _Block) -> int:
+        local, runs, offsets = self._runs(block)
+        rows = sum(int(offsets[local[r[-1]] + 1] - offsets[local[r[0]]]) for r in runs)
+        return rows * len(self.index) * self.cache.hidden_size * BYTES_PER_VALUE[self.storage_dtype]
+
+    def _read(self, block: _Block, keep: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """Stored values of a block's rows and where each row starts in them.
 
-        Returns ``slab`` — (t, S', D) token states or (n, S', D) pooled vectors, stored dtype — and
-        ``at`` (len(block.rows),), each row's first position in ``slab``. Rows at most
-        ``MAX_GAP_ROWS`` apart are read as one contiguous run (one large read beats many small
-        ones); farther rows start a new run, so a sparse subset never reads the whole shard.
+        Returns ``slab`` — (t, S', D) token states or (n, S', D) pooled vectors, stored dtype, only
+        the states this feed serves — and ``at`` (len(block.rows),), each row's first position in
+        ``slab``. Rows at most ``MAX_GAP_ROWS`` apart are read as one contiguous run (one large
+        read beats many small ones); farther rows start a new run, so a sparse subset never reads
+        the whole shard. A slab that will be kept gets memory mapped in up front (its pages
+        would otherwise be faulted in one by one while it is read); one that will not reuses
+        the feed's streaming buffer.
         """
         h = self.cache._handle(self.info.shards[block.shard].file)
-        local = block.rows - self._starts[block.shard]  # (n,) sorted
-        if self.pooled_mode is None:
-            ds, offsets = h["hidden"], self._offsets[block.shard]
-        else:
-            ds, offsets = h[f"pooled/{self.pooled_mode}"], np.arange(local[-1] + 2)
-        breaks = np.nonzero(np.diff(local) > MAX_GAP_ROWS + 1)[0] + 1
-        parts, at, base = [], np.empty(len(local), dtype=np.int64), 0
-        for run in np.split(np.arange(len(local)), breaks):
-            lo, hi = offsets[local[run[0]]], offsets[local[run[-1]] + 1]
-            parts.append(ds[lo:hi])
+        ds = h["hidden"] if self.pooled_mode is None else h[f"pooled/{self.pooled_mode}"]
+        local, runs, offsets = self._runs(block)
+        spans = [(int(offsets[local[r[0]]]), int(offsets[local[r[-1]] + 1])) for r in runs]
+        shape = (sum(hi - lo for lo, hi in spans), len(self.index), ds.shape[2])
+        slab = populated_empty(shape, ds.dtype) if keep else self._stream_buffer(shape, ds.dtype)
+        at, base = np.empty(len(local), dtype=np.int64), 0
+        every_state = self.index == list(range(ds.shape[1]))
+        for run, (lo, hi) in zip(runs, spans):
+            if hi > lo:
+                if every_state:
+                    ds.read_direct(slab, np.s_[lo:hi], np.s_[base:base + hi - lo])
+                else:
+                    for i, s in enumerate(self.index):
+                        ds.read_direct(slab, np.s_[lo:hi, s], np.s_[base:base + hi - lo, i])
             at[run] = base + offsets[local[run]] - lo
             base += hi - lo
-        slab = parts[0] if len(parts) == 1 else np.concatenate(parts)
-        if self.index != list(range(slab.shape[1])):
-            slab = slab[:, self.index]
         return slab, at
+
+    def _stream_buffer(self, shape: tuple[int, ...], dtype) -> np.ndarray:
+        """A view of the reused buffer for slabs that are not kept (grown when a block needs more)."""
+        need = int(np.prod(shape))
+        if self._stream is None or self._stream.size < need or self._stream.dtype != dtype:
+            self._stream = populated_empty((need,), dtype)
+        return self._stream[:need].reshape(shape)
 
     def _batches(self, block: _Block, rng: np.random.Generator, shuffle: bool) -> list[np.ndarray]:
         rows, size = block.rows, self.batch_size
@@ -230,7 +257,7 @@ class CacheFeed:
         local = rows - self._starts[shard]  # (B,) rows within the shard
         B = len(rows)
         if self.pooled_mode is not None:
-            data = storage_to_tensor(slab[at], self.storage_dtype)  # (B, S, D)
+            data = as_torch(slab[at], self.storage_dtype)  # (B, S, D) stored precision
             states, mask = data.unsqueeze(1), torch.ones(B, 1, dtype=torch.bool)  # (B, 1, S, D), (B, 1)
             labels = {t: self._sequence_labels(t, shard, local) for t in self.tasks}
             return CacheBatch(states=states, mask=mask, rows=rows, labels=labels)
@@ -243,7 +270,9 @@ class CacheFeed:
         token = np.where(real, starts[:, None] + pos[None, :], starts[:, None])  # (B, T) shard token index
         # Padded positions repeat the row's first token; mixers and heads ignore them through the mask.
         values = slab[token - starts[:, None] + at[:, None]]  # (B, T, S, D) stored dtype
-        states = storage_to_tensor(values, self.storage_dtype)  # (B, T, S, D) float32
+        # Kept in the stored precision: a mixer widens it to float32 in the same pass as its own
+        # re-layout, and a GPU receives half the bytes.
+        states = as_torch(values, self.storage_dtype)  # (B, T, S, D)
         mask = torch.from_numpy(real)
         word_ids = None
         if self._word_ids:

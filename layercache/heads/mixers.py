@@ -97,6 +97,9 @@ class LayerMixer(nn.Module):
     name: ClassVar[str] = ""
     #: True for mixers whose weights depend on the input; they keep a running mean of their usage.
     input_dependent: ClassVar[bool] = False
+    #: True for mixers that widen half-precision states themselves (fused with their own re-layout);
+    #: the others receive states already in their parameters' dtype.
+    widens_own_inputs: ClassVar[bool] = False
 
     def __init__(self, n_states: int, dim: int) -> None:
         super().__init__()
@@ -207,10 +210,15 @@ class LayerMixer(nn.Module):
             raise ValueError(f"mask must have shape (B, T) = {(B, T)}, got {tuple(mask.shape)}")
         mask = mask.to(device=states.device, dtype=torch.bool)
         # Caches store fp16/bf16; compute in the mixer's own precision.
-        param = next(self.parameters(), None)
-        if param is not None and states.dtype != param.dtype:
-            states = states.to(param.dtype)
+        if states.dtype != self.compute_dtype and not self.widens_own_inputs:
+            states = states.to(self.compute_dtype)
         return states, mask
+
+    @property
+    def compute_dtype(self) -> torch.dtype:
+        """The dtype a mixer computes in: its parameters', or torch's default for one without any."""
+        param = next(self.parameters(), None)
+        return torch.get_default_dtype() if param is None else param.dtype
 
     def _zero(self, like: Tensor) -> Tensor:
         return like.new_zeros(())
@@ -243,6 +251,7 @@ class SelectLayer(LayerMixer):
     """One cached state, unchanged: ``layer:<i>`` (0 = embeddings, negative counts from the end)."""
 
     name: ClassVar[str] = "layer"
+    widens_own_inputs: ClassVar[bool] = True  # one state of S: widen only that one
 
     def __init__(self, n_states: int, dim: int, *, index: int = -1) -> None:
         super().__init__(n_states, dim)
@@ -266,8 +275,8 @@ class SelectLayer(LayerMixer):
         return f"layer:{self.index}"
 
     def _mix(self, states: Tensor, mask: Tensor) -> MixOutput:
-        mixed = states[:, :, self.resolved_index]  # (B, T, D)
-        return MixOutput(mixed=mixed, aux_loss=self._zero(states))
+        mixed = states[:, :, self.resolved_index].to(self.compute_dtype)  # (B, T, D)
+        return MixOutput(mixed=mixed, aux_loss=mixed.new_zeros(()))
 
     def layer_weights(self) -> np.ndarray:
         """One-hot on the selected state."""
@@ -365,6 +374,7 @@ class AdaptiveMix(LayerMixer):
     """
 
     name: ClassVar[str] = "adaptive"
+    widens_own_inputs: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -431,15 +441,37 @@ class AdaptiveMix(LayerMixer):
         alive = torch.nonzero(w).squeeze(1) if (self.cutoff or self.topk) else None  # (S',)
         projection = self.projection  # (S, k, D)
         if alive is not None and len(alive) < S:
-            states = states.index_select(2, alive)  # (B, T, S', D)
             projection, w = projection.index_select(0, alive), w.index_select(0, alive)  # (S', k, D), (S',)
-        f = torch.einsum("btsd,skd->btsk", F.gelu(states), projection)  # (B, T, S', k)
-        f = self.drop(_layer_norm(f))  # (B, T, S', k)
-        mixed = F.gelu(torch.einsum("s,btsk->btk", w, f))  # (B, T, k)
+            keep = alive.tolist()
+        else:
+            keep = list(range(S))
+        x = self._activated_inputs(states, keep)  # (S', B*T, D)
+        f = torch.bmm(x, projection.transpose(1, 2))  # (S', B*T, k)
+        f = self.drop(_layer_norm(f))  # (S', B*T, k)
+        mixed = F.gelu(torch.einsum("s,snk->nk", w, f)).view(B, T, self.k)  # (B, T, k)
         if self.position_encoding:
             pe = sinusoidal_positions(T, self.k, device=states.device, dtype=mixed.dtype)  # (T, k)
             mixed = mixed + pe.unsqueeze(0)  # (B, T, k)
         return MixOutput(mixed=mixed, aux_loss=self.entropy_weight * entropy)
+
+    def _activated_inputs(self, states: Tensor, keep: list[int]) -> Tensor:
+        """``GELU(h_i)`` of the kept states, state-major ``(S', B*T, D)`` in the projection's dtype.
+
+        The states are constants (no gradient reaches them), so this runs without autograd, in one
+        copy that converts, selects and lays out state-major (what the batched projection reads
+        without another copy) and an in-place GELU: two passes over the batch's largest tensor
+        instead of the four a select, a GELU and an einsum's own re-layout would make.
+        """
+        B, T, _, D = states.shape
+        with torch.no_grad():
+            x = torch.empty((len(keep), B, T, D), dtype=self.projection.dtype, device=states.device)
+            if keep == list(range(states.shape[2])):
+                x.copy_(states.permute(2, 0, 1, 3))
+            else:
+                for i, s in enumerate(keep):
+                    x[i].copy_(states[:, :, s])
+            torch.ops.aten.gelu_(x)
+        return x.view(len(keep), B * T, D)
 
     def layer_params(self) -> list[nn.Parameter]:
         return [self.p]

@@ -22,17 +22,10 @@ from torch import Tensor, nn
 from ..errors import ConfigError
 from ..sources.records import LabelTask
 from ..store.reader import IGNORE_INDEX
+from .attention import EncoderLayer, SelfAttention, fit_heads
 from .dropout import Dropout
 
 POOLINGS = ("mean", "first", "last", "attention")
-
-
-def fit_heads(width: int, wanted: int) -> int:
-    """The largest head count ``<= wanted`` that divides ``width`` (attention needs equal head widths)."""
-    for n in range(min(wanted, width), 0, -1):
-        if width % n == 0:
-            return n
-    return 1
 
 
 class SequenceHead(nn.Module):
@@ -53,8 +46,7 @@ class SequenceHead(nn.Module):
         if pooling not in POOLINGS:
             raise ConfigError(f"Unknown pooling {pooling!r}; choose one of {', '.join(POOLINGS)}.")
         self.pooling = pooling
-        self.attention = (nn.MultiheadAttention(in_dim, fit_heads(in_dim, attention_heads), batch_first=True)
-                          if attention_heads > 0 else None)
+        self.attention = SelfAttention(in_dim, fit_heads(in_dim, attention_heads)) if attention_heads > 0 else None
         self.score = nn.Linear(in_dim, 1) if pooling == "attention" else None
         self.drop = Dropout(dropout)
         self.hidden = nn.Linear(in_dim, hidden) if hidden > 0 else None
@@ -63,8 +55,7 @@ class SequenceHead(nn.Module):
     def forward(self, x: Tensor, mask: Tensor) -> Tensor:
         """``x (B, T, D)``, ``mask (B, T)`` -> ``(B, n_out)``."""
         if self.attention is not None:
-            x, _ = self.attention(x, x, x, key_padding_mask=~mask, need_weights=False)  # (B, T, D)
-            x = self.drop(F.gelu(x))
+            x = self.drop(F.gelu(self.attention(x, mask)))  # (B, T, D)
         pooled = self.pool(x, mask)  # (B, D)
         if self.hidden is not None:
             pooled = self.drop(F.gelu(self.hidden(pooled)))
@@ -101,18 +92,15 @@ class TokenHead(nn.Module):
     def __init__(self, in_dim: int, n_out: int, *, encoder_layers: int = 0, attention_heads: int = 8,
                  ff_dim: int = 512, dropout: float = 0.1) -> None:
         super().__init__()
-        self.encoder = None
-        if encoder_layers > 0:
-            layer = nn.TransformerEncoderLayer(in_dim, fit_heads(in_dim, attention_heads), ff_dim, dropout,
-                                               activation="gelu", batch_first=True, norm_first=True)
-            self.encoder = nn.TransformerEncoder(layer, encoder_layers, enable_nested_tensor=False)
+        heads = fit_heads(in_dim, attention_heads)
+        self.encoder = nn.ModuleList(EncoderLayer(in_dim, heads, ff_dim, dropout) for _ in range(encoder_layers))
         self.drop = Dropout(dropout)
         self.out = nn.Linear(in_dim, n_out)
 
     def forward(self, x: Tensor, mask: Tensor) -> Tensor:
         """``x (B, T, D)``, ``mask (B, T)`` -> ``(B, T, n_out)``."""
-        if self.encoder is not None:
-            x = self.encoder(x, src_key_padding_mask=~mask)  # (B, T, D)
+        for layer in self.encoder:
+            x = layer(x, mask)  # (B, T, D)
         return self.out(self.drop(x))
 
 

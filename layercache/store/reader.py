@@ -59,7 +59,8 @@ class CacheBatch:
     """A padded minibatch read from the cache, float32, ready for a head."""
 
     states: torch.Tensor
-    """(B, T, S, D) token states, or (B, 1, S, D) for pooled vectors."""
+    """(B, T, S, D) token states, or (B, 1, S, D) for pooled vectors: float32 from
+    :meth:`LayerCache.batch`, the stored precision (float16 by default) from a head's ``CacheFeed``."""
     mask: torch.Tensor
     """(B, T) bool, True on real tokens."""
     rows: np.ndarray
