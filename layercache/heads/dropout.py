@@ -5,9 +5,9 @@ out a ``(B, T, S, k)`` stack, and torch's CPU ``bernoulli_`` draws each element 
 at a time. For MiniLM's stack at batch 32 that took 2.8 ms of a ~15 ms step (forward and backward)
 against 1.1 ms for the projection itself.
 
-:class:`Dropout` draws the mask as 16-bit integers from numpy's PCG64 (a fast, vectorised
-generator) seeded from torch's generator, so ``torch.manual_seed`` still makes training
-repeatable: 1.3 ms for the same tensor. The drop probability is ``p`` rounded to a multiple of
+:class:`Dropout` draws the mask as 16-bit levels cut from numpy's PCG64 raw outputs (a fast,
+vectorised generator) seeded from torch's generator, so ``torch.manual_seed`` still makes
+training repeatable: 0.5 ms for the same tensor, mask and product included. The drop probability is ``p`` rounded to a multiple of
 1/65536 (0.1 becomes 0.100006), and kept values are scaled by the inverse of the exact keep rate,
 so the expectation is unchanged. On other devices it is ``torch.nn.functional.dropout``.
 """
@@ -32,7 +32,9 @@ def keep_mask(shape: torch.Size | tuple[int, ...], p: float) -> tuple[Tensor, fl
     """
     drop_levels = round(p * _LEVELS)
     seed = int(torch.randint(0, 2**62, (1,)))  # from torch's default generator: repeatable under manual_seed
-    bits = np.random.Generator(np.random.PCG64(seed)).integers(0, _LEVELS, math.prod(shape), dtype=np.uint16)
+    n = math.prod(shape)
+    # Raw 64-bit outputs cut into four 16-bit levels each: uniform, and 2-3x cheaper than integers().
+    bits = np.random.PCG64(seed).random_raw(-(-n // 4)).view(np.uint16)[:n]
     keep = torch.from_numpy(bits >= drop_levels).view(shape)
     return keep, _LEVELS / (_LEVELS - drop_levels)
 
@@ -52,7 +54,7 @@ class Dropout(nn.Module):
         if x.device.type != "cpu":
             return F.dropout(x, self.p, training=True)
         keep, scale = keep_mask(x.shape, self.p)
-        return x * (keep * scale).to(x.dtype)  # the mask's gradient is the same mask
+        return torch.where(keep, x * scale, 0.0)  # the gradient is the same mask and scale
 
     def extra_repr(self) -> str:
         return f"p={self.p}"
