@@ -5,14 +5,15 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import pytest
-
-from tiny_models import make_model
-
-# Never reach for the hub in tests: a miss must fail at once, not after network retries.
+# Never reach for the hub in tests: a miss must fail at once, not after network retries. Set before
+# anything imports huggingface_hub, which reads these once, at import.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+import pytest  # noqa: E402
+
+from tiny_models import KINDS, make_model  # noqa: E402
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
@@ -28,7 +29,7 @@ def isolated_home(tmp_path, monkeypatch):
 @pytest.fixture(scope="session")
 def tiny_models(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("models")
-    return {kind: make_model(root / kind, kind) for kind in ("bert", "roberta", "gpt2", "llama", "t5")}
+    return {kind: make_model(root / kind, kind) for kind in KINDS}
 
 
 @pytest.fixture(scope="session")

@@ -36,15 +36,18 @@ def small_builtin(monkeypatch):
     monkeypatch.setattr(builtin, "load_builtin", lambda seed=0, sizes=None: original(seed, sizes or SIZES))
 
 
-@pytest.mark.parametrize("kind", ["bert", "roberta", "gpt2", "llama", "t5"])
+KIND_OF = {"bert": "encoder", "roberta": "encoder", "deberta": "encoder", "mpnet": "encoder", "gpt2": "decoder",
+           "llama": "decoder", "t5": "encoder-decoder", "bart": "encoder-decoder"}
+
+
+@pytest.mark.parametrize("kind", list(KIND_OF))
 def test_cached_states_equal_a_fresh_forward(tiny_models, tmp_path, small_builtin, kind):
     result = lc.extract(str(tiny_models[kind]), "builtin", tmp_path / "cache", progress=False,
                         pooling=["mean", "first", "last"])
     cache = lc.LayerCache.open(result.path)
     n_layers = result.manifest.model["n_layers"]
     assert cache.layer_names == ["embeddings"] + [f"layer_{i}" for i in range(1, n_layers + 1)]
-    assert result.manifest.model["kind"] == {"bert": "encoder", "roberta": "encoder", "t5": "encoder-decoder",
-                                             "gpt2": "decoder", "llama": "decoder"}[kind]
+    assert result.manifest.model["kind"] == KIND_OF[kind]
     rng = np.random.default_rng(0)
     for split in ("train", "validation"):
         rows = rng.choice(cache.num_examples(split), size=4, replace=False)
@@ -59,8 +62,12 @@ def test_cached_states_equal_a_fresh_forward(tiny_models, tmp_path, small_builti
 def test_final_norm_is_recorded(tiny_models, tmp_path, small_builtin):
     bert = lc.extract(str(tiny_models["bert"]), "builtin", tmp_path / "b", progress=False, limit=4)
     llama = lc.extract(str(tiny_models["llama"]), "builtin", tmp_path / "l", progress=False, limit=4)
+    t5 = lc.extract(str(tiny_models["t5"]), "builtin", tmp_path / "t", progress=False, limit=4)
+    bart = lc.extract(str(tiny_models["bart"]), "builtin", tmp_path / "a", progress=False, limit=4)
     assert bert.manifest.storage["final_norm"] == "none"  # post-LN encoder: no separate final norm
+    assert bart.manifest.storage["final_norm"] == "none"  # BART's encoder layers are post-LN too
     assert llama.manifest.storage["final_norm"] == "applied"  # HF returns layer_L after model.norm
+    assert t5.manifest.storage["final_norm"] == "applied"  # ... and after the T5 encoder's final_layer_norm
 
 
 def test_pooled_vectors_equal_pooling_of_stored_tokens(tiny_models, tmp_path, small_builtin):

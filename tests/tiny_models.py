@@ -70,10 +70,25 @@ def _config(kind: str, vocab_size: int):
     if kind == "t5":
         return transformers.T5Config(d_model=HIDDEN, d_kv=8, d_ff=64, num_layers=2, num_heads=4,
                                      decoder_start_token_id=0, pad_token_id=0, eos_token_id=3, **common)
+    if kind == "deberta":
+        return transformers.DebertaV2Config(hidden_size=HIDDEN, num_hidden_layers=2, num_attention_heads=4,
+                                            intermediate_size=64, max_position_embeddings=MAX_POSITIONS,
+                                            pad_token_id=0, **common)
+    if kind == "mpnet":
+        return transformers.MPNetConfig(hidden_size=HIDDEN, num_hidden_layers=2, num_attention_heads=4,
+                                        intermediate_size=64, max_position_embeddings=MAX_POSITIONS + 2,
+                                        pad_token_id=0, **common)
+    if kind == "bart":
+        return transformers.BartConfig(d_model=HIDDEN, encoder_layers=2, decoder_layers=1, encoder_attention_heads=4,
+                                       decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64,
+                                       max_position_embeddings=MAX_POSITIONS, pad_token_id=0, bos_token_id=2,
+                                       eos_token_id=3, decoder_start_token_id=3, **common)
     raise ValueError(kind)
 
 
-ENCODERS = ("bert", "roberta", "t5")
+KINDS = ("bert", "roberta", "deberta", "mpnet", "gpt2", "llama", "t5", "bart")
+ENCODERS = ("bert", "roberta", "deberta", "mpnet", "t5", "bart")
+"""Kinds whose tokenizer wraps a text in [CLS] ... [SEP] (encoders and encoder-decoders)."""
 
 
 def make_model(folder: Path, kind: str, seed: int = 0) -> Path:

