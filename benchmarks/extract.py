@@ -472,8 +472,8 @@ def bench_rss(backbone, data: Path, limits: tuple[int, int], workdir: Path) -> d
     budget), and a longer prefix of a dataset tends to hold a longer longest example; the third run
     (first SMALL-1 rows + the longest of the first LARGE rows) has the same widest batch as the
     large run, so large / that run isolates growth with the number of examples.
-    (layercache/extraction/memory.py explains why the remaining growth is glibc's heap, and why
-    extract() does not pin the mmap threshold to remove it.)
+    (layercache/extraction/memory.py explains where growth came from - glibc's heap under a batch
+    plan whose batch sizes wobble - and how the non-increasing plan removes it.)
     """
     from layercache.extraction.tokenize import encode_split
     from layercache.sources.datasets import load_dataset_records

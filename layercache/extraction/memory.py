@@ -1,27 +1,27 @@
 """Keep a long extraction's resident memory flat: hand freed heap memory back to the OS between batches.
 
-Each forward pass allocates and frees a few hundred MB of activations whose sizes change from
-batch to batch (the plan goes from wide to narrow batches). glibc serves allocations below its
-mmap threshold (up to 32 MB) from its heap and keeps the freed chunks, fragmented, for reuse, so
-resident memory creeps up over a long run with nothing leaking: +25 % between 1k and 10k
-examples of AG News. ``malloc_trim(0)`` returns the free pages inside the heap to the OS.
+Each forward pass allocates and frees a few hundred MB of activations. glibc serves allocations
+below its mmap threshold (up to 32 MB) from its heap and keeps freed chunks for reuse. If a batch
+needs slightly larger activations than the last one, they do not fit the freed chunks, so the
+heap grows and the old chunks stay behind, fragmented: with a greedy batch plan, peak RSS rose
+7-20 % from 1k to 10k AG News examples with nothing leaking. The main cure is in the plan
+(batching.py: a batch is never larger than the one before it), which keeps the peak flat:
+1,134-1,154 MB at 1k and 1,154-1,162 MB at 10k examples, against 1,117-1,183 and 1,263-1,344
+MB greedy (two runs each; benchmarks/extract.py --only rss gives 1,203 / 1,208 MB).
 
-Trimming after every batch would keep memory flattest but is not free: the free memory at a
-batch boundary is mostly the next forward pass's working set, which it then faults back in
-(~0.3 M page faults per 9 batches of MiniLM, 5-8 % of the run). So :class:`HeapTrimmer` takes
-the resident size at the first batch boundary (working set included) as its reference and
-trims only when resident memory has grown ``slack`` beyond it; the boundary after a trim sets
-the reference again. Elsewhere than glibc on Linux (macOS, musl, Windows) it does nothing.
-Measured with it: peak RSS 1,046 MB at the first 1k AG News examples, 1,127 MB at 1k examples
-that include the 10k's longest, 1,237 MB at 10k (benchmarks/extract.py --only rss).
+:class:`HeapTrimmer` is the backstop for what the plan cannot see (tokenizer and writer memory,
+other allocators in the process): ``malloc_trim(0)`` returns the free pages inside the heap to
+the OS. Trimming after every batch is not free: the free memory at a batch boundary is mostly
+the next forward pass's working set, which it then faults back in (~0.3 M page faults per 9
+batches of MiniLM, 5-8 % of the run). So it takes the resident size at the first batch boundary
+(working set included) as its reference and trims only when resident memory has grown ``slack``
+beyond it; the boundary after a trim sets the reference again. Elsewhere than glibc on Linux
+(macOS, musl, Windows) it does nothing.
 
-Pinning glibc's mmap threshold instead (every large tensor its own mapping, returned when freed)
-keeps peak RSS flatter still but faults every activation in afresh. Measured on the first 4,000 AG
-News examples (two runs each): default 1,221-1,274 MB peak in 42.8-45.8 s;
-``MALLOC_MMAP_THRESHOLD_=4194304`` in the environment 982-992 MB in 48.3-49.2 s. That is a
-user's memory-for-speed choice (an environment variable, read when the process starts), so
-extraction does not make it for them. Growth levels off within a run: in a 10k-example run the
-peak rose by ~10 MB over the second half of the batches.
+Pinning glibc's mmap threshold instead (``MALLOC_MMAP_THRESHOLD_=4194304``: every large tensor
+its own mapping, returned when freed) also keeps the peak flat, but faults every activation in
+afresh and made extraction 10 % slower; the non-growing plan costs nothing, so extraction leaves
+the allocator alone.
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ from ..store.manifest import (FORMAT_VERSION, MANIFEST_NAME, Manifest, SplitInfo
                               write_manifest)
 from ..store.writer import ExtractedBatch
 from .background import BackgroundWriter, BufferPool, writer_thread_helps
-from .batching import BatchCost, plan_batches
+from .batching import PLANNER, BatchCost, plan_batches
 from .forward import POOLING_MODES, run_batch
 from .memory import HeapTrimmer
 from .packing import StatePacker, storage_tensor
@@ -300,7 +300,7 @@ def _new_manifest(backbone, records: DatasetRecords, plans, *, keep, store, pool
                               n_truncated=p.n_truncated, n_windowed=p.n_windowed) for name, p in plans.items()}
     content = {"format": FORMAT_VERSION, "model": model["fingerprint"], "tokenizer": tokenizer,
                "dataset": dataset, "tasks": [t.to_json() for t in records.tasks], "splits": list(plans),
-               "storage": storage, "forward_dtype": model["forward_dtype"], "batching": [batch_tokens, batch_size]}
+               "storage": storage, "forward_dtype": model["forward_dtype"], "batching": [batch_tokens, batch_size, PLANNER]}
     return Manifest(model=model, tokenizer=tokenizer, dataset=dataset, tasks=list(records.tasks), storage=storage,
                     extraction=extraction, splits=splits, config_hash=stable_hash(content),
                     layercache_version=__version__)
