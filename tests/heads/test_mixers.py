@@ -269,7 +269,33 @@ def test_adaptive_position_encoding_depends_on_position_only():
     torch.testing.assert_close(b - a, (b - a)[:1].expand_as(b))
 
 
-@pytest.mark.parametrize("option", [{"topk": 0}, {"topk": S + 1}, {"cutoff": 1.0}, {"k": 0}])
+def test_adaptive_bfloat16_product_is_close_to_fp32_and_keeps_fp32_parameters_and_gradients():
+    torch.manual_seed(0)
+    exact = AdaptiveMix(S, 64, k=16, dropout=0.0, cutoff=0.05)
+    low = AdaptiveMix(S, 64, k=16, dropout=0.0, cutoff=0.05, matmul_dtype="bfloat16")
+    low.load_state_dict(exact.state_dict())
+    with torch.no_grad():  # cut one state, so the selected path runs too
+        for m in (exact, low):
+            m.p.copy_(torch.tensor([0.0, 0.3, 0.5, 0.3, 0.45]))
+    g = torch.Generator().manual_seed(3)
+    states = torch.randn(B, T, S, 64, generator=g).half()  # as a cache serves them
+    mask = torch.ones(B, T, dtype=torch.bool)
+    direction = torch.randn(B, T, 16, generator=g)
+    outs = {}
+    for name, m in (("exact", exact), ("low", low)):
+        out = m(states, mask)
+        (out.mixed * direction).sum().backward()
+        outs[name] = out.mixed
+    assert outs["low"].dtype == torch.float32 and low.projection.grad.dtype == torch.float32
+    torch.testing.assert_close(outs["low"], outs["exact"], atol=0.05, rtol=0.02)  # bf16: 8 mantissa bits
+    torch.testing.assert_close(low.projection.grad, exact.projection.grad, atol=0.05, rtol=0.05)
+    assert (low.projection.grad[0] == 0).all() and (low.projection.grad[1:].abs().sum((1, 2)) > 0).all()
+    assert not torch.equal(outs["low"], outs["exact"])  # the option does change the arithmetic
+    assert mixer_from_config(json.loads(json.dumps(low.get_config()))).matmul_dtype == "bfloat16"
+
+
+@pytest.mark.parametrize("option", [{"topk": 0}, {"topk": S + 1}, {"cutoff": 1.0}, {"k": 0},
+                                    {"matmul_dtype": "float16"}])
 def test_adaptive_bad_options(option):
     with pytest.raises(ValueError):
         make_mixer("adaptive", S, D, **option)
