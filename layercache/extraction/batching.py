@@ -10,9 +10,9 @@ Each batch is also kept no larger (rows x width) than the one before it. A greed
 padded size wobble just under the budget (81 x 100 = 8,100, then 82 x 99 = 8,118); a batch a
 little larger than the last needs activations a little larger than the chunks the allocator has
 just freed, so it takes fresh memory and the old chunks stay behind, fragmented. Over a long run
-that made peak RSS creep: +14-18 % from 1k to 10k AG News examples with MiniLM. With sizes that
+that made peak RSS creep: +7-20 % from 1k to 10k AG News examples with MiniLM. With sizes that
 never grow, every forward pass fits in memory the previous one released and the peak stays flat
-(1,020 -> 1,034 MB), for no loss of speed and the same padding (benchmarks/extract.py --only rss).
+(1,084 -> 1,119 MB), for no loss of speed and the same padding (benchmarks/extract.py --only rss).
 The price is a few more, slightly smaller batches (AG News 10k: 63 instead of 57).
 """
 

@@ -7,7 +7,7 @@ heap grows and the old chunks stay behind, fragmented: with a greedy batch plan,
 7-20 % from 1k to 10k AG News examples with nothing leaking. The main cure is in the plan
 (batching.py: a batch is never larger than the one before it), which keeps the peak flat:
 1,134-1,154 MB at 1k and 1,154-1,162 MB at 10k examples, against 1,117-1,183 and 1,263-1,344
-MB greedy (two runs each; benchmarks/extract.py --only rss gives 1,203 / 1,208 MB).
+MB greedy (two runs each; benchmarks/extract.py --only rss: 1,084 MB at 1k, 1,119 MB at 10k).
 
 :class:`HeapTrimmer` is the backstop for what the plan cannot see (tokenizer and writer memory,
 other allocators in the process): ``malloc_trim(0)`` returns the free pages inside the heap to
