@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 import layercache as lc
@@ -121,6 +123,19 @@ def test_other_configuration_into_an_existing_cache(tiny_models, tsv, tmp_path):
     replaced = invoke("extract", tiny_models["gpt2"], tsv, "--out", out, "--overwrite", "--quiet")
     assert replaced.exit_code == 0, replaced.output
     assert lc.read_manifest(out).model["kind"] == "decoder"
+
+
+def test_a_cache_planned_by_an_older_layercache_is_refused_not_continued(tiny_models, tsv, tmp_path):
+    """Its batch boundaries differ, so resuming it would misplace rows; the refusal names the cause."""
+    out = tmp_path / "cache"
+    assert invoke("extract", tiny_models["bert"], tsv, "--out", out, "--quiet").exit_code == 0
+    path = out / "manifest.json"
+    data = json.loads(path.read_text())
+    del data["extraction"]["planner"]  # what a manifest from before the planner was recorded holds
+    data["config_hash"], data["complete"] = "0" * 16, False
+    path.write_text(json.dumps(data))
+    assert_refused(invoke("extract", tiny_models["bert"], tsv, "--out", out), "batch planner", "--overwrite")
+    assert json.loads(path.read_text()) == data  # nothing touched
 
 
 @pytest.mark.parametrize("option, value, fragment", [

@@ -294,7 +294,8 @@ def _new_manifest(backbone, records: DatasetRecords, plans, *, keep, store, pool
     storage = {"dtype": storage_dtype, "layers": keep, "layer_names": [names[i] for i in keep],
                "all_layer_names": names, "store": store, "pooling": pooling, "shard_bytes": shard_bytes,
                "final_norm": backbone.final_norm}
-    extraction = {"batch_tokens": batch_tokens, "batch_size": batch_size, "device": str(backbone.device),
+    extraction = {"batch_tokens": batch_tokens, "batch_size": batch_size, "planner": PLANNER,
+                  "device": str(backbone.device),
                   "forward_dtype": model["forward_dtype"]}
     splits = {name: SplitInfo(n_examples=len(p.examples), n_tokens=p.n_tokens, n_batches=len(p.batches),
                               n_truncated=p.n_truncated, n_windowed=p.n_windowed) for name, p in plans.items()}
@@ -325,8 +326,10 @@ def _difference(old: Manifest, new: Manifest) -> str:
               ("set of splits", list(old.splits), list(new.splits)),
               ("storage (layers, dtype, store, pooling or shard size)", old.storage, new.storage),
               ("forward dtype", old.model.get("forward_dtype"), new.model.get("forward_dtype")),
-              ("batching", [old.extraction.get("batch_tokens"), old.extraction.get("batch_size")],
-               [new.extraction.get("batch_tokens"), new.extraction.get("batch_size")])]
+              ("batching (--batch-tokens, --batch-size)",
+               [old.extraction.get("batch_tokens"), old.extraction.get("batch_size")],
+               [new.extraction.get("batch_tokens"), new.extraction.get("batch_size")]),
+              ("batch planner (an older layercache)", old.extraction.get("planner"), new.extraction.get("planner"))]
     for what, a, b in checks:
         if a != b:
             return what
