@@ -174,7 +174,11 @@ class LayerCache:
         if handle is None:
             full = self.path / file
             try:
-                handle = h5py.File(full, "r")
+                # No HDF5 chunk cache: shards are uncompressed, so a read can fetch exactly the bytes
+                # it selects. With the default 1 MiB cache, a read of a few rows pulls each whole
+                # (512-token) chunk through the cache first; reading a sparse 10 % of SST-2's rows
+                # (a validation slice) took 0.25-0.39 s that way and 0.13 s without it.
+                handle = h5py.File(full, "r", rdcc_nbytes=0)
             except (OSError, FileNotFoundError) as err:
                 raise CacheError(f"Shard {full} cannot be read ({err}); re-extract the cache.") from err
             self._handles[file] = handle
