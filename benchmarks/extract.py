@@ -588,9 +588,26 @@ def bench_read(path: Path, split: str, min_time: float, seed: int = 0) -> dict:
     tok = sum(o[1] for o in outs)
     iter_res = {"batch_size": 32, "epochs": iters, "seconds": dt, "examples_per_s": ex / dt,
                 "tokens_per_s": tok / dt, "batches_per_s": (ex / 32) / dt}
+
+    # (d) a head's CacheFeed, shuffled batches of 32 in the stored precision: its first epoch (which
+    # reads the shards) and its best later one, through the memory map and through h5py copies
+    from layercache.heads.feed import CacheFeed
+
+    feed_res = {}
+    for label, memory_map in (("mapped", True), ("copied", False)):
+        feed = CacheFeed(cache, split, batch_size=32, memory_map=memory_map)
+        seconds = []
+        for seed in range(3):
+            t0 = time.perf_counter()
+            for _ in feed.epoch(shuffle=True, seed=seed):
+                pass
+            seconds.append(time.perf_counter() - t0)
+        feed_res[label] = {"first_epoch_s": seconds[0], "later_epoch_s": min(seconds[1:]), "batches": len(feed)}
+        del feed
     cache.close()
     return {"path": str(path), "split": split, "n_examples": n, "states": S, "hidden": D,
-            "layer_tokens": layer_res, "tokens_random_32": rows_res, "iter_batches_shuffled": iter_res}
+            "layer_tokens": layer_res, "tokens_random_32": rows_res, "iter_batches_shuffled": iter_res,
+            "head_feed": feed_res}
 
 
 # --------------------------------------------------------------------------------------------
@@ -804,6 +821,15 @@ def report(results: dict) -> None:
                     note="(a) layer_tokens(split, last layer) over all tokens; MB/s of stored fp16 bytes.\n"
                          "(b) tokens(split, 32 random rows), all states.  (c) iter_batches(shuffle=True, "
                          "batch_size=32), all states, padded float32 torch batches.")
+        rows = [[name, r["head_feed"][label]["batches"], label, r["head_feed"][label]["first_epoch_s"],
+                 r["head_feed"][label]["later_epoch_s"]]
+                for name, r in results["read"].items() if isinstance(r, dict) and "head_feed" in r
+                for label in ("mapped", "copied")]
+        if rows:
+            print_table("6. A head's CacheFeed over the whole split (batch 32, all states, warm page cache)",
+                        ["cache", "batches", "shards read", "first epoch s", "later epoch s"], rows,
+                        note="mapped: gathered from a memory map of the shards' chunks (the default); copied: "
+                             "each block copied out through h5py and kept (memory_map=False).")
 
 
 if __name__ == "__main__":

@@ -1,30 +1,34 @@
 """Minibatches for training and evaluation, read straight from a cache's shards.
 
-A :class:`CacheFeed` serves one split (or a subset of its rows) as padded float32
+A :class:`CacheFeed` serves one split (or a subset of its rows) as padded
 :class:`~layercache.store.reader.CacheBatch` objects, without ever holding the split's states in
 memory. Per epoch it
 
 1. cuts the chosen rows into *blocks*: runs of rows inside one shard whose states fit a byte
-   budget, read as one contiguous HDF5 slab (one large read instead of one per example);
+   budget, the unit of locality (a block's rows lie close together in its shard);
 2. visits the blocks in a seeded random order and shuffles rows inside each block;
 3. groups rows of similar length into batches (a bucket of 16 batches is sorted by length, then
    the batches are shuffled), so a head computes on far fewer padded positions than with purely
    random batches, while every epoch still sees a different order;
-4. builds each batch by one vectorised gather from the slab: ``(B, T, S, D)`` states in the
-   cache's storage precision (float16 by default; mixers compute in float32), the mask, word ids
-   and labels (first sub-token of each word for token tasks).
+4. builds each batch by one vectorised gather: ``(B, T, S, D)`` states in the cache's storage
+   precision (float16 by default; mixers compute in float32), the mask, word ids and labels
+   (first sub-token of each word for token tasks).
 
-Labels, lengths and word ids are small and are loaded once. Slabs read in one epoch are kept
-for the next ones while they fit ``keep_bytes`` (1 GiB by default), so a subset that fits in
-memory is read from disk once; a larger one streams, block by block, every epoch. Evaluation
-uses the same path without shuffling, and reports rows so predictions can be put back in split
-order.
+The gather reads a memory map of the shard's chunks (:mod:`layercache.store.mapped`): nothing is
+copied out of the file but the batch itself, what was read stays in the OS page cache for the
+next epoch, and a block that covers its shard densely is read ahead in large requests. A shard
+whose layout cannot be mapped is read through h5py instead, a block at a time, as one slab of
+contiguous runs; slabs are kept for the next epochs while they fit ``keep_bytes`` (1 GiB by
+default), and larger subsets stream block by block every epoch. Labels, lengths and word ids are
+small and are loaded once. Evaluation uses the same path without shuffling, and reports rows so
+predictions can be put back in split order.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 import torch
@@ -48,6 +52,20 @@ class _Block:
     rows: np.ndarray  # (n,) sorted split rows
 
 
+@dataclass
+class _Slab:
+    """A block's stored values copied out of its shard by h5py (when the shard cannot be mapped)."""
+
+    values: np.ndarray  # (t, S', D) token states or (n, S', D) pooled vectors, stored dtype
+    run_starts: np.ndarray  # (k,) shard position of each run read, ascending
+    run_bases: np.ndarray  # (k,) where that run starts in ``values``
+
+    def take(self, positions: np.ndarray) -> np.ndarray:
+        """Values at shard ``positions (...)`` (all inside the runs read) -> ``(..., S', D)``."""
+        run = np.searchsorted(self.run_starts, positions, side="right") - 1
+        return self.values[positions - self.run_starts[run] + self.run_bases[run]]
+
+
 class CacheFeed:
     """Padded minibatches of one cache split for a head.
 
@@ -63,11 +81,15 @@ class CacheFeed:
         block_bytes: budget of one slab read.
         keep_bytes: slabs kept in memory across epochs, at most this many bytes in all (0: read
             every block every epoch). The feed's memory is bounded by ``keep_bytes + block_bytes``.
+            Both budgets apply only to shards read through h5py (``memory_map=False``, or a
+            layout that cannot be mapped): a mapped shard holds no copies.
+        memory_map: read shards through a memory map of their chunks where the layout allows
+            (:mod:`layercache.store.mapped`); ``False`` copies every block out through h5py.
     """
 
     def __init__(self, cache: LayerCache, split: str, *, tasks: Sequence[str] = (), rows: Sequence[int] | None = None,
                  layers=None, source: str = "tokens", batch_size: int = 32, block_bytes: int = 128 << 20,
-                 keep_bytes: int = 1 << 30) -> None:
+                 keep_bytes: int = 1 << 30, memory_map: bool = True) -> None:
         if batch_size < 1:
             raise ConfigError(f"batch_size must be at least 1, got {batch_size}.")
         self.cache, self.split, self.tasks = cache, split, list(tasks)
@@ -97,9 +119,11 @@ class CacheFeed:
         self._load_small_arrays()
         self._blocks = self._plan_blocks(block_bytes)
         self.keep_bytes = keep_bytes
-        self._kept: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # block -> (slab, at)
+        self._kept: dict[int, _Slab] = {}  # block -> slab
         self._kept_bytes = 0
         self._stream: np.ndarray | None = None  # reused by blocks that are not kept
+        name = "hidden" if self.pooled_mode is None else f"pooled/{self.pooled_mode}"
+        self._maps = [cache._mapped(shard.file, name) if memory_map else None for shard in self.info.shards]
 
     # --- set-up -----------------------------------------------------------------------
     def _load_small_arrays(self) -> None:
@@ -171,21 +195,35 @@ class CacheFeed:
         order = rng.permutation(len(self._blocks)) if shuffle else range(len(self._blocks))
         for b in order:
             block = self._blocks[b]
-            slab, at = self._slab(b)
+            take = self._source(b)
             for rows in self._batches(block, rng, shuffle):
-                yield self._gather(block, slab, at[np.searchsorted(block.rows, rows)], rows)
+                yield self._gather(block, take, rows)
 
-    def _slab(self, b: int) -> tuple[np.ndarray, np.ndarray]:
+    def _source(self, b: int) -> Callable[[np.ndarray], torch.Tensor]:
+        """Where block ``b``'s values come from: shard positions ``(...)`` -> stored values ``(..., S', D)``."""
+        mapped = self._maps[self._blocks[b].shard]
+        if mapped is None:
+            slab = self._slab(b)
+            return lambda positions: as_torch(slab.take(positions), self.storage_dtype)
+        local, runs, offsets = self._runs(self._blocks[b])
+        spans = [(int(offsets[local[r[0]]]), int(offsets[local[r[-1]] + 1])) for r in runs]
+        read = sum(hi - lo for lo, hi in spans)
+        if read * 2 >= spans[-1][1] - spans[0][0]:  # dense: worth reading whole chunks ahead
+            for lo, hi in spans:
+                mapped.will_need(lo, hi, self.index)
+        return partial(mapped.gather, states=self.index)
+
+    def _slab(self, b: int) -> _Slab:
         """Block ``b``'s slab: kept from an earlier epoch, or read (and kept if it fits)."""
         if b in self._kept:
             return self._kept[b]
         block = self._blocks[b]
         keep = self._kept_bytes + self._slab_bytes(block) <= self.keep_bytes
-        slab, at = self._read(block, keep=keep)
+        slab = self._read(block, keep=keep)
         if keep:
-            self._kept[b] = slab, at
-            self._kept_bytes += slab.nbytes
-        return slab, at
+            self._kept[b] = slab
+            self._kept_bytes += slab.values.nbytes
+        return slab
 
     def _runs(self, block: _Block) -> tuple[np.ndarray, list[np.ndarray], np.ndarray]:
         """(local rows, runs of positions read together, row offsets into the stored dataset)."""
@@ -199,12 +237,11 @@ class CacheFeed:
         rows = sum(int(offsets[local[r[-1]] + 1] - offsets[local[r[0]]]) for r in runs)
         return rows * len(self.index) * self.cache.hidden_size * BYTES_PER_VALUE[self.storage_dtype]
 
-    def _read(self, block: _Block, keep: bool = False) -> tuple[np.ndarray, np.ndarray]:
-        """Stored values of a block's rows and where each row starts in them.
+    def _read(self, block: _Block, keep: bool = False) -> _Slab:
+        """Stored values of a block's rows, copied out of the shard through h5py.
 
-        Returns ``slab`` — (t, S', D) token states or (n, S', D) pooled vectors, stored dtype, only
-        the states this feed serves — and ``at`` (len(block.rows),), each row's first position in
-        ``slab``. Rows at most ``MAX_GAP_ROWS`` apart are read as one contiguous run (one large
+        The slab holds (t, S', D) token states or (n, S', D) pooled vectors, stored dtype, only
+        the states this feed serves. Rows at most ``MAX_GAP_ROWS`` apart are read as one contiguous run (one large
         read beats many small ones); farther rows start a new run, so a sparse subset never reads
         the whole shard. A slab that will be kept gets memory mapped in up front (its pages
         would otherwise be faulted in one by one while it is read); one that will not reuses
@@ -216,18 +253,18 @@ class CacheFeed:
         spans = [(int(offsets[local[r[0]]]), int(offsets[local[r[-1]] + 1])) for r in runs]
         shape = (sum(hi - lo for lo, hi in spans), len(self.index), ds.shape[2])
         slab = populated_empty(shape, ds.dtype) if keep else self._stream_buffer(shape, ds.dtype)
-        at, base = np.empty(len(local), dtype=np.int64), 0
+        bases, base = [], 0
         every_state = self.index == list(range(ds.shape[1]))
-        for run, (lo, hi) in zip(runs, spans):
+        for lo, hi in spans:
             if hi > lo:
                 if every_state:
                     ds.read_direct(slab, np.s_[lo:hi], np.s_[base:base + hi - lo])
                 else:
                     for i, s in enumerate(self.index):
                         ds.read_direct(slab, np.s_[lo:hi, s], np.s_[base:base + hi - lo, i])
-            at[run] = base + offsets[local[run]] - lo
+            bases.append(base)
             base += hi - lo
-        return slab, at
+        return _Slab(slab, np.array([lo for lo, _ in spans], dtype=np.int64), np.array(bases, dtype=np.int64))
 
     def _stream_buffer(self, shape: tuple[int, ...], dtype) -> np.ndarray:
         """A view of the reused buffer for slabs that are not kept (grown when a block needs more)."""
@@ -251,13 +288,13 @@ class CacheFeed:
             batches.extend(chunk[j:j + size] for j in range(0, len(chunk), size))
         return [batches[i] for i in rng.permutation(len(batches))]
 
-    def _gather(self, block: _Block, slab: np.ndarray, at: np.ndarray, rows: np.ndarray) -> CacheBatch:
-        """One padded batch of ``rows``, which start at positions ``at`` (B,) of ``slab``."""
+    def _gather(self, block: _Block, take: Callable[[np.ndarray], torch.Tensor], rows: np.ndarray) -> CacheBatch:
+        """One padded batch of ``rows``, whose stored values ``take`` reads by shard position."""
         shard = block.shard
         local = rows - self._starts[shard]  # (B,) rows within the shard
         B = len(rows)
         if self.pooled_mode is not None:
-            data = as_torch(slab[at], self.storage_dtype)  # (B, S, D) stored precision
+            data = take(local)  # (B, S, D) stored precision
             states, mask = data.unsqueeze(1), torch.ones(B, 1, dtype=torch.bool)  # (B, 1, S, D), (B, 1)
             labels = {t: self._sequence_labels(t, shard, local) for t in self.tasks}
             return CacheBatch(states=states, mask=mask, rows=rows, labels=labels)
@@ -269,10 +306,9 @@ class CacheFeed:
         real = pos[None, :] < lengths[:, None]  # (B, T)
         token = np.where(real, starts[:, None] + pos[None, :], starts[:, None])  # (B, T) shard token index
         # Padded positions repeat the row's first token; mixers and heads ignore them through the mask.
-        values = slab[token - starts[:, None] + at[:, None]]  # (B, T, S, D) stored dtype
         # Kept in the stored precision: a mixer widens it to float32 in the same pass as its own
         # re-layout, and a GPU receives half the bytes.
-        states = as_torch(values, self.storage_dtype)  # (B, T, S, D)
+        states = take(token)  # (B, T, S, D)
         mask = torch.from_numpy(real)
         word_ids = None
         if self._word_ids:

@@ -22,6 +22,7 @@ from ..sources.records import LabelTask
 from .checksum import checksum_matches
 from .dtypes import from_storage
 from .manifest import Manifest, SplitInfo, read_manifest
+from .mapped import MappedStates
 
 IGNORE_INDEX = -100
 """Label value for positions a loss must skip (padding, special tokens, non-first sub-tokens)."""
@@ -82,6 +83,7 @@ class LayerCache:
         self.path = Path(path)
         self.manifest = manifest
         self._handles: dict[str, h5py.File] = {}
+        self._maps: dict[tuple[str, str], MappedStates | None] = {}
         self._pid = os.getpid()
         self._offsets: dict[str, np.ndarray] = {}
         self._word_offsets: dict[str, np.ndarray] = {}
@@ -109,6 +111,7 @@ class LayerCache:
         for handle in self._handles.values():
             handle.close()
         self._handles.clear()
+        self._maps.clear()  # a mapping is released once no array views it
 
     def __enter__(self) -> "LayerCache":
         return self
@@ -183,6 +186,13 @@ class LayerCache:
                 raise CacheError(f"Shard {full} cannot be read ({err}); re-extract the cache.") from err
             self._handles[file] = handle
         return handle
+
+    def _mapped(self, file: str, name: str) -> MappedStates | None:
+        """Shard ``file``'s state dataset ``name`` memory-mapped, or None when its layout cannot be."""
+        key = (file, name)
+        if key not in self._maps:
+            self._maps[key] = MappedStates.open(self.path / file, self._handle(file)[name])
+        return self._maps[key]
 
     def _shard_starts(self, split: str) -> list[int]:
         return [s.first_row for s in self.split_info(split).shards]

@@ -122,14 +122,15 @@ def test_feed_batches_match_the_reader(cache):
 
 @pytest.mark.parametrize("keep_bytes", [0, 120_000, 1 << 30], ids=["stream", "some-kept", "all-kept"])
 def test_kept_slabs_give_the_same_batches_and_bound_memory(cache, monkeypatch, keep_bytes):
-    streamed = CacheFeed(cache, "validation", tasks=["sentiment"], batch_size=16, block_bytes=50_000, keep_bytes=0)
+    mapped = CacheFeed(cache, "validation", tasks=["sentiment"], batch_size=16, block_bytes=50_000)
+    assert all(m is not None for m in mapped._maps)
     feed = CacheFeed(cache, "validation", tasks=["sentiment"], batch_size=16, block_bytes=50_000,
-                     keep_bytes=keep_bytes)
+                     keep_bytes=keep_bytes, memory_map=False)
     reads = []
     original = feed._read
     monkeypatch.setattr(feed, "_read", lambda block, keep=False: reads.append(block) or original(block, keep=keep))
     for seed in (1, 2, 3):
-        for mine, ref in zip(feed.epoch(shuffle=True, seed=seed), streamed.epoch(shuffle=True, seed=seed),
+        for mine, ref in zip(feed.epoch(shuffle=True, seed=seed), mapped.epoch(shuffle=True, seed=seed),
                              strict=True):
             assert np.array_equal(mine.rows, ref.rows) and torch.equal(mine.states, ref.states)
     n_blocks = len(feed._blocks)
@@ -142,12 +143,13 @@ def test_kept_slabs_give_the_same_batches_and_bound_memory(cache, monkeypatch, k
         assert 0 < len(feed._kept) < n_blocks and n_blocks < len(reads) < 3 * n_blocks
 
 
-@pytest.mark.parametrize("keep_bytes", [0, 1 << 30], ids=["stream", "kept"])
-def test_a_state_subset_in_any_order_reads_those_states(cache, keep_bytes):
+@pytest.mark.parametrize("keep_bytes,memory_map", [(0, False), (1 << 30, False), (0, True)],
+                         ids=["stream", "kept", "mapped"])
+def test_a_state_subset_in_any_order_reads_those_states(cache, keep_bytes, memory_map):
     layers = ["layer_2", "embeddings"]
     rows = np.arange(0, cache.num_examples("train"), 3)  # runs with gaps: several reads per block
     feed = CacheFeed(cache, "train", tasks=["sentiment"], rows=rows, layers=layers, batch_size=16,
-                     block_bytes=40_000, keep_bytes=keep_bytes)
+                     block_bytes=40_000, keep_bytes=keep_bytes, memory_map=memory_map)
     for epoch in (1, 2):  # the second epoch serves kept slabs, or refills the streaming buffer
         for batch in feed.epoch(shuffle=True, seed=epoch):
             ref = cache.batch("train", batch.rows, layers=layers, tasks=["sentiment"])
@@ -157,8 +159,8 @@ def test_a_state_subset_in_any_order_reads_those_states(cache, keep_bytes):
 
 def test_a_sparse_row_subset_reads_only_near_its_rows(cache):
     rows = np.arange(0, cache.num_examples("train"), 10)
-    feed = CacheFeed(cache, "train", tasks=["negation_scope"], rows=rows, batch_size=8)
-    read = sum(len(feed._read(block)[0]) for block in feed._blocks)
+    feed = CacheFeed(cache, "train", tasks=["negation_scope"], rows=rows, batch_size=8, memory_map=False)
+    read = sum(len(feed._read(block).values) for block in feed._blocks)
     assert read == cache.lengths("train")[rows].sum()  # gaps of 9 rows are skipped, not read through
     for batch in feed.epoch(shuffle=True, seed=0):
         ref = cache.batch("train", batch.rows, tasks=["negation_scope"])

@@ -1,0 +1,117 @@
+"""Memory-mapped shard reads: exactly what h5py reads, or no mapping at all, never a crash."""
+
+from __future__ import annotations
+
+import os
+
+import h5py
+import numpy as np
+import pytest
+import torch
+
+import layercache as lc
+from layercache.heads import CacheFeed
+from layercache.store.dtypes import STORAGE_DTYPES
+from layercache.store.mapped import MappedStates
+
+SIZES = {"train": 40, "validation": 8}
+
+
+@pytest.fixture
+def small_builtin(monkeypatch):
+    import layercache.sources.builtin as builtin
+
+    original = builtin.load_builtin
+    monkeypatch.setattr(builtin, "load_builtin", lambda seed=0, sizes=None: original(seed, sizes or SIZES))
+
+
+def bits(values: torch.Tensor) -> np.ndarray:
+    """A gathered tensor as the numpy values h5py reads (bf16 is stored as its uint16 bits)."""
+    return values.view(torch.int16).numpy().view(np.uint16) if values.dtype == torch.bfloat16 else values.numpy()
+
+
+@pytest.mark.parametrize("storage_dtype", ["float16", "bfloat16", "float32"])
+def test_mapped_rows_equal_h5py_reads(tiny_models, tmp_path, small_builtin, storage_dtype):
+    result = lc.extract(str(tiny_models["bert"]), "builtin", tmp_path / "cache", progress=False,
+                        storage_dtype=storage_dtype, pooling=["mean"])
+    rng = np.random.default_rng(0)
+    for shard in result.manifest.splits["train"].shards:
+        path = result.path / shard.file
+        with h5py.File(path, "r") as h:
+            for name in ("hidden", "pooled/mean"):
+                ds = h[name]
+                mapped = MappedStates.open(path, ds)
+                assert mapped is not None, name
+                stored = ds[:]  # (N, S, D)
+                rows = rng.integers(0, len(stored), size=(5, 7))  # any shape of rows, repeats included
+                states = [ds.shape[1] - 1, 0, 1]  # a subset in any order
+                got = mapped.gather(rows, states)
+                assert got.dtype == STORAGE_DTYPES[storage_dtype] and got.shape == (5, 7, 3, stored.shape[2])
+                np.testing.assert_array_equal(bits(got), stored[rows][:, :, states])
+                np.testing.assert_array_equal(bits(mapped.gather(np.arange(len(stored)), range(stored.shape[1]))),
+                                              stored)
+                mapped.will_need(0, len(stored), states)  # a hint: must not fail
+
+
+def write(path, **dataset) -> h5py.File:
+    f = h5py.File(path, "w")
+    data = dataset.pop("data")
+    ds = f.create_dataset("hidden", shape=data.shape, dtype=data.dtype, **dataset)
+    return f, ds, data
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "chunks of 2 states", "chunks of all states"])
+def test_other_plain_layouts_are_mapped_too(tmp_path, layout):
+    data = np.arange(300 * 3 * 8, dtype=np.float32).reshape(300, 3, 8)
+    chunks = {"contiguous": None, "chunks of 2 states": (64, 2, 8), "chunks of all states": (50, 3, 8)}[layout]
+    f, ds, _ = write(tmp_path / "s.h5", data=data, chunks=chunks)
+    ds[:] = data
+    f.close()
+    with h5py.File(tmp_path / "s.h5", "r") as h:
+        mapped = MappedStates.open(tmp_path / "s.h5", h["hidden"])
+        rows = np.array([0, 63, 64, 299, 128])
+        np.testing.assert_array_equal(mapped.gather(rows, [2, 1]).numpy(), data[rows][:, [2, 1]])
+
+
+@pytest.mark.parametrize("layout", ["compressed", "unwritten chunks", "chunks split the width"])
+def test_layouts_that_cannot_be_mapped_are_left_to_h5py(tmp_path, layout):
+    data = np.ones((256, 2, 8), dtype=np.float16)
+    options = {"compressed": dict(chunks=(64, 1, 8), compression="gzip"),
+               "unwritten chunks": dict(chunks=(64, 1, 8)),
+               "chunks split the width": dict(chunks=(64, 1, 4))}[layout]
+    f, ds, _ = write(tmp_path / "s.h5", data=data, **options)
+    ds[:100] = data[:100] if layout == "unwritten chunks" else None
+    if layout != "unwritten chunks":
+        ds[:] = data
+    f.close()
+    with h5py.File(tmp_path / "s.h5", "r") as h:
+        assert MappedStates.open(tmp_path / "s.h5", h["hidden"]) is None
+
+
+def test_a_truncated_shard_is_refused_with_a_sentence_not_a_crash(tiny_models, tmp_path, small_builtin):
+    result = lc.extract(str(tiny_models["bert"]), "builtin", tmp_path / "cache", progress=False)
+    path = result.path / result.manifest.splits["train"].shards[0].file
+    with h5py.File(path, "r") as h:  # open before the damage, as a reader that was already running
+        ds = h["hidden"]
+        ends = []
+        ds.id.chunk_iter(lambda info: ends.append(info.byte_offset + info.size))
+        os.truncate(path, max(ends) - 1)  # the last chunk loses its last byte
+        with pytest.raises(lc.CacheError, match="truncated; re-extract"):
+            MappedStates.open(path, ds)
+    with lc.LayerCache.open(result.path) as cache, pytest.raises(lc.CacheError, match="re-extract"):
+        CacheFeed(cache, "train", tasks=["sentiment"])
+
+
+def test_feeds_over_mapped_and_copied_shards_agree(tiny_models, tmp_path, small_builtin):
+    result = lc.extract(str(tiny_models["bert"]), "builtin", tmp_path / "cache", progress=False, pooling=["mean"])
+    with lc.LayerCache.open(result.path) as cache:
+        for source, block_bytes in (("tokens", 20_000), ("pooled:mean", 2_000)):  # several blocks each
+            mapped = CacheFeed(cache, "train", tasks=["sentiment"], source=source, batch_size=8,
+                               block_bytes=block_bytes)
+            copied = CacheFeed(cache, "train", tasks=["sentiment"], source=source, batch_size=8,
+                               block_bytes=block_bytes, memory_map=False)
+            assert all(m is not None for m in mapped._maps) and len(mapped._blocks) > 1
+            for a, b in zip(mapped.epoch(shuffle=True, seed=4), copied.epoch(shuffle=True, seed=4), strict=True):
+                assert np.array_equal(a.rows, b.rows)
+                assert a.states.dtype == b.states.dtype and np.array_equal(a.states.numpy(), b.states.numpy())
+                assert np.array_equal(a.mask.numpy(), b.mask.numpy())
