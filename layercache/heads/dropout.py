@@ -7,9 +7,12 @@ against 1.1 ms for the projection itself.
 
 :class:`Dropout` draws the mask as 16-bit levels cut from numpy's PCG64 raw outputs (a fast,
 vectorised generator) seeded from torch's generator, so ``torch.manual_seed`` still makes
-training repeatable: 0.5 ms for the same tensor, mask and product included. The drop probability is ``p`` rounded to a multiple of
-1/65536 (0.1 becomes 0.100006), and kept values are scaled by the inverse of the exact keep rate,
-so the expectation is unchanged. On other devices it is ``torch.nn.functional.dropout``.
+training repeatable. The mask is built as floats (0 or the inverse keep rate) and multiplied in:
+torch's CPU kernels that take a boolean operand (``where``, or a product with a bool tensor) are
+not vectorised, and for a 244k-value stack forward and backward cost 0.58 ms that way against
+0.22 ms for a float mask. The drop probability is ``p`` rounded to a multiple of 1/65536 (0.1
+becomes 0.100006), and kept values are scaled by the inverse of the exact keep rate, so the
+expectation is unchanged. On other devices it is ``torch.nn.functional.dropout``.
 """
 
 from __future__ import annotations
@@ -24,19 +27,19 @@ from torch.nn import functional as F
 _LEVELS = 1 << 16
 
 
-def keep_mask(shape: torch.Size | tuple[int, ...], p: float) -> tuple[Tensor, float]:
-    """A CPU boolean mask of ``shape`` keeping each element with probability ~``1 - p``, and its scale.
+def keep_mask(shape: torch.Size | tuple[int, ...], p: float) -> Tensor:
+    """A CPU float32 mask of ``shape``: the inverse keep rate with probability ~``1 - p``, else 0.
 
-    Returns ``(keep, scale)``: ``keep`` has P(True) = ``1 - round(p * 65536) / 65536``, and
-    ``scale`` is the inverse of that probability.
+    Each value is kept with probability ``1 - round(p * 65536) / 65536`` and then carries the
+    inverse of that probability, so ``x * mask`` is inverted dropout.
     """
     drop_levels = round(p * _LEVELS)
     seed = int(torch.randint(0, 2**62, (1,)))  # from torch's default generator: repeatable under manual_seed
     n = math.prod(shape)
     # Raw 64-bit outputs cut into four 16-bit levels each: uniform, and 2-3x cheaper than integers().
     bits = np.random.PCG64(seed).random_raw(-(-n // 4)).view(np.uint16)[:n]
-    keep = torch.from_numpy(bits >= drop_levels).view(shape)
-    return keep, _LEVELS / (_LEVELS - drop_levels)
+    scale = np.float32(_LEVELS / (_LEVELS - drop_levels))
+    return torch.from_numpy(np.multiply(bits >= drop_levels, scale, dtype=np.float32)).view(shape)
 
 
 class Dropout(nn.Module):
@@ -53,8 +56,8 @@ class Dropout(nn.Module):
             return x
         if x.device.type != "cpu":
             return F.dropout(x, self.p, training=True)
-        keep, scale = keep_mask(x.shape, self.p)
-        return torch.where(keep, x * scale, 0.0)  # the gradient is the same mask and scale
+        mask = keep_mask(x.shape, self.p)
+        return x * (mask if x.dtype == mask.dtype else mask.to(x.dtype))  # the gradient is the same mask
 
     def extra_repr(self) -> str:
         return f"p={self.p}"

@@ -32,10 +32,20 @@ def test_gradient_is_the_mask_and_eval_is_identity():
 
 def test_seeded_masks_repeat_and_differ_between_calls():
     torch.manual_seed(3)
-    a, b = keep_mask((64, 64), 0.2)[0], keep_mask((64, 64), 0.2)[0]
+    a, b = keep_mask((64, 64), 0.2), keep_mask((64, 64), 0.2)
     torch.manual_seed(3)
-    a2 = keep_mask((64, 64), 0.2)[0]
+    a2 = keep_mask((64, 64), 0.2)
     assert torch.equal(a, a2) and not torch.equal(a, b)
+    values = torch.unique(a).tolist()  # dropped, or kept with the inverse keep rate
+    assert len(values) == 2 and values[0] == 0.0 and values[1] == pytest.approx(1 / (1 - 0.2), rel=1e-4)
+
+
+def test_other_float_dtypes_keep_their_dtype():
+    torch.manual_seed(4)
+    for dtype in (torch.float64, torch.bfloat16):
+        x = torch.ones(30, 30, dtype=dtype)
+        y = Dropout(0.5).train()(x)
+        assert y.dtype == dtype and 0 < int((y == 0).sum()) < 900
 
 
 def test_bad_probability_is_refused():
