@@ -118,6 +118,24 @@ def _adamw(groups: list[dict], lr: float) -> torch.optim.AdamW:
         return torch.optim.AdamW(groups, lr=lr, foreach=True)
 
 
+def clip_gradients(parameters, max_norm: float) -> None:
+    """Scale the gradients so their joint 2-norm is at most ``max_norm``, as ``clip_grad_norm_`` does.
+
+    The same total norm and the same scale (so the same numbers), but the product runs only when
+    it changes something, with the scale as a number: torch multiplies every gradient by a 0-dim
+    tensor, which its CPU kernel does one value at a time (~0.16 ms a step for the adalayers
+    head's projection gradient). The trainer reads the loss every step anyway, so the extra
+    device sync costs nothing.
+    """
+    grads = [p.grad for p in parameters if p.grad is not None]
+    if not grads:
+        return
+    total = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads, 2.0)), 2.0)
+    scale = max_norm / (total + 1e-6)  # a float32 tensor, computed as torch computes it
+    if scale < 1.0:
+        torch._foreach_mul_(grads, float(scale))
+
+
 def _schedule(optimizer, config: TrainConfig, total_steps: int):
     if config.schedule == "plateau":
         return torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, mode="max", factor=0.5, patience=1)
@@ -168,7 +186,7 @@ def train_model(model: HeadModel, train_feed, val_feed, config: TrainConfig, *, 
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 if config.max_grad_norm:
-                    torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
+                    clip_gradients(model.parameters(), config.max_grad_norm)
                 optimizer.step()
                 if config.schedule != "plateau":
                     scheduler.step()

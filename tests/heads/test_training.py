@@ -19,6 +19,7 @@ from layercache.errors import CacheError, CacheMismatchError, ConfigError
 from layercache.heads import CacheFeed, HeadModel, LayerHead, train_head
 from layercache.heads.estimator import validation_slice
 from layercache.heads.evaluation import predict
+from layercache.heads.trainer import clip_gradients
 
 FAST = {"epochs": 6, "patience": 0, "progress": False, "device": "cpu"}
 SMALL_ADAPTIVE = {"k": 16}
@@ -255,3 +256,19 @@ def test_linear_heads_read_pooled_vectors_with_identical_results(cache):
                            ("last", {"head_options": {"pooling": "first"}})):
         head = LayerHead(mixer, tasks=["sentiment"], epochs=1, progress=False, device="cpu", **options).fit(cache)
         assert head.source_ == "tokens", mixer
+
+
+@pytest.mark.parametrize("max_norm", [0.5, 100.0], ids=["clipped", "unchanged"])
+def test_gradient_clipping_matches_torch(max_norm):
+    torch.manual_seed(0)
+    shapes = [(7, 16, 32), (64,), (3, 5)]
+    mine = [torch.nn.Parameter(torch.zeros(s)) for s in shapes]
+    ref = [torch.nn.Parameter(torch.zeros(s)) for s in shapes]
+    for a, b in zip(mine, ref):
+        a.grad = torch.randn(a.shape)
+        b.grad = a.grad.clone()
+    mine.append(torch.nn.Parameter(torch.zeros(2)))  # no gradient: skipped
+    clip_gradients(mine, max_norm)
+    torch.nn.utils.clip_grad_norm_(ref, max_norm)
+    for a, b in zip(mine, ref):
+        assert torch.equal(a.grad, b.grad)  # the same numbers, not merely close
