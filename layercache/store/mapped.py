@@ -67,7 +67,8 @@ class MappedStates:
         path = Path(path)
         stored = ds.attrs.get("dtype", str(ds.dtype))  # bf16 is kept as uint16 bits tagged "bfloat16"
         dtype = STORAGE_DTYPES.get(stored.decode() if isinstance(stored, bytes) else str(stored))
-        if ds.ndim != 3 or ds.shape[0] == 0 or not ds.dtype.isnative or dtype is None:
+        if (ds.ndim != 3 or ds.shape[0] == 0 or not ds.dtype.isnative or dtype is None
+                or dtype.itemsize != ds.dtype.itemsize):
             return None
         plist = ds.id.get_create_plist()
         if plist.get_nfilters():
@@ -105,8 +106,8 @@ class MappedStates:
         if None in table or len(skew) != 1:  # a chunk that skipped a filter, or chunks on different skews
             return None
         # HDF5 does not align chunks to the value size (a float32 chunk may start at an odd multiple
-        # of 2), but every chunk of one dataset shares the same skew, so one view over the file
-        # starting at that byte serves them all.
+        # of 2). The chunks of one dataset normally lie a multiple of it apart, so they share one
+        # skew and one view of the file starting at that byte serves them all (checked above).
         skew = skew.pop()
         for (row, state, _), byte_offset, nbytes in table:
             if nbytes != chunk_bytes:
