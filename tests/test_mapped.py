@@ -53,7 +53,7 @@ def test_mapped_rows_equal_h5py_reads(tiny_models, tmp_path, small_builtin, stor
                 mapped.will_need(0, len(stored), states)  # a hint: must not fail
 
 
-def write(path, **dataset) -> h5py.File:
+def write(path, **dataset) -> tuple[h5py.File, h5py.Dataset, np.ndarray]:
     f = h5py.File(path, "w")
     data = dataset.pop("data")
     ds = f.create_dataset("hidden", shape=data.shape, dtype=data.dtype, **dataset)
