@@ -125,7 +125,8 @@ def clip_gradients(parameters, max_norm: float) -> None:
     it changes something, with the scale as a number: torch multiplies every gradient by a 0-dim
     tensor, which its CPU kernel does one value at a time (~0.16 ms a step for the adalayers
     head's projection gradient). The trainer reads the loss every step anyway, so the extra
-    device sync costs nothing.
+    device sync costs nothing. One difference: a NaN total norm leaves the gradients as they are,
+    where torch would turn them all into NaN; the step is lost either way.
     """
     grads = [p.grad for p in parameters if p.grad is not None]
     if not grads:
