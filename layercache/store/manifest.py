@@ -68,6 +68,8 @@ class SplitInfo:
     """Examples cut at the backbone's maximum length (their tail tokens are not in the cache)."""
     n_windowed: int = 0
     """Examples longer than the maximum length, run as overlapping windows and stitched (``--stride``)."""
+    n_skipped_empty: int = 0
+    """Source rows with no text (or no words) that were skipped; ``example_index`` still names source rows."""
     shards: list[ShardInfo] = field(default_factory=list)
     complete: bool = False
     stats: dict[str, dict[str, float]] = field(default_factory=dict)
