@@ -12,6 +12,7 @@ and refuses a cache that does not match, instead of silently mixing data.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -23,6 +24,7 @@ from typing import Any
 
 from ..errors import CacheError
 from ..sources.records import LabelTask
+from .schema import ManifestSchemaError, validate_manifest
 
 FORMAT_VERSION = 1
 """Bumped whenever a reader of the previous version would misread a new cache."""
@@ -139,22 +141,48 @@ class Manifest:
         return data
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "Manifest":
-        data = dict(data)
+    def from_json(cls, data: Any) -> "Manifest":
+        """Build a manifest from parsed JSON, refusing anything :mod:`layercache.store.schema` rejects.
+
+        Raises :class:`CacheError` for another format version and
+        :class:`~layercache.store.schema.ManifestSchemaError` for a field of the wrong type or value.
+        """
+        if not isinstance(data, dict):
+            raise ManifestSchemaError("the manifest", f"should be a JSON object, found {type(data).__name__}")
         version = data.get("format_version")
         if version != FORMAT_VERSION:
             raise CacheError(
-                f"This cache has format version {version}, but this layercache reads version "
+                f"This cache has format version {version!r:.20}, but this layercache reads version "
                 f"{FORMAT_VERSION}; re-extract it or install the layercache version that wrote it."
             )
-        data["tasks"] = [LabelTask.from_json(t) for t in data.get("tasks", [])]
+        validate_manifest(data)
+        fields = {f.name for f in dataclasses.fields(cls)}
+        data = {k: v for k, v in data.items() if k in fields}
+        data["tasks"] = [LabelTask.from_json(t) for t in data["tasks"]]
+        split_fields = {f.name for f in dataclasses.fields(SplitInfo)}
+        shard_fields = {f.name for f in dataclasses.fields(ShardInfo)}
         splits = {}
         for name, split in data["splits"].items():
-            split = dict(split)
-            split["shards"] = [ShardInfo(**s) for s in split.get("shards", [])]
+            split = {k: v for k, v in split.items() if k in split_fields}
+            split["shards"] = [ShardInfo(**{k: v for k, v in s.items() if k in shard_fields}) for s in split["shards"]]
             splits[name] = SplitInfo(**split)
         data["splits"] = splits
         return cls(**data)
+
+
+def confined_path(cache_dir: str | os.PathLike, relative: str, what: str = "Shard") -> Path:
+    """``cache_dir / relative``, refused unless it resolves inside ``cache_dir`` (symlinks followed).
+
+    The schema already allows only ``<split>/shard-NNNNN.h5``; this catches a split folder or a
+    shard that is a symlink leading out of the cache, before anything reads or deletes through it.
+    """
+    root = Path(cache_dir).resolve()
+    full = Path(cache_dir) / relative
+    resolved = full.resolve()
+    if resolved != root and root not in resolved.parents:
+        raise CacheError(f"{what} {full} leads outside the cache folder (to {resolved}); layercache reads and "
+                         "deletes only inside its cache, so replace the link with the real file or re-extract.")
+    return full
 
 
 def manifest_path(cache_dir: str | os.PathLike) -> Path:
@@ -162,12 +190,18 @@ def manifest_path(cache_dir: str | os.PathLike) -> Path:
 
 
 def write_manifest(cache_dir: str | os.PathLike, manifest: Manifest) -> None:
-    """Write the manifest atomically: a reader sees the old or the new file, never a mix."""
+    """Write the manifest atomically: a reader sees the old or the new file, never a mix.
+
+    The file gets the permissions of any new file (``0666`` less the umask), the same as the
+    shards, so a cache shared by a team can be opened by everyone who can read its shards;
+    ``mkstemp`` alone would leave it ``0600``.
+    """
     manifest.updated_at = utc_now()
     target = manifest_path(cache_dir)
     text = json.dumps(manifest.to_json(), indent=2, sort_keys=False)
     fd, tmp = tempfile.mkstemp(prefix=".manifest-", suffix=".json.tmp", dir=target.parent)
     try:
+        os.fchmod(fd, NEW_FILE_MODE)
         with os.fdopen(fd, "w") as handle:
             handle.write(text)
             handle.flush()
@@ -178,8 +212,18 @@ def write_manifest(cache_dir: str | os.PathLike, manifest: Manifest) -> None:
         raise
 
 
+def _new_file_mode() -> int:
+    """``0o666`` less this process's umask: the mode ``open()`` gives a new file."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
+NEW_FILE_MODE = _new_file_mode()
+
+
 def read_manifest(cache_dir: str | os.PathLike) -> Manifest:
-    """Read and validate ``manifest.json``; a missing or unreadable one is a :class:`CacheError`."""
+    """Read and validate ``manifest.json``; a missing, unreadable or invalid one is a :class:`CacheError`."""
     path = manifest_path(cache_dir)
     if not path.is_file():
         raise CacheError(
@@ -187,10 +231,17 @@ def read_manifest(cache_dir: str | os.PathLike) -> Manifest:
             "point to a folder written by `layercache extract`."
         )
     try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as err:
-        raise CacheError(f"The manifest {path} cannot be read ({err}); re-extract the cache.") from err
+        data = json.loads(path.read_bytes())
+    except (OSError, ValueError, RecursionError) as err:  # ValueError: bad JSON or bad UTF-8
+        raise CacheError(f"The manifest {path} cannot be read ({_short(err)}); re-extract the cache "
+                         "(`layercache extract ... --overwrite`).") from None
     try:
         return Manifest.from_json(data)
-    except (KeyError, TypeError) as err:
-        raise CacheError(f"The manifest {path} is missing field {err}; re-extract the cache.") from err
+    except ManifestSchemaError as err:
+        raise CacheError(f"The manifest {path} is damaged: {err}; re-extract the cache "
+                         "(`layercache extract ... --overwrite`).") from None
+
+
+def _short(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    return text[0][:120] if text else type(err).__name__

@@ -21,7 +21,7 @@ from ..errors import CacheError, ConfigError
 from ..sources.records import LabelTask
 from .checksum import checksum_matches
 from .dtypes import from_storage
-from .manifest import Manifest, SplitInfo, read_manifest
+from .manifest import Manifest, ShardInfo, SplitInfo, confined_path, read_manifest
 from .mapped import MappedStates
 
 IGNORE_INDEX = -100
@@ -82,6 +82,9 @@ class LayerCache:
     def __init__(self, path: Path, manifest: Manifest):
         self.path = Path(path)
         self.manifest = manifest
+        self._shard_entries = {shard.file: shard for split in manifest.splits.values() for shard in split.shards}
+        for file in self._shard_entries:  # refuse links out of the cache before any read
+            confined_path(self.path, file)
         self._handles: dict[str, h5py.File] = {}
         self._maps: dict[tuple[str, str], MappedStates | None] = {}
         self._pid = os.getpid()
@@ -170,20 +173,27 @@ class LayerCache:
 
     # --- shard access -----------------------------------------------------------------
     def _handle(self, file: str) -> h5py.File:
+        """The open shard ``file``, checked against its manifest entry the first time it is opened."""
         if os.getpid() != self._pid:  # h5py handles must not cross a fork (DataLoader workers)
             self._handles = {}
             self._pid = os.getpid()
         handle = self._handles.get(file)
         if handle is None:
-            full = self.path / file
+            full = confined_path(self.path, file)
             try:
                 # No HDF5 chunk cache: shards are uncompressed, so a read can fetch exactly the bytes
                 # it selects. With the default 1 MiB cache, a read of a few rows pulls each whole
                 # (512-token) chunk through the cache first; reading a sparse 10 % of SST-2's rows
                 # (a validation slice) took 0.25-0.39 s that way and 0.13 s without it.
                 handle = h5py.File(full, "r", rdcc_nbytes=0)
-            except (OSError, FileNotFoundError) as err:
-                raise CacheError(f"Shard {full} cannot be read ({err}); re-extract the cache.") from err
+            except OSError as err:
+                raise CacheError(f"Shard {full} cannot be read ({_first_line(err)}); check it with "
+                                 "`layercache info --check` and re-extract it with --repair.") from None
+            try:
+                check_shard_layout(handle, self._shard_entries[file], self.manifest)
+            except BaseException:
+                handle.close()
+                raise
             self._handles[file] = handle
         return handle
 
@@ -482,3 +492,64 @@ def _progress_text(manifest: Manifest) -> str:
     for name, split in manifest.splits.items():
         parts.append(f"{name}: {split.rows_written}/{split.n_examples} examples")
     return "; ".join(parts)
+
+
+def check_shard_layout(h: h5py.File, info: ShardInfo, manifest: Manifest) -> None:
+    """Refuse a shard whose datasets disagree with its manifest entry, before any row is read from it.
+
+    A shard whose ``offsets`` were damaged would hand out other rows' tokens, or index past the end
+    of ``hidden``; one with a missing dataset would fail deep inside a read. Everything checked here
+    is small (shapes, and the ``(n + 1,)`` offsets), so the check costs one read per shard.
+    """
+    S, D = len(manifest.layer_names), manifest.hidden_size
+    n, t = info.n_examples, info.n_tokens
+    expected: dict[str, tuple[int, ...]] = {"offsets": (n + 1,), "input_ids": (t,), "example_index": (n,)}
+    if manifest.stores_tokens:
+        expected["hidden"] = (t, S, D)
+    for mode in manifest.pooling:
+        expected[f"pooled/{mode}"] = (n, S, D)
+    token_tasks = [task for task in manifest.tasks if task.kind == "token"]
+    if token_tasks:
+        expected["word_offsets"] = (n + 1,)
+    for task in manifest.tasks:
+        if task.kind != "token":
+            expected[f"labels/{task.name}"] = (n,)
+    expected["stats/sum"] = expected["stats/sumsq"] = (S, D)
+    problem = None
+    try:
+        for name, shape in expected.items():
+            ds = h.get(name)
+            if not isinstance(ds, h5py.Dataset):
+                problem = f"has no dataset {name!r}"
+            elif ds.shape != shape:
+                problem = f"has {name} of shape {ds.shape}, the manifest implies {shape}"
+            if problem:
+                break
+        else:
+            problem = _offsets_problem(h["offsets"][:], t, "offsets")
+            if problem is None and token_tasks:
+                word_offsets = h["word_offsets"][:]
+                problem = _offsets_problem(word_offsets, None, "word_offsets")
+                for task in token_tasks if problem is None else []:
+                    if h[f"labels/{task.name}"].shape != (int(word_offsets[-1]),):
+                        problem = f"has labels/{task.name} of another length than its words"
+                        break
+    except (OSError, KeyError, ValueError, TypeError) as err:  # h5py on damaged metadata
+        problem = f"cannot be read ({_first_line(err)})"
+    if problem:
+        raise CacheError(f"Shard {info.file} {problem}: it is damaged or from another cache; check it with "
+                         "`layercache info --check` and re-extract it with `layercache extract ... --repair`.")
+
+
+def _offsets_problem(offsets: np.ndarray, total: int | None, name: str) -> str | None:
+    """Why ``offsets`` cannot index its rows (None when it can): start at 0, never decrease, end at ``total``."""
+    if offsets.dtype.kind not in "iu" or offsets.ndim != 1:
+        return f"has {name} of type {offsets.dtype}"
+    if offsets[0] != 0 or (np.diff(offsets) < 0).any() or (total is not None and offsets[-1] != total):
+        return f"has {name} that do not run from 0 to {total if total is not None else 'its end'} in order"
+    return None
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    return text[0][:160] if text else type(err).__name__

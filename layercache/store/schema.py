@@ -1,0 +1,252 @@
+"""The manifest's typed schema: every field a reader relies on, its type and its bounds.
+
+``manifest.json`` is read by extraction (to resume), by the reader (to find rows in shards) and by
+every trainer. A manifest edited by hand, truncated by a bad copy or written by another tool must
+not reach them half-valid: a negative row count silently drops rows, a ``splits`` list crashes
+deep inside a read, and a shard path such as ``../../x`` would make a resume delete files outside
+the cache. So a manifest is checked against this schema as a whole, on read, before anything uses
+it; the first violation becomes one :class:`ManifestSchemaError` naming the field.
+
+Two kinds of rules:
+
+- *types and bounds* per field, written declaratively below (:data:`MANIFEST_SCHEMA`);
+- *consistency* across fields (:func:`check_consistency`): shard files are exactly
+  ``<split>/shard-NNNNN.h5`` in order, rows and batches run on without gaps, written counts never
+  exceed planned ones, a complete cache has every row, layer lists agree.
+
+Sections a newer writer may extend (``model``, ``dataset`` ...) accept extra keys; the keys
+listed here must be present with the right type.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .checksum import ALGORITHM
+
+STORAGE_DTYPE_NAMES = ("float16", "bfloat16", "float32")
+POOLING_MODES = ("mean", "first", "last")
+STORE_MODES = ("tokens", "pooled")
+TASK_KINDS = ("sequence", "token", "regression")
+MODEL_KINDS = ("encoder", "decoder", "encoder-decoder")
+FINAL_NORMS = ("none", "applied", "not-applied")
+SHARD_FILE = re.compile(r"shard-(\d{5,})\.h5")
+CHECKSUM = re.compile(rf"{ALGORITHM}:[0-9a-f]{{32}}")
+# Split and task names become folder names and HDF5 paths: no separators, no leading dot, no control characters.
+SAFE_NAME = re.compile(r"[^/\\\x00-\x1f.][^/\\\x00-\x1f]*")
+
+
+class ManifestSchemaError(ValueError):
+    """A manifest field has the wrong type, an impossible value, or disagrees with another field."""
+
+    def __init__(self, where: str, problem: str) -> None:
+        super().__init__(f"{where} {problem}")
+        self.where, self.problem = where, problem
+
+
+def is_safe_name(name: object) -> bool:
+    """Whether ``name`` can be a split folder or a task's HDF5 path component: no separators, no ``..``."""
+    return isinstance(name, str) and SAFE_NAME.fullmatch(name) is not None
+
+
+# --- field specs ---------------------------------------------------------------------------
+Spec = Callable[[Any, str], None]
+
+
+def _fail(where: str, problem: str) -> None:
+    raise ManifestSchemaError(where, problem)
+
+
+def _type_name(value: Any) -> str:
+    return "null" if value is None else type(value).__name__
+
+
+def integer(minimum: int | None = 0) -> Spec:
+    def check(value: Any, where: str) -> None:
+        if not isinstance(value, int) or isinstance(value, bool):
+            _fail(where, f"should be an integer, found {_type_name(value)} {value!r:.40}")
+        if minimum is not None and value < minimum:
+            _fail(where, f"should be at least {minimum}, found {value}")
+    return check
+
+
+def number() -> Spec:
+    def check(value: Any, where: str) -> None:
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            _fail(where, f"should be a number, found {_type_name(value)} {value!r:.40}")
+    return check
+
+
+def boolean() -> Spec:
+    def check(value: Any, where: str) -> None:
+        if not isinstance(value, bool):
+            _fail(where, f"should be true or false, found {_type_name(value)} {value!r:.40}")
+    return check
+
+
+def text(choices: tuple[str, ...] | None = None, pattern: re.Pattern | None = None, what: str = "") -> Spec:
+    def check(value: Any, where: str) -> None:
+        if not isinstance(value, str):
+            _fail(where, f"should be a string, found {_type_name(value)} {value!r:.40}")
+        if choices is not None and value not in choices:
+            _fail(where, f"should be one of {', '.join(choices)}, found {value!r:.40}")
+        if pattern is not None and not pattern.fullmatch(value):
+            _fail(where, f"should be {what or 'of the form ' + pattern.pattern}, found {value!r:.60}")
+    return check
+
+
+def optional(spec: Spec) -> Spec:
+    def check(value: Any, where: str) -> None:
+        if value is not None:
+            spec(value, where)
+    return check
+
+
+def list_of(spec: Spec, *, non_empty: bool = False) -> Spec:
+    def check(value: Any, where: str) -> None:
+        if not isinstance(value, list):
+            _fail(where, f"should be a list, found {_type_name(value)}")
+        if non_empty and not value:
+            _fail(where, "should not be empty")
+        for i, item in enumerate(value):
+            spec(item, f"{where}[{i}]")
+    return check
+
+
+def dict_of(spec: Spec, key: Spec | None = None) -> Spec:
+    def check(value: Any, where: str) -> None:
+        if not isinstance(value, dict):
+            _fail(where, f"should be an object, found {_type_name(value)}")
+        for k, item in value.items():
+            if key is not None:
+                key(k, f"{where} key")
+            spec(item, f"{where}.{k}")
+    return check
+
+
+@dataclass(frozen=True)
+class Record:
+    """A JSON object with required and optional keys of given specs; other keys are allowed."""
+
+    required: Mapping[str, Spec]
+    optional: Mapping[str, Spec] | None = None
+
+    def __call__(self, value: Any, where: str) -> None:
+        if not isinstance(value, dict):
+            _fail(where, f"should be an object, found {_type_name(value)}")
+        for key, spec in self.required.items():
+            if key not in value:
+                _fail(f"{where}.{key}".lstrip("."), "is missing")
+            spec(value[key], f"{where}.{key}".lstrip("."))
+        for key, spec in (self.optional or {}).items():
+            if key in value:
+                spec(value[key], f"{where}.{key}".lstrip("."))
+
+
+def _safe_name(what: str) -> Spec:
+    return text(pattern=SAFE_NAME, what=f"a {what} name without '/', '\\\\' or a leading '.'")
+
+
+SHARD = Record({
+    "file": text(), "first_row": integer(), "n_examples": integer(1), "n_tokens": integer(), "first_batch": integer(),
+    "n_batches": integer(1), "bytes": integer(1),
+    "checksum": text(pattern=CHECKSUM, what=f"'{ALGORITHM}:' and 32 hex digits (the only checksum scheme this "
+                                            "layercache knows)"),
+})
+SPLIT = Record(
+    {"n_examples": integer(), "n_tokens": integer(), "n_batches": integer(), "shards": list_of(SHARD),
+     "complete": boolean()},
+    {"n_truncated": integer(), "n_windowed": integer(), "n_skipped_empty": integer(),
+     "stats": dict_of(dict_of(number()))},
+)
+TASK = Record({"name": _safe_name("task"), "kind": text(TASK_KINDS), "label_names": optional(list_of(text()))})
+MANIFEST_SCHEMA = Record(
+    {
+        "format_version": integer(),
+        "model": Record({"name": text(), "fingerprint": text(), "kind": text(MODEL_KINDS), "n_layers": integer(1),
+                         "hidden_size": integer(1), "final_norm": text(FINAL_NORMS), "forward_dtype": text(),
+                         "architecture": text(), "device": text()},
+                        {"source": text(), "revision": optional(text()), "model_type": optional(text())}),
+        "tokenizer": Record({"class": text(), "fingerprint": text(), "max_length": integer(1)},
+                            {"stride": optional(integer()), "pad_from": optional(text()), "padding_side": text()}),
+        "dataset": Record({"name": text(), "fingerprint": text(), "text_columns": list_of(text())},
+                          {"config": optional(text()), "columns": list_of(text()), "limit": optional(integer(1)),
+                           "files": optional(dict_of(text()))}),
+        "tasks": list_of(TASK),
+        "storage": Record({"dtype": text(STORAGE_DTYPE_NAMES), "layers": list_of(integer(), non_empty=True),
+                           "layer_names": list_of(text(), non_empty=True), "store": text(STORE_MODES),
+                           "pooling": list_of(text(POOLING_MODES)), "shard_bytes": integer(1)},
+                          {"all_layer_names": list_of(text()), "final_norm": text(FINAL_NORMS)}),
+        "extraction": Record({}, {"batch_tokens": integer(1), "batch_size": integer(1), "planner": text(),
+                                  "fp16_overflow": integer()}),
+        "splits": dict_of(SPLIT, key=_safe_name("split")),
+        "config_hash": text(),
+        "complete": boolean(),
+    },
+    {"created_at": text(), "updated_at": text(), "layercache_version": text()},
+)
+
+
+# --- consistency -----------------------------------------------------------------------------
+def check_consistency(data: dict) -> None:
+    """Rules that tie fields together; ``data`` has passed :data:`MANIFEST_SCHEMA` already."""
+    storage, model = data["storage"], data["model"]
+    if len(storage["layers"]) != len(storage["layer_names"]):
+        _fail("storage.layer_names", f"has {len(storage['layer_names'])} names for {len(storage['layers'])} "
+                                     "kept layers")
+    if len(set(storage["layers"])) != len(storage["layers"]) or max(storage["layers"]) > model["n_layers"]:
+        _fail("storage.layers", f"should be distinct states 0..{model['n_layers']}, found {storage['layers']}")
+    if storage["store"] == "pooled" and not storage["pooling"]:
+        _fail("storage.pooling", "is empty, but a pooled-only cache needs at least one pooling mode")
+    names = [t["name"] for t in data["tasks"]]
+    if len(set(names)) != len(names):
+        _fail("tasks", f"names a task twice ({', '.join(names)})")
+    for i, task in enumerate(data["tasks"]):
+        if (task["kind"] == "regression") != (task["label_names"] is None):
+            _fail(f"tasks[{i}].label_names", f"{'must be null' if task['kind'] == 'regression' else 'is missing'} "
+                                             f"for a {task['kind']} task")
+    for name, split in data["splits"].items():
+        _check_split(name, split)
+    if data["complete"]:
+        unfinished = [name for name, split in data["splits"].items() if not split["complete"]]
+        if unfinished:
+            _fail("complete", f"is true while split {unfinished[0]!r} is not complete")
+
+
+def _check_split(name: str, split: dict) -> None:
+    where = f"splits.{name}"
+    row = batch = tokens = 0
+    for i, shard in enumerate(split["shards"]):
+        at = f"{where}.shards[{i}]"
+        expected = f"{name}/shard-{i:05d}.h5"
+        if shard["file"] != expected:
+            # The one form a shard path may take: no absolute paths, no '..', no other folder.
+            _fail(f"{at}.file", f"should be {expected!r}, found {shard['file']!r:.80}")
+        if shard["first_row"] != row:
+            _fail(f"{at}.first_row", f"should be {row} (where the previous shard ends), found {shard['first_row']}")
+        if shard["first_batch"] != batch:
+            _fail(f"{at}.first_batch", f"should be {batch}, found {shard['first_batch']}")
+        row += shard["n_examples"]
+        batch += shard["n_batches"]
+        tokens += shard["n_tokens"]
+    for what, written, planned in (("rows", row, split["n_examples"]), ("batches", batch, split["n_batches"]),
+                                   ("tokens", tokens, split["n_tokens"])):
+        if written > planned:
+            _fail(where, f"lists {written} {what} in its shards but plans only {planned}")
+    if split["complete"] and (row, batch) != (split["n_examples"], split["n_batches"]):
+        _fail(f"{where}.complete", f"is true with {row} of {split['n_examples']} rows written")
+    for count in ("n_truncated", "n_windowed"):
+        if split.get(count, 0) > split["n_examples"]:
+            _fail(f"{where}.{count}", f"is {split[count]}, more than the split's {split['n_examples']} examples")
+
+
+def validate_manifest(data: Any) -> None:
+    """Check a parsed ``manifest.json`` against the schema and the consistency rules.
+
+    Raises :class:`ManifestSchemaError` naming the first bad field.
+    """
+    MANIFEST_SCHEMA(data, "")
+    check_consistency(data)
