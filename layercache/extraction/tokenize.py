@@ -82,8 +82,11 @@ def _encode_single(tokenizer, records, start, stop, max_length, stride, causal):
     words_mode = records.words is not None
     inputs = records.words[start:stop] if words_mode else records.texts[start:stop]
     for i, x in enumerate(inputs):
+        # Data loaded by layercache never gets here empty (load_dataset_records skips such rows); records
+        # built by hand may, and an empty input has no token to hold a state.
         if (words_mode and len(x) == 0) or (not words_mode and not str(x).strip()):
-            raise DatasetError(f"Example {start + i} of the split is empty; remove empty rows from the data.")
+            raise DatasetError(f"Example {start + i} of the split (source row {records.source_index[start + i]}) "
+                               "is empty; leave empty rows out of the records.")
     enc = tokenizer(inputs, is_split_into_words=words_mode, truncation=True, max_length=max_length,
                     stride=stride or 0, return_overflowing_tokens=True, add_special_tokens=True)
     by_example: dict[int, list[int]] = {}

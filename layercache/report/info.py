@@ -15,7 +15,8 @@ def cache_summary(cache: LayerCache) -> dict:
     splits = {}
     for name, s in m.splits.items():
         splits[name] = {"examples": s.n_examples, "written": s.rows_written, "tokens": s.n_tokens,
-                        "truncated": s.n_truncated, "windowed": s.n_windowed, "shards": len(s.shards),
+                        "truncated": s.n_truncated, "skipped_empty": s.n_skipped_empty, "windowed": s.n_windowed,
+                        "shards": len(s.shards),
                         "bytes": s.bytes_written, "complete": s.complete}
     return {
         "path": str(cache.path), "complete": m.complete, "format_version": m.format_version,
@@ -32,7 +33,7 @@ def render_summary(summary: dict, console: Console) -> None:
     status = "[green]complete[/]" if summary["complete"] else "[yellow]incomplete: re-run the same extract command to resume[/]"
     head = Table.grid(padding=(0, 2))
     head.add_column(style="bold")
-    head.add_column()
+    head.add_column(overflow="fold")  # paths whole (wrapped), never cut short with an ellipsis
     norm = {"none": "no final norm", "applied": "layer_L is after the final norm",
             "not-applied": "layer_L is before the final norm"}.get(storage.get("final_norm"), "?")
     rows = [
@@ -44,6 +45,8 @@ def render_summary(summary: dict, console: Console) -> None:
                       + (f", windows with stride {tok['stride']}" if tok.get("stride") else ", truncating")),
         ("dataset", data["name"] + (f" / {data['config']}" if data.get("config") else "")
                     + f" (text: {', '.join(data['text_columns'])})"),
+        *([("files", "; ".join(f"{split}: {path}" for split, path in data["files"].items()))]
+          if len(data.get("files") or {}) > 1 else []),
         ("tasks", "; ".join(f"{t['name']} ({t['kind']}" + (f", {len(t['label_names'])} classes)" if t["label_names"] else ")")
                             for t in summary["tasks"]) or "none (unlabelled)"),
         ("storage", f"{storage['store']}, {storage['dtype']}, pooled: {', '.join(storage['pooling']) or 'none'}"),
@@ -56,9 +59,10 @@ def render_summary(summary: dict, console: Console) -> None:
     for key, value in rows:
         head.add_row(key, value)
     console.print(head)
-    table = Table("split", "examples", "tokens", "truncated", "windowed", "shards", "size", "complete")
+    # "skipped": source rows left out because their text was empty (they have no states to cache).
+    table = Table("split", "examples", "tokens", "truncated", "skipped", "windowed", "shards", "size", "complete")
     for name, s in summary["splits"].items():
         written = f"{s['written']:,}" if s["written"] == s["examples"] else f"{s['written']:,}/{s['examples']:,}"
-        table.add_row(name, written, f"{s['tokens']:,}", f"{s['truncated']:,}", f"{s['windowed']:,}",
-                      str(s["shards"]), human_bytes(s["bytes"]), "yes" if s["complete"] else "no")
+        table.add_row(name, written, f"{s['tokens']:,}", f"{s['truncated']:,}", f"{s['skipped_empty']:,}",
+                      f"{s['windowed']:,}", str(s["shards"]), human_bytes(s["bytes"]), "yes" if s["complete"] else "no")
     console.print(table)

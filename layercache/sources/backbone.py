@@ -4,6 +4,11 @@ The backbone is put in eval mode with gradients off, so dropout never touches ca
 For encoder-decoders (T5, BART) only the encoder runs: its states are what a head would read.
 States are named ``embeddings, layer_1 … layer_L``; :attr:`Backbone.final_norm` says whether the
 model has a final norm and whether ``layer_L`` is taken after it.
+
+Weights load from safetensors files; pickle checkpoints (``pytorch_model.bin``) can run arbitrary
+code when unpickled, so they load only with ``allow_pickle=True``. The model's fingerprint covers
+every weight (the checkpoint files' bytes) and the config; the tokenizer's covers everything that
+changes how a text becomes ids. A cache, a resumed run and a trained head all compare them.
 """
 
 from __future__ import annotations
@@ -11,13 +16,14 @@ from __future__ import annotations
 import hashlib
 import importlib
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+import xxhash
 
 from ..errors import ConfigError, ModelLoadError
+from ..store.checksum import file_checksum
 
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 
@@ -33,6 +39,15 @@ FORWARD_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16"
 FINAL_NORM_NAMES = ("ln_f", "norm", "final_layer_norm", "final_layernorm", "layernorm_embedding_final", "layer_norm")
 # Beyond this, a tokenizer's model_max_length is a placeholder ("no limit"), not the model's limit.
 _NO_LIMIT = 1_000_000
+# Checkpoint files in the order from_pretrained looks for them: single file first, then a sharded index.
+SAFETENSORS_FILES = ("model.safetensors", "model.safetensors.index.json")
+PICKLE_FILES = ("pytorch_model.bin", "pytorch_model.bin.index.json")
+# Config keys that name where or how a model was loaded, not what it computes.
+_CONFIG_PROVENANCE = {"transformers_version", "_name_or_path", "torch_dtype", "dtype", "_commit_hash"}
+# Tokenizer attributes that change the ids of a text (most live in the backend json as well).
+_TOKENIZER_SETTINGS = ("truncation_side", "padding_side", "split_special_tokens", "add_bos_token", "add_eos_token",
+                       "add_prefix_space", "do_lower_case", "model_max_length")
+_TENSOR_CHUNK = 1 << 24  # elements hashed at once when a model has no files: bounds the float32 copy to 64 MiB
 
 
 @dataclass
@@ -134,11 +149,12 @@ def _looks_like_path(name: str) -> bool:
 
 
 def load_backbone(name: str = DEFAULT_MODEL, *, device: str = "auto", dtype: str = "auto",
-                  max_length: int | None = None, words_input: bool = False) -> Backbone:
+                  max_length: int | None = None, words_input: bool = False, allow_pickle: bool = False) -> Backbone:
     """Load ``name`` (hub id, bundled alias or local folder) frozen, on ``device`` in ``dtype``.
 
     ``words_input`` prepares the tokenizer for pre-split words (BPE tokenizers such as RoBERTa's
-    and GPT-2's need ``add_prefix_space`` for that).
+    and GPT-2's need ``add_prefix_space`` for that). Weights load from safetensors files; a model
+    that only has pickle weights (``pytorch_model.bin``) is refused unless ``allow_pickle``.
     """
     from transformers import AutoConfig, AutoModel, AutoTokenizer
     from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING_NAMES
@@ -155,10 +171,18 @@ def load_backbone(name: str = DEFAULT_MODEL, *, device: str = "auto", dtype: str
             f"Could not load model {name!r} ({_first_line(err)}); check the name, or pass a local folder "
             "with config.json and weights (the hub is unreachable offline)."
         ) from err
+    local = Path(source).expanduser().is_dir()
+    if local and not allow_pickle and not _folder_files(source, SAFETENSORS_FILES) \
+            and _folder_files(source, PICKLE_FILES):
+        raise ModelLoadError(_pickle_refusal(name))
+    # None lets transformers fall back to pickle weights when a hub model has no safetensors.
+    use_safetensors = True if not allow_pickle else None
     try:
         tokenizer = AutoTokenizer.from_pretrained(source, **_prefix_space_kwargs(config, words_input))
-        full = AutoModel.from_pretrained(source, dtype=torch_dtype)
+        full = AutoModel.from_pretrained(source, dtype=torch_dtype, use_safetensors=use_safetensors)
     except (OSError, ValueError, KeyError) as err:
+        if not local and not allow_pickle and "safetensors" in str(err):
+            raise ModelLoadError(_pickle_refusal(name, maybe=True)) from err
         raise ModelLoadError(f"Could not load model {name!r} ({_first_line(err)}); check that the folder "
                              "holds both weights and tokenizer files.") from err
     if not getattr(tokenizer, "is_fast", False):
@@ -188,10 +212,11 @@ def load_backbone(name: str = DEFAULT_MODEL, *, device: str = "auto", dtype: str
             raise ConfigError(f"--max-length {max_length} is outside what {name!r} supports "
                               f"({tokenizer.num_special_tokens_to_add() + 1} to {limit}).")
         limit = max_length
+    revision = getattr(config, "_commit_hash", None)
     backbone = Backbone(
         name=name, source=source, model=model, tokenizer=tokenizer, kind=kind, device=torch_device,
         dtype=torch_dtype, n_layers=n_layers, hidden_size=hidden, max_length=limit, final_norm="none",
-        revision=getattr(config, "_commit_hash", None), fingerprint=model_fingerprint(model),
+        revision=revision, fingerprint=model_fingerprint(model, weight_files(source, revision, allow_pickle)),
         tokenizer_fingerprint=tokenizer_fingerprint(tokenizer), pad_from=pad_from,
     )
     backbone.final_norm = _detect_final_norm(backbone)
@@ -247,28 +272,107 @@ def _detect_final_norm(backbone: Backbone) -> str:
     return "applied" if same else "not-applied"
 
 
-def model_fingerprint(model: torch.nn.Module) -> str:
-    """A cheap content hash: the config plus parameter names, shapes and samples of a few tensors.
+def _pickle_refusal(name: str, maybe: bool = False) -> str:
+    has = "has no safetensors weights (perhaps only pytorch_model.bin)" if maybe else \
+        "has only pickle weights (pytorch_model.bin)"
+    return (f"Model {name!r} {has}, and pickle files can run arbitrary code when loaded; "
+            "pass --allow-pickle (allow_pickle=True) only for a source you trust, or convert the weights to "
+            "safetensors.")
 
-    Hashing every weight of a 7B model would take minutes; the sampled tensors (first and last
-    two) change whenever the weights do in practice, and the names/shapes catch architecture edits.
+
+def _folder_files(folder: str | Path, names: tuple[str, ...]) -> list[Path] | None:
+    """The checkpoint files of a local folder for the first of ``names`` present (shards of an index)."""
+    folder = Path(folder).expanduser()
+    for name in names:
+        path = folder / name
+        if path.is_file():
+            return _with_shards(path, lambda shard: folder / shard)
+    return None
+
+
+def _with_shards(path: Path, locate) -> list[Path] | None:
+    """``[path]`` for a single checkpoint; for an index, every shard it names (``locate`` finds one)."""
+    if not path.name.endswith(".index.json"):
+        return [path]
+    try:
+        shards = sorted(set(json.loads(path.read_text())["weight_map"].values()))
+    except (OSError, ValueError, KeyError, AttributeError):
+        return None
+    found = [locate(shard) for shard in shards]
+    return found if all(f is not None and Path(f).is_file() for f in found) else None
+
+
+def weight_files(source: str, revision: str | None = None, allow_pickle: bool = False) -> list[Path] | None:
+    """The checkpoint files ``from_pretrained`` loads for ``source``, or ``None`` when they cannot be found.
+
+    A local folder is looked into; a hub id is looked up in the local Hugging Face cache at
+    ``revision`` (the commit the config came from), with no network access. Safetensors files
+    come first, as ``from_pretrained`` prefers them; pickle files count only with ``allow_pickle``.
     """
-    digest = hashlib.sha256()
-    config = {k: v for k, v in model.config.to_dict().items()
-              if k not in {"transformers_version", "_name_or_path", "torch_dtype", "dtype", "_commit_hash"}}
+    names = SAFETENSORS_FILES + (PICKLE_FILES if allow_pickle else ())
+    if Path(source).expanduser().is_dir():
+        return _folder_files(source, names)
+    from huggingface_hub import try_to_load_from_cache
+
+    def cached(filename: str) -> Path | None:
+        found = try_to_load_from_cache(source, filename, revision=revision)
+        return Path(found) if isinstance(found, str) else None  # a sentinel object means "known absent"
+
+    for name in names:
+        path = cached(name)
+        if path is not None:
+            return _with_shards(path, cached)
+    return None
+
+
+def model_fingerprint(model: torch.nn.Module, files: list[Path] | None = None) -> str:
+    """A hash of every weight and the config: ``"xxh3_128-files:<hex>"`` or ``"xxh3_128-tensors:<hex>"``.
+
+    With ``files`` (the checkpoint ``from_pretrained`` read), their bytes are hashed, streamed:
+    the same checkpoint has one fingerprint whatever dtype or device it runs in. A model with no
+    files (built in memory) hashes its state dict instead, each tensor as float32 bytes (other
+    dtypes as they are) in name order. The scheme leads the string, so fingerprints made by
+    different schemes never compare equal by accident.
+    """
+    digest = xxhash.xxh3_128()
+    config = {k: v for k, v in model.config.to_dict().items() if k not in _CONFIG_PROVENANCE}
     digest.update(json.dumps(config, sort_keys=True, default=str).encode())
-    params = list(model.named_parameters())
-    for name, p in params:
-        digest.update(f"{name}:{tuple(p.shape)}".encode())
-    for _, p in params[:2] + params[-2:]:
-        digest.update(p.detach().float().flatten()[:65536].cpu().numpy().tobytes())
-    return digest.hexdigest()
+    if files:
+        for path in sorted(files, key=lambda f: Path(f).name):
+            digest.update(f"{Path(path).name}:{file_checksum(path)}".encode())
+        return f"xxh3_128-files:{digest.hexdigest()}"
+    for name, tensor in sorted(model.state_dict().items()):
+        digest.update(f"{name}:{tuple(tensor.shape)}:".encode())
+        flat = tensor.detach().reshape(-1)
+        for start in range(0, flat.numel(), _TENSOR_CHUNK):
+            chunk = flat[start:start + _TENSOR_CHUNK]
+            chunk = chunk.float() if chunk.is_floating_point() else chunk
+            digest.update(chunk.cpu().contiguous().numpy().tobytes())
+    return f"xxh3_128-tensors:{digest.hexdigest()}"
 
 
 def tokenizer_fingerprint(tokenizer) -> str:
+    """``"sha256:<hex>"`` of everything that decides a text's ids.
+
+    That is the backend (normalizer, pre-tokenizer, vocabulary and merges, added tokens,
+    post-processor with its special-token template), the added and special tokens as transformers
+    sees them, and settings such as the truncation side. The backend's truncation and padding
+    state is left out: every call sets it anew from layercache's own options (the maximum
+    length is recorded beside the fingerprint), and it changes once the tokenizer has been used.
+    """
     backend = getattr(tokenizer, "backend_tokenizer", None)
-    text = backend.to_str() if backend is not None else json.dumps(sorted(tokenizer.get_vocab().items()))
-    return hashlib.sha256((type(tokenizer).__name__ + text).encode()).hexdigest()
+    if backend is not None:
+        content = {k: v for k, v in json.loads(backend.to_str()).items() if k not in {"truncation", "padding"}}
+    else:
+        content = sorted(tokenizer.get_vocab().items())
+    added = {str(i): {k: getattr(t, k, None) for k in ("content", "single_word", "lstrip", "rstrip", "normalized",
+                                                       "special")} if not isinstance(t, str) else t
+             for i, t in sorted(getattr(tokenizer, "added_tokens_decoder", {}).items())}
+    payload = {"class": type(tokenizer).__name__, "backend": content, "added_tokens": added,
+               "special_tokens": getattr(tokenizer, "special_tokens_map", {}),
+               "settings": {k: getattr(tokenizer, k, None) for k in _TOKENIZER_SETTINGS}}
+    text = json.dumps(payload, sort_keys=True, default=str)
+    return f"sha256:{hashlib.sha256(text.encode()).hexdigest()}"
 
 
 def _first_line(err: Exception) -> str:

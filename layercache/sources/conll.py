@@ -9,17 +9,22 @@ only separate documents and are skipped. Columns are named by their count:
 - otherwise: ``tokens``, ``col1``, ``col2``, ... and the last column ``tags``.
 
 The last column is the default label column. CoNLL-U (``.conllu``) is a different format and is
-not read here.
+not read here. A file with no blank line at all reads as one example; when that example looks
+like several sentences, a warning says so.
 """
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from layercache.errors import DatasetError
 
 DOCSTART = "-DOCSTART-"
+SENTENCE_ENDS = frozenset({".", "!", "?"})
+LONG_EXAMPLE = 100
+"""Tokens beyond which a file that is one single example is taken for unseparated sentences."""
 
 
 @dataclass
@@ -100,6 +105,11 @@ def looks_like_conll(path: str | Path, max_lines: int = 2000) -> bool:
     return count <= 10 and (blank_after_token or count >= 2)
 
 
+def _several_sentences(tokens: list[str]) -> bool:
+    """Whether one example's tokens look like more than one sentence: long, or ended and then continued."""
+    return len(tokens) > LONG_EXAMPLE or any(t in SENTENCE_ENDS for t in tokens[:-1])
+
+
 def read_conll(path: str | Path) -> ConllFile:
     """Read a CoNLL token file; raises :class:`DatasetError` on inconsistent column counts."""
     path = Path(path)
@@ -127,6 +137,9 @@ def read_conll(path: str | Path) -> ConllFile:
         current.append(fields)
     if current:
         sentences.append(current)
+    if len(sentences) == 1 and _several_sentences([row[0] for row in sentences[0]]):
+        warnings.warn(f"{path} has no blank lines between sentences, so all {len(sentences[0])} tokens form one "
+                      f"example; separate sentences with blank lines.", UserWarning, stacklevel=2)
     names = conll_column_names(width or 1)
     columns = {name: [[row[i] for row in sentence] for sentence in sentences] for i, name in enumerate(names)}
     return ConllFile(path=path, column_names=names, columns=columns, line_numbers=starts)

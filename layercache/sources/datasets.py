@@ -18,6 +18,7 @@ encoding and split selection are then the same for all of them; see
 from __future__ import annotations
 
 import csv
+import functools
 import hashlib
 import json
 import math
@@ -86,18 +87,32 @@ class _Split:
     def column(self, name: str, stop: int | None = None) -> list:
         raise NotImplementedError
 
+    def where(self, rows: list[int]) -> str:
+        """Name the split and these (0-based) rows for a message: file and lines when known."""
+        raise NotImplementedError
+
 
 class _MemorySplit(_Split):
-    def __init__(self, name: str, origin: str, columns: dict[str, list], num_rows: int | None = None) -> None:
+    def __init__(self, name: str, origin: str, columns: dict[str, list], num_rows: int | None = None,
+                 lines: list[int] | Callable[[], list[int] | None] | None = None) -> None:
+        """``lines``: the 1-based file line of each row, or a function that finds them when a message needs them."""
         self.name, self.origin = name, origin
         self.columns = columns
         self.column_names = list(columns)
         self.num_rows = num_rows if num_rows is not None else (len(next(iter(columns.values()))) if columns else 0)
         self.class_names = {}
+        self._lines = lines
 
     def column(self, name: str, stop: int | None = None) -> list:
         values = self.columns[name]
         return values if stop is None else values[:stop]
+
+    def where(self, rows: list[int]) -> str:
+        if callable(self._lines):
+            self._lines = self._lines()
+        if self._lines is None:
+            return f"split '{self.name}' ({self.origin}, {_numbered('row', rows)})"
+        return f"split '{self.name}' ({self.origin}, {_numbered('line', [self._lines[r] for r in rows])})"
 
     def rename(self, names: Mapping[str, str]) -> None:
         """Rename columns (``old -> new``); the others keep their names."""
@@ -123,6 +138,18 @@ class _HubSplit(_Split):
         if n == self.num_rows:
             self._cache[name] = values
         return values
+
+    def where(self, rows: list[int]) -> str:
+        return f"{self.origin} ({_numbered('row', rows)})"
+
+
+def _numbered(what: str, numbers: list[int], shown: int = 5) -> str:
+    """``line 7``, ``lines 3 and 7``, ``lines 3, 7, 9, 12, 15 and 4 more``."""
+    if len(numbers) == 1:
+        return f"{what} {numbers[0]}"
+    if len(numbers) <= shown:
+        return f"{what}s {', '.join(map(str, numbers[:-1]))} and {numbers[-1]}"
+    return f"{what}s {', '.join(map(str, numbers[:shown]))} and {len(numbers) - shown} more"
 
 
 def _feature_class_names(features: Mapping[str, Any]) -> dict[str, tuple[tuple[str, ...], bool]]:
@@ -154,6 +181,7 @@ class _Loaded:
     default_labels: list[str] | None = None  # CoNLL: the last column
     default_words: str | None = None  # CoNLL: "tokens"
     columns: list[str] = field(default_factory=list)
+    files: dict[str, str] = field(default_factory=dict)  # local sources: split -> file
 
 
 # --------------------------------------------------------------------------------------------
@@ -335,6 +363,7 @@ def _load_split_files(split_files: Mapping[str, str], name: str | None = None) -
     headerless: list[bool] = []
     default_labels: list[str] | None = None
     default_words: str | None = None
+    files: dict[str, str] = {}
     for split_name, file in split_files.items():
         if not isinstance(split_name, str) or not split_name.strip():
             raise ConfigError(f"split_files needs split names as keys, not {split_name!r}.")
@@ -351,11 +380,12 @@ def _load_split_files(split_files: Mapping[str, str], name: str | None = None) -
             default_labels = labels
             default_words = words
         parts.append({"split": split_name, "sha256": _file_sha256(path)})
+        files[split_name] = str(path)
     if name is None:
         name = str(next(iter(split_files.values())))
     return _Loaded(name=name, splits=splits, fingerprint_parts=parts,
                    headerless=bool(headerless) and all(headerless),
-                   default_labels=default_labels, default_words=default_words)
+                   default_labels=default_labels, default_words=default_words, files=files)
 
 
 def _read_local_file(split_name: str, path: Path) -> tuple[_Split, bool, list[str] | None, str | None]:
@@ -364,9 +394,12 @@ def _read_local_file(split_name: str, path: Path) -> tuple[_Split, bool, list[st
     origin = f"file '{path}'"
     if suffix in (".csv", ".tsv"):
         columns, headerless = _read_delimited(path, suffix == ".tsv")
-        return _MemorySplit(split_name, origin, columns), headerless, None, None
+        n_rows = len(next(iter(columns.values()))) if columns else 0
+        lines = functools.partial(_record_lines, path, suffix == ".tsv", not headerless, n_rows)
+        return _MemorySplit(split_name, origin, columns, lines=lines), headerless, None, None
     if suffix in (".jsonl", ".json"):
-        return _MemorySplit(split_name, origin, _read_json(path)), False, None, None
+        columns, lines = _read_json(path)
+        return _MemorySplit(split_name, origin, columns, lines=lines), False, None, None
     if suffix == ".parquet":
         return _MemorySplit(split_name, origin, _read_parquet(path)), False, None, None
     if suffix in _CONLL_EXTENSIONS or suffix in _SNIFFED_CONLL_EXTENSIONS:
@@ -374,7 +407,7 @@ def _read_local_file(split_name: str, path: Path) -> tuple[_Split, bool, list[st
             raise DatasetError(f"{path} is not a CoNLL token file (one token and its tags per line, blank lines "
                                f"between sentences); save tables as .csv, .tsv, .jsonl or .parquet instead.")
         conll = read_conll(path)
-        table = _MemorySplit(split_name, origin, dict(conll.columns), num_rows=len(conll))
+        table = _MemorySplit(split_name, origin, dict(conll.columns), num_rows=len(conll), lines=conll.line_numbers)
         default = conll.default_label_column
         return table, False, [default] if default else [], "tokens"
     if suffix == ".conllu":
@@ -416,6 +449,29 @@ def _read_delimited(path: Path, tab: bool) -> tuple[dict[str, list], bool]:
         names = _unique_names([("" if v is None else str(v).strip()) for v in first])
         return dict(zip(names, rest)), False
     return {str(i): column for i, column in enumerate(raw)}, True
+
+
+def _record_lines(path: Path, tab: bool, header: bool, n_rows: int) -> list[int] | None:
+    """The 1-based line where each data row of a csv/tsv starts, read the way pandas read the rows.
+
+    Blank lines are skipped and a quoted csv field may span lines, so a row's line is not its
+    index plus one. ``None`` when the count disagrees with the rows pandas found (messages then
+    name rows instead).
+    """
+    starts = []
+    try:
+        with open(path, encoding="utf-8-sig", newline="") as handle:
+            reader = csv.reader(handle, delimiter="\t" if tab else ",",
+                                quoting=csv.QUOTE_NONE if tab else csv.QUOTE_MINIMAL)
+            previous = 0
+            for row in reader:
+                if len(row) > 1 or (row and row[0].strip()):  # pandas skips blank and whitespace-only lines
+                    starts.append(previous + 1)
+                previous = reader.line_num
+    except (csv.Error, OSError, UnicodeDecodeError):
+        return None
+    starts = starts[1:] if header else starts
+    return starts if len(starts) == n_rows else None
 
 
 def _unique_names(names: list[str]) -> list[str]:
@@ -473,7 +529,8 @@ def _detect_header(first: list, rest: list[list], path: Path, tab: bool) -> bool
         return True
 
 
-def _read_json(path: Path) -> dict[str, list]:
+def _read_json(path: Path) -> tuple[dict[str, list], list[int] | None]:
+    """(columns, the line of each record for JSON lines, ``None`` for a JSON array or object)."""
     try:
         text = path.read_text(encoding="utf-8-sig")
     except UnicodeDecodeError as exc:
@@ -481,8 +538,9 @@ def _read_json(path: Path) -> dict[str, list]:
                            f"save it with UTF-8 encoding.") from exc
     stripped = text.lstrip()
     if not stripped:
-        return {}
+        return {}, None
     records: list
+    lines: list[int] | None = None
     if stripped[0] in "[{":
         try:
             data = json.loads(text)
@@ -498,13 +556,13 @@ def _read_json(path: Path) -> dict[str, list]:
             lengths = {len(v) for v in data.values()}
             if len(lengths) != 1:
                 raise DatasetError(f"{path} holds columns of different lengths; give every column one value per example.")
-            return {str(k): list(v) for k, v in data.items()}
+            return {str(k): list(v) for k, v in data.items()}, None
         elif isinstance(data, dict):
             records = [data]
         else:
-            records = _json_lines(path, text)
+            records, lines = _json_lines(path, text)
     else:
-        records = _json_lines(path, text)
+        records, lines = _json_lines(path, text)
     columns: dict[str, list] = {}
     for i, record in enumerate(records):
         if not isinstance(record, dict):
@@ -514,11 +572,12 @@ def _read_json(path: Path) -> dict[str, list]:
             columns.setdefault(str(key), [None] * i)
         for key, values in columns.items():
             values.append(record.get(key))
-    return columns
+    return columns, lines
 
 
-def _json_lines(path: Path, text: str) -> list:
-    records = []
+def _json_lines(path: Path, text: str) -> tuple[list, list[int]]:
+    """The records of a JSON lines text and the line each came from (blank lines are skipped)."""
+    records, numbers = [], []
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
@@ -527,7 +586,8 @@ def _json_lines(path: Path, text: str) -> list:
         except json.JSONDecodeError as exc:
             raise DatasetError(f"{path}, line {number} is not valid JSON ({exc.msg}); write one JSON object per "
                                f"line.") from exc
-    return records
+        numbers.append(number)
+    return records, numbers
 
 
 def _read_parquet(path: Path) -> dict[str, list]:
@@ -670,7 +730,8 @@ def _build_records(loaded: _Loaded, *, splits, text_columns, label_columns, no_l
         "no_labels": bool(no_labels), "limit": limit, "tasks": [p.task.to_json() for p in plans],
     })
     return DatasetRecords(name=name, splits=out, tasks=[p.task for p in plans], config=loaded.config,
-                          fingerprint=fingerprint, columns=columns, text_columns=texts)
+                          fingerprint=fingerprint, columns=columns, text_columns=texts,
+                          files={s: f for s, f in loaded.files.items() if s in out})
 
 
 def _find(columns: Iterable[str], wanted: str) -> str | None:
@@ -904,6 +965,8 @@ def _plan_task(column: str, splits: Mapping[str, _Split], task_kind: str | None)
         if task_kind == "regression":
             return _TaskPlan(LabelTask(column, "regression"),
                              lambda v: None if class_id(v) is None else float(class_id(v)), unlabelled)
+        _warn_single_class(column, [names[i] for name, vals in present.items() if name not in unlabelled
+                                    for i in map(class_id, vals) if i is not None])
         return _TaskPlan(LabelTask(column, "sequence", tuple(names)), class_id, unlabelled)
 
     # A split that is -1 throughout while others are not: the hub's "no label" convention.
@@ -936,6 +999,7 @@ def _plan_task(column: str, splits: Mapping[str, _Split], task_kind: str | None)
 
         return _TaskPlan(LabelTask(column, "regression"), to_float, unlabelled)
     names, key, index = _class_vocabulary(pool)
+    _warn_single_class(column, names)
     if all_numeric and len(names) > _MANY_CLASSES and task_kind is None:
         warnings.warn(f"Label column {column!r} has {len(names)} distinct integer values and is read as "
                       f"{len(names)} classes; pass task_kind='regression' (--task-kind regression) if it is a score.",
@@ -947,6 +1011,15 @@ def _plan_task(column: str, splits: Mapping[str, _Split], task_kind: str | None)
         return index.get(key(value))  # only values of unlabelled splits fall outside
 
     return _TaskPlan(LabelTask(column, "sequence", names), encode, unlabelled)
+
+
+def _warn_single_class(column: str, classes: Iterable[str]) -> None:
+    """Warn when every labelled row (or word) of ``column`` has the same class: nothing to learn."""
+    distinct = set(classes)
+    if len(distinct) == 1:
+        warnings.warn(f"Label column {column!r} has a single class {distinct.pop()!r} in every labelled row: a "
+                      f"head cannot learn from it; check --label-column, or pass --no-labels to cache unlabelled "
+                      f"data.", UserWarning, stacklevel=4)
 
 
 def _plan_token_task(column: str, present: dict[str, list], unlabelled: set[str],
@@ -963,6 +1036,8 @@ def _plan_token_task(column: str, present: dict[str, list], unlabelled: set[str]
                                    f"classes; fix the dataset's tags.")
             return int(value)
 
+        _warn_single_class(column, [names[tag_id(t)] for name, vals in present.items() if name not in unlabelled
+                                    for v in vals for t in v])
         return _TaskPlan(LabelTask(column, "token", tuple(names)),
                          lambda v: None if _is_missing(v) else [tag_id(t) for t in v], unlabelled)
     tags = [t for name, vals in present.items() if name not in unlabelled for v in vals for t in v]
@@ -971,12 +1046,19 @@ def _plan_token_task(column: str, present: dict[str, list], unlabelled: set[str]
     if not tags:
         return _TaskPlan(LabelTask(column, "token", ("O",)), lambda v: None, set(present) | unlabelled)
     names, key, index = _class_vocabulary(tags)
+    _warn_single_class(column, names)
     return _TaskPlan(LabelTask(column, "token", names),
                      lambda v: None if _is_missing(v) else [index[key(t)] for t in v], unlabelled)
 
 
 def _split_records(split: _Split, name: str, texts: list[str], mode: str, plans: list[_TaskPlan],
                    limit: int | None, explicit: bool) -> SplitRecords | None:
+    """The split's rows as records: rows with empty input or a missing label are left out (and reported).
+
+    An empty input (a blank text, either text of a pair, or a word list with no word) cannot be
+    run through the model. Such rows are skipped with a warning that names their lines and
+    counted in ``n_skipped_empty``; ``source_index`` keeps the source row of every kept example.
+    """
     stop = split.num_rows if limit is None else min(limit, split.num_rows)
     first: list = []
     second: list | None = None
@@ -986,15 +1068,11 @@ def _split_records(split: _Split, name: str, texts: list[str], mode: str, plans:
         first = _text_column(split, texts[0], stop)
         if mode == "pairs":
             second = _text_column(split, texts[1], stop)
-    keep = [True] * stop
-    empty_words = 0
-    if mode == "words":
-        for i, words in enumerate(first):
-            if not words:
-                keep[i] = False
-                empty_words += 1
+    empty = [i for i in range(stop) if _is_empty_input(first[i]) or (second is not None and _is_empty_input(second[i]))]
+    skip = set(empty)
     labels: dict[str, list] = {}
     label_names = ", ".join(repr(p.task.name) for p in plans)
+    unlabelled_rows: set[int] = set()
     for plan in plans:
         column = plan.task.name
         if split.name in plan.unlabelled_splits:
@@ -1002,23 +1080,30 @@ def _split_records(split: _Split, name: str, texts: list[str], mode: str, plans:
         encoded = [plan.encode(v) for v in split.column(column, stop)]
         for i, value in enumerate(encoded):
             if value is None:
-                keep[i] = False
-            elif plan.task.kind == "token" and keep[i] and len(value) != len(first[i]):
+                unlabelled_rows.add(i)
+            elif plan.task.kind == "token" and i not in skip and len(value) != len(first[i]):
                 raise DatasetError(f"Row {i} of the {split.origin} has {len(first[i])} words but {len(value)} "
                                    f"{column!r} tags; give every word exactly one tag.")
+        skip |= unlabelled_rows
         labels[column] = encoded
     if plans and all(value is None for encoded in labels.values() for value in encoded):
         return _unlabelled(split, label_names, explicit)
-    kept = [i for i in range(stop) if keep[i]]
+    what = _empty_input_name(mode, texts)
+    if len(empty) == stop:
+        raise DatasetError(f"Every row of the {split.origin} has empty {what}; choose the input column with "
+                           f"--text-column, or pass data with text.")
+    kept = [i for i in range(stop) if i not in skip]
     if not kept:
-        raise DatasetError(f"No row of the {split.origin} has both words and every label in {label_names}; "
+        raise DatasetError(f"No row of the {split.origin} has both text and every label in {label_names}; "
                            f"pass a split with complete rows.")
-    dropped = stop - len(kept) - empty_words
+    dropped = len(unlabelled_rows - set(empty))
     if dropped:
         warnings.warn(f"Skipping {dropped} of {stop} rows of the {split.origin} that have no label in "
                       f"{label_names}.", UserWarning, stacklevel=4)
-    if empty_words:
-        warnings.warn(f"Skipping {empty_words} rows of the {split.origin} that have no words.",
+    if empty:
+        rows, they = ("1 row", "it is") if len(empty) == 1 else (f"{len(empty)} rows", "they are")
+        warnings.warn(f"Skipping {rows} of {split.where(empty)} with empty {what}; {they} left out of the cache "
+                      f"and counted as skipped by `layercache info`.",
                       UserWarning, stacklevel=4)
     pick = (lambda column: column) if len(kept) == stop else (lambda column: [column[i] for i in kept])
     return SplitRecords(
@@ -1027,7 +1112,23 @@ def _split_records(split: _Split, name: str, texts: list[str], mode: str, plans:
         words=pick(first) if mode == "words" else None,
         labels={k: pick(v) for k, v in labels.items()},
         source_index=kept,
+        n_skipped_empty=len(empty),
     )
+
+
+def _is_empty_input(value: str | list[str]) -> bool:
+    """A blank text, or a word list with no non-blank word: nothing for the model to read."""
+    if isinstance(value, list):
+        return not any(word.strip() for word in value)
+    return not value.strip()
+
+
+def _empty_input_name(mode: str, texts: list[str]) -> str:
+    if mode == "words":
+        return f"word lists in column {texts[0]!r}"
+    if mode == "pairs":
+        return f"text in column {texts[0]!r} or {texts[1]!r}"
+    return f"text in column {texts[0]!r}"
 
 
 def _unlabelled(split: _Split, label_names: str, explicit: bool) -> None:

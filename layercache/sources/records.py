@@ -60,6 +60,7 @@ class SplitRecords:
     - ``labels``: task name -> one entry per example (an ``int``/``float``, or a ``list[int]`` with
       one class id per word for token tasks).
     - ``source_index``: the row of each example in the source split (kept in the cache).
+    - ``n_skipped_empty``: source rows left out because their text (or word list) was empty.
     """
 
     texts: list[str] | None = None
@@ -67,6 +68,7 @@ class SplitRecords:
     words: list[list[str]] | None = None
     labels: dict[str, list] = field(default_factory=dict)
     source_index: list[int] | None = None
+    n_skipped_empty: int = 0
 
     def __post_init__(self) -> None:
         if (self.texts is None) == (self.words is None):
@@ -98,6 +100,8 @@ class DatasetRecords:
     """All columns the source had, for messages and the manifest."""
     text_columns: list[str] = field(default_factory=list)
     """The column(s) used as model input (two for sentence pairs)."""
+    files: dict[str, str] = field(default_factory=dict)
+    """Local sources: the file each split was read from (empty for the hub and the built-in set)."""
 
     def task(self, name: str) -> LabelTask:
         for task in self.tasks:
