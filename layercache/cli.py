@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import os
 import re
 import sys
 from pathlib import Path
@@ -21,6 +22,8 @@ from rich.table import Table
 
 from .errors import ConfigError, LayercacheError
 
+# Help texts are rendered as rich markup, where "[default: x]" reads as a tag and silently vanishes
+# (leaving "Cache folder ."): a default that is not the parameter's value goes in show_default="...".
 app = typer.Typer(
     help="Run a frozen transformer once, cache every layer's states, and learn from the cache.",
     no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
@@ -103,7 +106,7 @@ def parse_splits(values: list[str] | None) -> tuple[list[str] | None, dict[str, 
 def extract(
     model: str = typer.Argument("minilm", help="Hub id, bundled alias (minilm) or local model folder."),
     dataset: Optional[str] = typer.Argument(None, help="builtin (default), a hub id, or a local csv/tsv/jsonl/parquet/CoNLL file."),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Cache folder [default: under $LAYERCACHE_HOME]."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Cache folder.", show_default="under $LAYERCACHE_HOME"),
     config: Optional[str] = typer.Option(None, "--config", help="Hub dataset config, e.g. cola for glue."),
     split: Optional[list[str]] = typer.Option(None, "--split", help="Split to extract (hub), or NAME=PATH for local files; repeatable."),
     text_column: Optional[list[str]] = typer.Option(None, "--text-column", help="Text column (twice for sentence pairs)."),
@@ -113,16 +116,18 @@ def extract(
     limit: Optional[int] = typer.Option(None, "--limit", help="Keep the first N examples of each split."),
     layers: Optional[list[str]] = typer.Option(None, "--layers", help="States to keep: names or indices (0 = embeddings, -1 = last); comma-separated."),
     store: str = typer.Option("tokens", "--store", help="tokens (all token states) or pooled (pooled vectors only)."),
-    pooling: Optional[list[str]] = typer.Option(None, "--pooling", help="Pooled vectors to store: mean, first, last [default: mean]."),
+    pooling: Optional[list[str]] = typer.Option(None, "--pooling", help="Pooled vectors to store: mean, first, last.", show_default="mean"),
     storage_dtype: str = typer.Option("float16", "--storage-dtype", help="float16, bfloat16 or float32 on disk."),
     dtype: str = typer.Option("auto", "--dtype", help="Forward-pass dtype: auto, float32, float16, bfloat16."),
     device: str = typer.Option("auto", "--device", help="auto, cpu or cuda[:N]."),
-    max_length: Optional[int] = typer.Option(None, "--max-length", help="Token limit per window [default: the model's]."),
+    max_length: Optional[int] = typer.Option(None, "--max-length", help="Token limit per window.", show_default="the model's"),
     stride: Optional[int] = typer.Option(None, "--stride", help="Split long texts into windows overlapping by this many tokens instead of truncating."),
     batch_tokens: int = typer.Option(8192, "--batch-tokens", help="Padded tokens per forward batch."),
     batch_size: int = typer.Option(256, "--batch-size", help="Most sequences per forward batch."),
     shard_size: str = typer.Option("256MiB", "--shard-size", help="Target bytes of states per shard file."),
-    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing cache made with another configuration."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Delete the cache in --out and extract afresh (whatever its configuration)."),
+    repair: bool = typer.Option(False, "--repair", help="Re-read every shard and re-extract only those whose checksum fails (same arguments as the run that made the cache)."),
+    allow_pickle: bool = typer.Option(False, "--allow-pickle", help="Load a model that has only pickle weights (pytorch_model.bin), which can run code when loaded: only for a source you trust."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
 ):
     """Run MODEL frozen over DATASET once and cache every layer's states (resumable)."""
@@ -136,16 +141,21 @@ def extract(
         layers=split_list(layers) or None, store=store, pooling=split_list(pooling) or ["mean"],
         storage_dtype=storage_dtype, dtype=dtype, device=device, max_length=max_length, stride=stride,
         batch_tokens=batch_tokens, batch_size=batch_size, shard_bytes=parse_size(shard_size),
-        overwrite=overwrite, progress=not quiet,
+        overwrite=overwrite, repair=repair, allow_pickle=allow_pickle, progress=not quiet,
     )
-    verb = "already complete" if result.already_complete else ("resumed and completed" if result.resumed else "written")
-    out_console.print(f"Cache {verb}: [bold]{result.path}[/]")
+    if result.repaired:
+        verb = f"repaired ({len(result.repaired)} shard(s) re-extracted)"
+    elif result.already_complete:
+        verb = "checked, nothing to repair" if repair else "already complete"
+    else:
+        verb = "resumed and completed" if result.resumed else "written"
+    out_console.print(f"Cache {verb}: [bold]{result.path}[/]", soft_wrap=True)
 
 
 @app.command()
 @friendly
 def info(
-    cache: Optional[Path] = typer.Argument(None, help="Cache folder [default: the most recent one]."),
+    cache: Optional[Path] = typer.Argument(None, help="Cache folder.", show_default="the most recent one"),
     as_json: bool = typer.Option(False, "--json", help="Print the manifest as JSON."),
     check: bool = typer.Option(False, "--check", help="Also re-read every shard and compare it with its "
                                "recorded checksum (exit code 1 when one differs)."),
@@ -163,7 +173,8 @@ def info(
             damaged = opened.damaged_shards()
             if damaged:
                 err_console.print(f"[bold red]{len(damaged)} shard(s) missing or changed since extraction:[/] "
-                                  + ", ".join(damaged) + ". Re-extract with --overwrite.", highlight=False)
+                                  + ", ".join(damaged) + ". Re-run the `layercache extract` command that made the "
+                                  "cache with --repair to re-extract only those.", highlight=False, soft_wrap=True)
                 raise typer.Exit(1)
             n = sum(len(s.shards) for s in opened.manifest.splits.values())
             err_console.print(f"All {n} shards match their checksums.")
@@ -172,21 +183,55 @@ def info(
 @app.command("list")
 @friendly
 def list_caches():
-    """List the caches under $LAYERCACHE_HOME."""
+    """List the caches under $LAYERCACHE_HOME; a broken one is listed too, with what is wrong."""
     from .paths import cache_home, latest_cache
+
+    home = cache_home()
+    try:
+        latest = latest_cache()
+    except LayercacheError as err:  # a damaged pointer only costs the mark
+        latest = None
+        err_console.print(f"Note: {err}", highlight=False, soft_wrap=True)
+    table = Table("", "cache", "model", "dataset", "splits", "status", title=str(home))
+    for folder in sorted(p for p in home.glob("*") if _looks_like_cache(p)):
+        mark = "*" if latest is not None and folder.resolve() == latest.resolve() else ""
+        table.add_row(mark, folder.name, *_cache_row(folder))
+    out_console.print(table)
+
+
+def _looks_like_cache(folder: Path) -> bool:
+    """A manifest, or shards that lost theirs (a cache whose manifest was deleted is broken, not absent)."""
+    return folder.is_dir() and ((folder / "manifest.json").exists() or any(folder.glob("*/shard-*.h5")))
+
+
+def _cache_row(folder: Path) -> tuple[str, str, str, str]:
+    """model, dataset, splits and status of one cache; status ``broken: <reason>`` when it cannot be used."""
     from .store.manifest import read_manifest
 
-    home, latest = cache_home(), latest_cache()
-    table = Table("", "cache", "model", "dataset", "splits", "complete", title=str(home))
-    for folder in sorted(p for p in home.glob("*") if (p / "manifest.json").is_file()):
-        try:
-            m = read_manifest(folder)
-        except LayercacheError:
-            continue
-        mark = "*" if latest is not None and folder.resolve() == latest.resolve() else ""
-        table.add_row(mark, folder.name, m.model["name"], m.dataset["name"], ", ".join(m.splits),
-                      "yes" if m.complete else "no")
-    out_console.print(table)
+    try:
+        m = read_manifest(folder)
+    except LayercacheError as err:
+        return "?", "?", "?", f"broken: {_short_reason(err, folder)}"
+    status = "complete" if m.complete else "incomplete"
+    for split in m.splits.values():
+        for shard in split.shards:
+            try:
+                size = (folder / shard.file).stat().st_size
+            except OSError:
+                status = f"broken: shard {shard.file} is missing"
+                break
+            if size != shard.bytes:
+                status = f"broken: shard {shard.file} changed size"
+                break
+        if status.startswith("broken"):
+            break
+    return (str(m.model.get("name", "?")), str(m.dataset.get("name", "?")), ", ".join(m.splits), status)
+
+
+def _short_reason(err: Exception, folder: Path) -> str:
+    """The problem half of an error sentence (before its fix), paths inside the cache made relative."""
+    text = str(err).split("; ")[0].replace(f"{folder}{os.sep}", "").replace(str(folder), folder.name)
+    return text if len(text) <= 100 else text[:97] + "..."
 
 
 def parse_assignments(values: list[str] | None, what: str) -> dict:
@@ -212,18 +257,18 @@ def _mixer_help() -> str:
 @app.command("train-head")
 @friendly
 def train_head(
-    cache: Optional[Path] = typer.Argument(None, help="Cache folder [default: the most recent one]."),
+    cache: Optional[Path] = typer.Argument(None, help="Cache folder.", show_default="the most recent one"),
     mixer: str = typer.Option("adaptive", "--mixer", "-m", help=f"Layer mixer: {_mixer_help()}."),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Run folder [default: a new folder beside the cache]."),
-    task: Optional[list[str]] = typer.Option(None, "--task", help="Task(s) to learn [default: every task in the cache]; repeatable."),
-    layers: Optional[list[str]] = typer.Option(None, "--layers", help="States to read: names or indices; comma-separated [default: all]."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Run folder.", show_default="a new folder beside the cache"),
+    task: Optional[list[str]] = typer.Option(None, "--task", help="Task(s) to learn; repeatable.", show_default="every task in the cache"),
+    layers: Optional[list[str]] = typer.Option(None, "--layers", help="States to read: names or indices; comma-separated.", show_default="all"),
     source: str = typer.Option("auto", "--source", help="tokens, pooled:<mode>, or auto (tokens when stored)."),
     train_split: str = typer.Option("train", "--train-split", help="Split to train on."),
-    val_split: Optional[str] = typer.Option(None, "--val-split", help="Validation split [default: the cache's validation split, else a 10% slice of train]."),
-    test_split: Optional[str] = typer.Option(None, "--test-split", help="Split to report on [default: test when present]."),
+    val_split: Optional[str] = typer.Option(None, "--val-split", help="Validation split.", show_default="the cache's validation split, else a 10% slice of train"),
+    test_split: Optional[str] = typer.Option(None, "--test-split", help="Split to report on.", show_default="test when present"),
     epochs: int = typer.Option(20, "--epochs", help="Most epochs (early stopping may end sooner)."),
     batch_size: int = typer.Option(32, "--batch-size", help="Examples per minibatch."),
-    lr: Optional[float] = typer.Option(None, "--lr", help="Peak learning rate [default: 1e-3 for attention heads and adaptive, 1e-2 for linear heads]."),
+    lr: Optional[float] = typer.Option(None, "--lr", help="Peak learning rate.", show_default="1e-3 for attention heads and adaptive, 1e-2 for linear heads"),
     weight_decay: float = typer.Option(0.01, "--weight-decay", help="AdamW weight decay (never on layer weights)."),
     schedule: str = typer.Option("linear", "--schedule", help="linear, cosine, constant or plateau."),
     patience: int = typer.Option(3, "--patience", help="Epochs without validation gain before stopping (0 = never)."),
@@ -274,7 +319,7 @@ def _layer_specs(values: list[str]) -> list[int | str]:
 @friendly
 def eval_run(
     run: Path = typer.Argument(..., help="Run folder written by train-head."),
-    cache: Optional[Path] = typer.Argument(None, help="Cache folder [default: the most recent one]."),
+    cache: Optional[Path] = typer.Argument(None, help="Cache folder.", show_default="the most recent one"),
     split: str = typer.Option("test", "--split", help="Split to score."),
     as_json: bool = typer.Option(False, "--json", help="Print the metrics as JSON."),
 ):
@@ -288,8 +333,7 @@ def eval_run(
         return
     render_metrics({split: result["metrics"]}, out_console, title=f"{run} on {result['cache']}",
                    primary=result["primary"])
-    config = json.loads((Path(run) / "config.json").read_text())
-    render_layer_weights({"layer_names": config["layer_names"], "mixers": result["layer_weights"],
+    render_layer_weights({"layer_names": result["layer_names"], "mixers": result["layer_weights"],
                           "usage": result["usage"]}, out_console)
 
 

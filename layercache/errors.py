@@ -33,5 +33,17 @@ class CacheMismatchError(CacheError):
     """An existing cache was written with another configuration (model, tokenizer, data, storage)."""
 
 
+class CacheLockedError(CacheError):
+    """Another process is writing the same cache folder (the message names it)."""
+
+
+class CacheWriteError(CacheError, OSError):
+    """The cache folder cannot be written: read-only, full, or not a folder."""
+
+
 class InsufficientDiskError(LayercacheError, OSError):
     """The cache would not fit in the free space of its target disk."""
+
+
+class NonFiniteStatesError(LayercacheError):
+    """The model produced NaN or inf hidden states (the message names split, row and layer)."""

@@ -37,3 +37,16 @@ def extraction_progress(enabled: bool = True):
     )
     with progress:
         yield progress
+
+
+@contextmanager
+def checking_progress(enabled: bool = True, total: int = 0):
+    """A bar for re-reading shards against their checksums; yields ``advance(n_bytes)``."""
+    console = Console(file=sys.stderr)
+    progress = Progress(
+        TextColumn("[bold]checking shards"), BarColumn(), TimeElapsedColumn(), TimeRemainingColumn(),
+        console=console, disable=not enabled or total == 0, transient=True,
+    )
+    with progress:
+        task = progress.add_task("check", total=total)
+        yield lambda n: progress.advance(task, n)

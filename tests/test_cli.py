@@ -46,7 +46,7 @@ def test_info_check_finds_a_changed_shard(tiny_models, tsv, tmp_path):
     with lc.LayerCache.open(out) as cache:
         assert cache.damaged_shards() == [f"train/{shard.name}"]
     damaged = invoke("info", out, "--check")
-    assert damaged.exit_code == 1 and shard.name in damaged.output and "--overwrite" in damaged.output
+    assert damaged.exit_code == 1 and shard.name in damaged.output and "--repair" in damaged.output
 
 
 def test_split_files_and_layers(tiny_models, tsv, tmp_path):

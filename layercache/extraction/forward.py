@@ -7,15 +7,17 @@ kept states.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
 import torch
 
+from ..errors import NonFiniteStatesError
 from ..sources.backbone import Backbone
 from ..sources.records import LabelTask, SplitRecords
 from ..store.writer import ExtractedBatch
-from .packing import StatePacker, storage_array
+from .packing import NonFiniteStates, StatePacker, storage_array
 from .tokenize import EncodedExample
 
 POOLING_MODES = ("mean", "first", "last")
@@ -73,12 +75,13 @@ def pool(flat: torch.Tensor, lengths: torch.Tensor, modes: Sequence[str]) -> dic
 
 def run_batch(backbone: Backbone, examples: Sequence[EncodedExample], records: SplitRecords, *,
               keep: Sequence[int], tasks: Sequence[LabelTask], packer: StatePacker,
-              out: torch.Tensor | None) -> ExtractedBatch:
+              out: torch.Tensor | None, split: str | None = None, first_row: int | None = None) -> ExtractedBatch:
     """Forward one planned batch and return it unpadded, pooled and cast, ready for a shard.
 
     ``out``: an (S, T, D) host tensor of the storage dtype with room for the batch's T >= t tokens,
     which receives the token states (the returned batch's ``hidden`` is a view of it); None stores
-    pooled only.
+    pooled only. A NaN or inf among the states raises :class:`~layercache.errors.NonFiniteStatesError`,
+    whose sentence names ``split`` and the cache row (``first_row``: the batch's first) when given.
     """
     ids, mask = pad_windows(examples, backbone.tokenizer.pad_token_id)
     hidden = backbone.hidden_states(ids, mask)  # L+1 x (R, W, D)
@@ -87,7 +90,10 @@ def run_batch(backbone: Backbone, examples: Sequence[EncodedExample], records: S
     lengths_np = np.fromiter((ex.n_tokens for ex in examples), np.int64, len(examples))  # (b,)
     n_tokens = int(lengths_np.sum())
     tokens = None if out is None else out[:, :n_tokens]  # (S, t, D)
-    packed = packer.pack(hidden, keep, index, torch.from_numpy(lengths_np).to(device), tokens)
+    try:
+        packed = packer.pack(hidden, keep, index, torch.from_numpy(lengths_np).to(device), tokens)
+    except NonFiniteStates as bad:
+        raise _non_finite_error(bad, backbone, examples, records, keep, split, first_row) from None
     word_ids = None
     if all(ex.word_ids is not None for ex in examples):
         word_ids = np.concatenate([ex.word_ids for ex in examples])
@@ -104,3 +110,22 @@ def run_batch(backbone: Backbone, examples: Sequence[EncodedExample], records: S
         stat_count=n_tokens,
         overflow=packed.overflow,
     )
+
+
+def _non_finite_error(bad: NonFiniteStates, backbone: Backbone, examples: Sequence[EncodedExample],
+                      records: SplitRecords, keep: Sequence[int], split: str | None,
+                      first_row: int | None) -> NonFiniteStatesError:
+    """One sentence naming where the model produced a NaN or inf, and what to do about it."""
+    what = "NaN" if math.isnan(bad.value) else ("-inf" if bad.value < 0 else "inf")
+    layer = backbone.layer_names[keep[bad.state]]
+    where = f"source row {records.source_index[examples[bad.example].row]}"
+    if split is not None:
+        where += f" of split {split!r}"
+    if first_row is not None:
+        where += f" (cache row {first_row + bad.example})"
+    if backbone.dtype in (torch.float16, torch.bfloat16):
+        fix = (f"a {str(backbone.dtype).replace('torch.', '')} forward pass can overflow inside the model, so "
+               "re-extract with --dtype float32 --overwrite")
+    else:
+        fix = "check the model's weights, or leave that example out of the data and re-extract with --overwrite"
+    return NonFiniteStatesError(f"The model produced {what} in state {layer} for {where}; {fix}.")

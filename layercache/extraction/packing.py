@@ -16,6 +16,12 @@ values cast once; each mean pool adds its example's tokens in token order into a
 exactly as one ``index_add_`` over the batch does. The per-state sums (float64) are combined
 from per-example float32 sums instead of one float32 sum over the batch, which changes only
 their rounding.
+
+A NaN or inf coming out of the model is caught from the same sums: every value's square goes
+into its column's sum of squares, so that sum is non-finite whenever some value is (or, rarely,
+when finite squares overflow float32, which the search that follows tells apart). Only then is
+the batch searched for the first non-finite value; a healthy batch pays one check of an (S, D)
+array.
 """
 
 from __future__ import annotations
@@ -44,6 +50,19 @@ class PackedStates:
     """(S, D) float64 sum of squares."""
     overflow: int
     """Values beyond the float16 range (0 unless storing float16)."""
+
+
+class NonFiniteStates(Exception):
+    """The model produced a NaN or inf among a batch's stored values (the caller names split and rows)."""
+
+    def __init__(self, state: int, example: int, value: float):
+        super().__init__(f"non-finite value {value} in kept state {state}, example {example} of the batch")
+        self.state = state
+        """Position of the state among the kept ones (the lowest that has one)."""
+        self.example = example
+        """Position of the example in the batch (the first with one in that state)."""
+        self.value = value
+        """The first non-finite value found: nan, inf or -inf."""
 
 
 class StatePacker:
@@ -87,7 +106,10 @@ class StatePacker:
         for j, state in enumerate(states):
             for start in range(0, t, self.block_tokens):
                 stop = min(start + self.block_tokens, t)
-                block = torch.index_select(state, 0, index[start:stop], out=self._block(stop - start))  # (n, D)
+                if state.dtype == torch.float32:
+                    block = torch.index_select(state, 0, index[start:stop], out=self._block(stop - start))  # (n, D)
+                else:  # a half-precision forward: index_select cannot widen into its out, so gather, then widen
+                    block = self._block(stop - start).copy_(state.index_select(0, index[start:stop]))  # (n, D)
                 sums[j].index_add_(0, segment[start:stop], block)  # adds tokens in order, like one index_add_
                 if out is not None:
                     # Cast on the device first when there is one: only storage-sized values cross the bus.
@@ -96,8 +118,11 @@ class StatePacker:
                 sumsq[j] += block.mul_(block).sum(0)  # float32 per block, float64 across blocks
         stat_sum = sums.sum(1).double()  # (S, D); float32 over <= a few hundred example sums
         pooled = self._pool(states, index, lengths, sums)
+        stat_sumsq = sumsq.cpu().numpy()  # (S, D)
+        if not np.isfinite(stat_sumsq).all():  # some value may be NaN or inf (see the module docstring)
+            _raise_non_finite(states, index, lengths)
         return PackedStates(pooled={m: to_storage(v, self.storage_dtype) for m, v in pooled.items()},
-                            stat_sum=stat_sum.cpu().numpy(), stat_sumsq=sumsq.cpu().numpy(),
+                            stat_sum=stat_sum.cpu().numpy(), stat_sumsq=stat_sumsq,
                             overflow=self._overflow(states, index, sumsq))
 
     def _pool(self, states: list[torch.Tensor], index: torch.Tensor, lengths: torch.Tensor,
@@ -123,6 +148,22 @@ class StatePacker:
         if self.storage_dtype != "float16" or not float(sumsq.max()) > FP16_MAX**2:
             return 0
         return sum(int((state.index_select(0, index).abs() > FP16_MAX).sum()) for state in states)
+
+
+def _raise_non_finite(states: list[torch.Tensor], index: torch.Tensor, lengths: torch.Tensor) -> None:
+    """Raise :class:`NonFiniteStates` for the lowest state holding a NaN or inf, at its first such token.
+
+    Returns when every value is finite (the sum of squares overflowed on large finite values).
+    """
+    ends = torch.cumsum(lengths, 0)  # (b,)
+    for j, state in enumerate(states):
+        values = state.index_select(0, index)  # (t, D)
+        bad = ~torch.isfinite(values)  # (t, D)
+        rows = bad.any(1).nonzero()  # (k, 1)
+        if len(rows):
+            token = int(rows[0, 0])
+            example = int(torch.searchsorted(ends, token, right=True))  # ends[example - 1] <= token < ends[example]
+            raise NonFiniteStates(j, example, float(values[token][bad[token]][0]))
 
 
 def _gather_tokens(states: list[torch.Tensor], positions: torch.Tensor) -> torch.Tensor:

@@ -16,21 +16,24 @@ that differs in any of these, because the head's weights would then mean nothing
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import numpy as np
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from sklearn.base import BaseEstimator
 
 from .. import __version__
-from ..errors import CacheMismatchError, ConfigError
+from ..errors import CacheMismatchError, ConfigError, LayercacheError
 from ..sources.records import LabelTask
 from ..store.manifest import utc_now
 from ..store.reader import LayerCache
 from .attention import SelfAttention
 from .evaluation import PassResult, evaluate, predict
 from .feed import CacheFeed
+from .finite import check_split_stats
 from .model import HeadModel
 from .tasks import SequenceHead
 from .trainer import TrainConfig, TrainHistory, seed_everything, train_model
@@ -38,6 +41,10 @@ from .trainer import TrainConfig, TrainHistory, seed_everything, train_model
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "weights.safetensors"
 VALIDATION_NAMES = ("validation", "valid", "dev", "val")
+#: Mixers that read one pooled vector exactly as they would read every token (the rest need tokens).
+POOLED_MIXERS = "last, layer:<i>, or scalar without layer_norm, with a mean-pooling head"
+
+log = logging.getLogger(__name__)
 
 
 class LayerHead(BaseEstimator):
@@ -50,7 +57,10 @@ class LayerHead(BaseEstimator):
             jointly with ``loss_weights``.
         layers: cached states to read (names or indexes; default: all).
         source: ``tokens``, ``pooled:<mode>``, or ``auto``: the cache's mean-pooled vectors when they
-            give identical results (linear mixer, mean-pooling linear head), else token states.
+            give identical results (linear mixer, mean-pooling linear head), else token states. On a
+            pooled-only cache ``auto`` refuses a model that needs token states (see
+            :func:`needs_tokens`); an explicit ``pooled:<mode>`` runs it on one vector per example, with
+            a warning that is also kept in the run's ``data.source_note``.
         mixer_options, head_options, share_mixer: see :class:`HeadModel`.
         epochs, batch_size, lr, weight_decay, schedule, warmup, patience, max_grad_norm, seed: see
             :class:`TrainConfig`. ``lr=None`` picks 1e-3 for heads with attention or a projection
@@ -100,7 +110,11 @@ class LayerHead(BaseEstimator):
                           mixer_options=self.mixer_options, head_options=self.head_options,
                           share_mixer=self.share_mixer, loss_weights=self.loss_weights)
         source = resolve_source(cache, self.source, tasks, model)
+        note = pooled_note(model, source)
+        if note is not None:
+            log.warning(note)
         _check_split(cache, split)
+        check_split_stats(cache, split, layer_names)
         train_rows = None
         if val_split is None:
             val_split = find_validation_split(cache, exclude=split)
@@ -110,6 +124,7 @@ class LayerHead(BaseEstimator):
             val_feed = self._feed(cache, split, tasks, layer_names, source, rows=val_rows)
         else:
             _check_split(cache, val_split)
+            check_split_stats(cache, val_split, layer_names)
             val_desc = val_split
             val_feed = self._feed(cache, val_split, tasks, layer_names, source)
         train_feed = self._feed(cache, split, tasks, layer_names, source, rows=train_rows)
@@ -130,6 +145,8 @@ class LayerHead(BaseEstimator):
         self.cache_info_ = cache_identity(cache)
         self.data_ = {"cache": str(cache.path), "train_split": split, "validation": val_desc,
                       "n_train": train_feed.n_examples, "n_validation": val_feed.n_examples}
+        if note is not None:
+            self.data_["source_note"] = note
         return self
 
     def _train_config(self, lr: float) -> TrainConfig:
@@ -164,6 +181,7 @@ class LayerHead(BaseEstimator):
         self._check_fitted()
         self.check_cache(cache)
         _check_split(cache, split)
+        check_split_stats(cache, split, self.layer_names_)
         feed = self._feed(cache, split, self.tasks_, self.layer_names_, self.source_, batch_size=128)
         return predict(self.model_, feed)
 
@@ -176,6 +194,7 @@ class LayerHead(BaseEstimator):
         self._check_fitted()
         self.check_cache(cache)
         _check_split(cache, split)
+        check_split_stats(cache, split, self.layer_names_)
         feed = self._feed(cache, split, self.tasks_, self.layer_names_, self.source_, batch_size=128)
         return evaluate(self.model_, feed)
 
@@ -224,44 +243,117 @@ class LayerHead(BaseEstimator):
         """Write ``config.json`` and ``weights.safetensors`` (plus ``extra_json`` files) into ``path``."""
         self._check_fitted()
         path = Path(path)
-        path.mkdir(parents=True, exist_ok=True)
         state = {k: v.detach().cpu().contiguous() for k, v in self.model_.state_dict().items()}
-        save_file(state, str(path / WEIGHTS_FILE))
         config = {
             "layercache_version": __version__, "created_at": utc_now(),
             "params": _jsonable(self.get_params()), "model": self.model_.get_config(),
             "layer_names": self.layer_names_, "source": self.source_, "cache": self.cache_info_,
             "data": self.data_, "train": _jsonable(vars(self.train_config_)),
         }
-        _write_json(path / CONFIG_FILE, config)
-        for name, payload in extra_json.items():
-            _write_json(path / f"{name}.json", payload)
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+            save_file(state, str(path / WEIGHTS_FILE))
+            _write_json(path / CONFIG_FILE, config)
+            for name, payload in extra_json.items():
+                _write_json(path / f"{name}.json", payload)
+        except (NotADirectoryError, FileExistsError):
+            raise ConfigError(f"The run folder {path} cannot be created: a file stands on its path; give a folder "
+                              "path for the run.") from None
+        except (OSError, SafetensorError) as err:  # read-only disk, permissions, full disk (safetensors: its own type)
+            why = err.strerror if isinstance(err, OSError) and err.strerror else _detail(err)
+            raise ConfigError(f"The run folder {path} cannot be written ({why}); choose another folder for the "
+                              "run.") from None
         return path
 
     @classmethod
     def load(cls, path: str | Path) -> "LayerHead":
-        """Rebuild a saved head: identical predictions to the one that was saved."""
+        """Rebuild a saved head: identical predictions to the one that was saved.
+
+        A damaged run folder (a config.json that is not a JSON object or lacks a setting, settings of
+        the wrong type, weights that are truncated, lack a tensor or do not fit the sizes the config
+        describes) is refused with a :class:`ConfigError` naming the file. Nothing in config.json is
+        used as a path: ``data.cache`` only records where the training cache was.
+        """
         path = Path(path)
         config_file, weights_file = path / CONFIG_FILE, path / WEIGHTS_FILE
         if not config_file.is_file() or not weights_file.is_file():
             raise ConfigError(f"{path} is not a layercache run folder (it needs {CONFIG_FILE} and "
                               f"{WEIGHTS_FILE}); pass the folder `layercache train-head` wrote.")
+        config = read_run_config(config_file)
         try:
-            config = json.loads(config_file.read_text())
             head = cls(**config["params"])
             head.model_ = HeadModel.from_config(config["model"])
-        except (KeyError, TypeError, json.JSONDecodeError) as err:
-            raise ConfigError(f"The run config {config_file} cannot be read ({err}); it is damaged or from "
-                              "another version.") from None
-        head.model_.load_state_dict(load_file(str(weights_file)))
+            head.train_config_ = TrainConfig(**config["train"])
+        except (LayercacheError, KeyError, TypeError, ValueError, AttributeError, IndexError, RuntimeError) as err:
+            raise _damaged(config_file, f"its settings do not build a head: {_detail(err)}") from None
+        if len(config["layer_names"]) != head.model_.n_states or config["cache"]["hidden_size"] != head.model_.dim:
+            raise _damaged(config_file, f"it names {len(config['layer_names'])} states of width "
+                                        f"{config['cache']['hidden_size']} but its model reads {head.model_.n_states} "
+                                        f"of width {head.model_.dim}")
+        try:
+            state = load_file(str(weights_file))
+        except (SafetensorError, OSError, ValueError, RuntimeError) as err:
+            raise ConfigError(f"The weights file {weights_file} cannot be read ({_detail(err)}); it is truncated "
+                              "or damaged: restore it or train the head again.") from None
+        try:
+            head.model_.load_state_dict(state)
+        except RuntimeError as err:  # a size mismatch, a missing or an unexpected tensor
+            raise ConfigError(f"The weights in {weights_file} do not fit the model its {CONFIG_FILE} describes "
+                              f"({_detail(err)}); one of the two files is damaged: restore them or train the "
+                              "head again.") from None
         head.model_.eval()
         head.tasks_ = list(head.model_.tasks)
-        head.layer_names_ = config["layer_names"]
+        head.layer_names_ = list(config["layer_names"])
         head.source_ = config["source"]
         head.cache_info_ = config["cache"]
         head.data_ = config.get("data", {})
-        head.train_config_ = TrainConfig(**config["train"])
         return head
+
+
+def read_run_config(config_file: Path) -> dict:
+    """A run's config.json, checked for the keys and types :meth:`LayerHead.load` relies on."""
+    try:
+        config = json.loads(config_file.read_text())
+    except (OSError, ValueError) as err:  # unreadable, not UTF-8, not JSON
+        raise _damaged(config_file, f"it is not readable JSON: {_detail(err)}") from None
+    if not isinstance(config, dict):
+        raise _damaged(config_file, f"it holds a JSON {type(config).__name__}, not an object")
+    expected = {"params": dict, "model": dict, "layer_names": list, "source": str, "cache": dict, "train": dict}
+    for key, kind in expected.items():
+        if key not in config:
+            raise _damaged(config_file, f"it lacks the setting {key!r}")
+        if not isinstance(config[key], kind):
+            raise _damaged(config_file, f"its setting {key!r} is a {type(config[key]).__name__}, "
+                                        f"not a {kind.__name__}")
+    if not all(isinstance(n, str) for n in config["layer_names"]):
+        raise _damaged(config_file, "its 'layer_names' are not all strings")
+    if config["source"] != "tokens" and not config["source"].startswith("pooled:"):
+        raise _damaged(config_file, f"its 'source' {config['source']!r} is neither tokens nor pooled:<mode>")
+    for key in ("model", "model_fingerprint", "tokenizer_fingerprint", "hidden_size"):
+        if key not in config["cache"]:
+            raise _damaged(config_file, f"its 'cache' lacks {key!r}")
+    if not isinstance(config["cache"]["hidden_size"], int) or isinstance(config["cache"]["hidden_size"], bool):
+        raise _damaged(config_file, "its 'cache.hidden_size' is not an integer")
+    if not isinstance(config.get("data", {}), dict):
+        raise _damaged(config_file, "its 'data' is not an object")
+    return config
+
+
+def _detail(err: BaseException, limit: int = 200) -> str:
+    """The first line of an exception's message, without its final full stop, cut to ``limit`` characters.
+
+    torch's load_state_dict message starts with a header line; the line after it names the tensor.
+    """
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    if len(lines) > 1 and lines[0].startswith("Error(s) in loading state_dict"):
+        lines = lines[1:]
+    text = (lines[0] if lines else type(err).__name__).rstrip(".")
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _damaged(config_file: Path, why: str) -> ConfigError:
+    return ConfigError(f"The run config {config_file} cannot be used ({why}); it is damaged or from another "
+                       "layercache version: restore it or train the head again.")
 
 
 # --- helpers ------------------------------------------------------------------------------------
@@ -293,10 +385,43 @@ def pooled_equivalent(model: HeadModel) -> bool:
                     for h in model.heads.values()))
 
 
+def needs_tokens(model: HeadModel) -> str | None:
+    """What in ``model`` needs token states, as the subject of a sentence, or None.
+
+    Everything that :func:`pooled_equivalent` does not accept: a mixer that is not the same linear
+    map at every token (``adaptive``, ``attention``, ``gumbel``, ``act``, ``scalar`` with layer
+    norm), a token head, or a sequence head that attends over tokens or pools other than by mean.
+    On one pooled vector per example such a model still runs, but it is not the model asked for.
+    """
+    for mixer in model.mixers.values():
+        if not mixer.commutes_with_token_mean():
+            return f"The mixer {model.mixer_spec!r}"
+    for name, head in model.heads.items():
+        if not isinstance(head, SequenceHead):
+            return f"The token head of task {name!r}"
+        if head.attention is not None:
+            return f"The head of task {name!r} (self-attention over tokens, attention_heads)"
+        if head.pooling != "mean":
+            return f"The head option pooling={head.pooling} (task {name!r})"
+    return None
+
+
+def pooled_note(model: HeadModel, source: str) -> str | None:
+    """A warning when ``source`` feeds pooled vectors to a model that is meant to read every token."""
+    if not source.startswith("pooled:"):
+        return None
+    need = needs_tokens(model)
+    if need is None:
+        return None
+    return (f"{need} runs on one pooled vector per example (--source {source}), not on token states: "
+            "whatever it learns across tokens is degenerate here.")
+
+
 def resolve_source(cache: LayerCache, source: str, tasks: list[LabelTask], model: HeadModel | None = None) -> str:
     """``auto`` -> the cache's mean-pooled vectors when ``model`` cannot tell them from token states
-    (far fewer bytes per epoch), else token states when stored, else the first pooled mode.
-    Refuse what cannot work."""
+    (far fewer bytes per epoch), else token states when stored, else the first pooled mode when
+    ``model`` does not need token states. Refuse what cannot work, or would silently train another
+    model than the one asked for."""
     token_tasks = [t.name for t in tasks if t.kind == "token"]
     if source == "auto":
         if model is not None and "mean" in cache.manifest.pooling and pooled_equivalent(model):
@@ -306,7 +431,15 @@ def resolve_source(cache: LayerCache, source: str, tasks: list[LabelTask], model
         if token_tasks:
             raise ConfigError(f"Token task {token_tasks[0]!r} needs token states, but the cache holds pooled "
                               "vectors only; re-extract with --store tokens.")
-        return f"pooled:{cache.manifest.pooling[0]}"
+        mode = cache.manifest.pooling[0]
+        need = None if model is None else needs_tokens(model)
+        if need is not None:
+            # Falling back to pooled vectors would silently train another model than the one asked
+            # for (attention over one vector, a per-token depth with one token); only on request.
+            raise ConfigError(f"{need} needs token states but the cache holds pooled vectors only; re-extract "
+                              f"with --store tokens, use a mixer that works on pooled vectors ({POOLED_MIXERS}), "
+                              f"or pass --source pooled:{mode} to run it on one pooled vector per example.")
+        return f"pooled:{mode}"
     if source == "tokens" and not cache.stores_tokens:
         raise ConfigError("The cache holds pooled vectors only; use --source pooled:<mode> or re-extract "
                           "with --store tokens.")

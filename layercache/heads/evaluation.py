@@ -16,6 +16,7 @@ import torch
 from ..sources.records import LabelTask
 from . import metrics as M
 from .feed import CacheFeed
+from .finite import check_outputs
 from .model import HeadModel
 
 
@@ -58,7 +59,11 @@ def primary_metric(task: LabelTask) -> str:
 
 @torch.no_grad()
 def predict(model: HeadModel, feed: CacheFeed, device: str | torch.device = "cpu") -> PassResult:
-    """Run ``model`` over every batch of ``feed`` (eval mode) and collect predictions."""
+    """Run ``model`` over every batch of ``feed`` (eval mode) and collect predictions.
+
+    Refuses non-finite outputs (see :mod:`layercache.heads.finite`): NaN or inf states are named by
+    split, row and state; finite states with non-finite outputs mean the head itself is broken.
+    """
     was_training = model.training
     model.eval()
     rows_seen, per_task = [], {t.name: [] for t in model.tasks}
@@ -66,6 +71,7 @@ def predict(model: HeadModel, feed: CacheFeed, device: str | torch.device = "cpu
     for batch in feed.epoch(shuffle=False):
         states, mask = batch.states.to(device), batch.mask.to(device)
         out = model(states, mask)
+        check_outputs(out.outputs, feed, batch)  # a NaN state would otherwise become a silent wrong label
         rows_seen.append(batch.rows)
         for t in model.tasks:
             per_task[t.name].append(_batch_predictions(model, t, out.outputs[t.name], batch, feed))

@@ -36,7 +36,7 @@ import torch
 from ..errors import CacheError, ConfigError
 from ..store.buffers import populated_empty
 from ..store.dtypes import BYTES_PER_VALUE, as_torch
-from ..store.reader import IGNORE_INDEX, CacheBatch, LayerCache
+from ..store.reader import IGNORE_INDEX, CacheBatch, LayerCache, translate_read_errors
 
 #: Batches per length bucket when shuffling: large enough to cut padding, small enough to stay random.
 BUCKET_BATCHES = 16
@@ -95,6 +95,7 @@ class CacheFeed:
         self.cache, self.split, self.tasks = cache, split, list(tasks)
         self.info = cache.split_info(split)
         self.index = cache.layer_index(layers)
+        self.layer_names = [cache.layer_names[i] for i in self.index]  # what batch state s is, for messages
         self.batch_size = batch_size
         if source == "tokens":
             cache._require_tokens()
@@ -126,6 +127,7 @@ class CacheFeed:
         self._maps = [cache._mapped(shard.file, name) if memory_map else None for shard in self.info.shards]
 
     # --- set-up -----------------------------------------------------------------------
+    @translate_read_errors
     def _load_small_arrays(self) -> None:
         """Offsets, word ids and labels of every shard: small next to the states, read once."""
         self._starts = [s.first_row for s in self.info.shards]
@@ -189,6 +191,7 @@ class CacheFeed:
         """Batches per epoch (blocks are batched separately, so a few batches are short)."""
         return sum(-(-len(b.rows) // self.batch_size) for b in self._blocks)
 
+    @translate_read_errors
     def epoch(self, shuffle: bool = False, seed: int = 0) -> Iterator[CacheBatch]:
         """One pass over the rows; with ``shuffle``, a new seeded order for each ``seed``."""
         rng = np.random.default_rng(seed)

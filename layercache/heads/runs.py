@@ -24,6 +24,7 @@ from ..errors import ConfigError
 from ..store.reader import LayerCache
 from .estimator import LayerHead
 from .evaluation import primary_metric
+from .finite import check_split_stats
 
 TEST_NAMES = ("test",)
 
@@ -49,6 +50,36 @@ def default_run_folder(cache_path: Path, mixer: str) -> Path:
     return root / f"{name}-{n:03d}"
 
 
+def check_run_folder(run: Path, overwrite: bool = False) -> None:
+    """Refuse a run folder that cannot be written, before any training.
+
+    ``run`` may not exist yet: then its nearest existing ancestor must be a writable folder (not a
+    file, as in ``--out notes.txt/run``). An existing ``run`` must be a writable folder, empty
+    unless ``overwrite``.
+    """
+    probe = run
+    while not probe.exists() and not probe.is_symlink() and probe != probe.parent:
+        probe = probe.parent
+    if probe.exists() and not probe.is_dir():
+        if probe == run:
+            raise ConfigError(f"--out {run} is a file; give a folder for the run.")
+        raise ConfigError(f"--out {run} lies below {probe}, which is a file, not a folder; give a folder path "
+                          "for the run.")
+    if not probe.exists():  # a dangling link, or nothing of the path exists at all
+        raise ConfigError(f"--out {run} cannot be created ({probe} is a broken link or missing); give another "
+                          "folder for the run.")
+    try:
+        occupied = probe == run and any(run.iterdir())
+    except OSError as err:
+        raise ConfigError(f"The run folder {run} cannot be read ({err.strerror or err}); choose another "
+                          "--out.") from None
+    if occupied and not overwrite:
+        raise ConfigError(f"The run folder {run} is not empty; choose another --out or pass --overwrite.")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise ConfigError(f"The run folder {run} cannot be written: {probe} is not writable (permissions, or a "
+                          "read-only disk); choose another --out.")
+
+
 def train_head(cache: str | os.PathLike | LayerCache | None = None, mixer: str = "adaptive", *,
                out: str | os.PathLike | None = None, split: str = "train", val_split: str | None = None,
                test_split: str | None = None, overwrite: bool = False, **params) -> TrainResult:
@@ -69,12 +100,13 @@ def train_head(cache: str | os.PathLike | LayerCache | None = None, mixer: str =
     handle = LayerCache.open(cache) if owned else cache
     try:
         run = Path(out) if out is not None else default_run_folder(handle.path, mixer)
-        if run.exists() and any(run.iterdir()) and not overwrite:
-            raise ConfigError(f"The run folder {run} is not empty; choose another --out or pass --overwrite.")
-        if run.exists() and not run.is_dir():
-            raise ConfigError(f"--out {run} is a file; give a folder for the run.")
+        check_run_folder(run, overwrite)  # before training: a bad --out should not cost a training run
         if test_split is not None and test_split not in handle.splits:
             raise ConfigError(f"The cache has no split {test_split!r}; its splits are: {', '.join(handle.splits)}.")
+        test_name = test_split or next((s for s in TEST_NAMES if s in handle.splits and s != split), None)
+        if test_name is not None:
+            read = [handle.layer_names[i] for i in handle.layer_index(params.get("layers"))]
+            check_split_stats(handle, test_name, read)  # refuse a damaged test split before training
         head = LayerHead(mixer, **params)
         started = time.perf_counter()
         head.fit(handle, split=split, val_split=val_split)
@@ -82,13 +114,16 @@ def train_head(cache: str | os.PathLike | LayerCache | None = None, mixer: str =
         metrics: dict = {"mixer": mixer, "train_seconds": train_seconds, "data": head.data_,
                          "validation": head.validation_metrics_, "history": head.history_.to_json()}
         result = head.validation_pass_
-        test_name = test_split or next((s for s in TEST_NAMES if s in handle.splits and s != split), None)
         if test_name is not None:
             metrics["test"], result = head.evaluate(handle, test_name)
             metrics["test_split"] = test_name
         weights = {"layer_names": head.layer_names_, "mixers": head.layer_weights(), "usage": result.usage}
         head.save(run, metrics=metrics, layer_weights=weights)
-        plot_layer_weights(weights, run / "layer_weights.png", title=f"{mixer} on {handle.manifest.model['name']}")
+        try:
+            plot_layer_weights(weights, run / "layer_weights.png", title=f"{mixer} on {handle.manifest.model['name']}")
+        except OSError as err:
+            raise ConfigError(f"The run folder {run} cannot be written ({err.strerror or err}); choose another "
+                              "--out.") from None
         return TrainResult(run=run, head=head, metrics=metrics, layer_weights=weights)
     finally:
         if owned:
@@ -104,7 +139,7 @@ def evaluate_run(run: str | os.PathLike, cache: str | os.PathLike | LayerCache |
     try:
         metrics, result = head.evaluate(handle, split)
         return {"split": split, "cache": str(handle.path), "metrics": metrics, "usage": result.usage,
-                "layer_weights": head.layer_weights(),
+                "layer_names": head.layer_names_, "layer_weights": head.layer_weights(),
                 "primary": {t.name: primary_metric(t) for t in head.tasks_}}
     finally:
         if owned:
@@ -114,8 +149,16 @@ def evaluate_run(run: str | os.PathLike, cache: str | os.PathLike | LayerCache |
 def read_run(run: str | os.PathLike) -> dict:
     """The JSON files of a run folder: ``config``, ``metrics`` and ``layer_weights``."""
     run = Path(run)
-    return {name: json.loads((run / f"{name}.json").read_text())
-            for name in ("config", "metrics", "layer_weights") if (run / f"{name}.json").is_file()}
+    out = {}
+    for name in ("config", "metrics", "layer_weights"):
+        file = run / f"{name}.json"
+        if file.is_file():
+            try:
+                out[name] = json.loads(file.read_text())
+            except (OSError, ValueError) as err:
+                raise ConfigError(f"The run file {file} is not readable JSON ({err}); it is damaged: restore it "
+                                  "or train the head again.") from None
+    return out
 
 
 def plot_layer_weights(weights: dict, path: Path, title: str = "") -> Path:

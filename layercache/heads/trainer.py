@@ -21,6 +21,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from ..errors import ConfigError
 from .evaluation import evaluate, primary_metric, summary_score
+from .finite import DivergedError, NonFiniteOutputsError, check_loss, first_non_finite_input
 from .model import HeadModel
 
 SCHEDULES = ("linear", "cosine", "constant", "plateau")
@@ -192,9 +193,20 @@ def train_model(model: HeadModel, train_feed, val_feed, config: TrainConfig, *, 
                 if config.schedule != "plateau":
                     scheduler.step()
                 step += 1
-                losses.append(float(loss.detach()))
+                value = float(loss.detach())  # the one device sync of a step, needed for the bar anyway
+                # A non-finite loss means NaN/inf states or labels (named by row and state) or a
+                # diverged optimisation; either way nothing after this step would mean anything.
+                check_loss(value, train_feed, batch, epoch=epoch, step=step, lr=config.lr)
+                losses.append(value)
                 bar.update(task_id, advance=1, loss=float(np.mean(losses[-50:])))
-            metrics, _ = evaluate(model, val_feed, device)
+            try:
+                metrics, _ = evaluate(model, val_feed, device)
+            except NonFiniteOutputsError:
+                error = first_non_finite_input(train_feed)  # NaN states the loss ignored poisoned the weights
+                if error is not None:
+                    raise error from None
+                raise DivergedError(f"Training diverged at epoch {epoch}: the head's validation outputs are not "
+                                    f"finite on finite states; lower --lr (it was {config.lr:g}).") from None
             score = summary_score(model, metrics)
             if config.schedule == "plateau":
                 scheduler.step(score)

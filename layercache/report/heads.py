@@ -1,6 +1,13 @@
-"""Terminal rendering of a trained head: the metrics table and the layer weights as bars."""
+"""Terminal rendering of a trained head: the metrics table and the layer weights as bars.
+
+Values may be NaN (a Pearson correlation of constant predictions, weights read back from a damaged
+run) or missing (``null`` in JSON); they print as ``nan`` / nothing, never crash the report.
+"""
 
 from __future__ import annotations
+
+import math
+from numbers import Real
 
 from rich.console import Console
 from rich.table import Table
@@ -9,16 +16,29 @@ from rich.table import Table
 SHOWN = ("accuracy", "macro_f1", "mcc", "span_f1", "span_precision", "span_recall", "pearson", "spearman", "mse")
 
 
+def _number(value) -> float | None:
+    """``value`` as a float when it is a real number (bool excluded), else None."""
+    return float(value) if isinstance(value, Real) and not isinstance(value, bool) else None
+
+
+def _fmt(value, digits: int) -> str:
+    """A number with ``digits`` decimals; ``nan`` / ``inf`` as such; anything else as text."""
+    number = _number(value)
+    if number is None:
+        return "" if value is None else str(value)
+    return f"{number:.{digits}f}" if math.isfinite(number) else str(number)
+
+
 def render_metrics(metrics_by_split: dict[str, dict[str, dict]], console: Console, title: str = "",
                    primary: dict[str, str] | None = None) -> None:
     """One row per (split, task): the task's primary metric, then its other scalar metrics."""
     table = Table("split", "task", "metric", "value", "also", title=title or None)
     for split, tasks in metrics_by_split.items():
         for task, values in tasks.items():
-            shown = [m for m in SHOWN if isinstance(values.get(m), float)]
+            shown = [m for m in SHOWN if _number(values.get(m)) is not None]
             first = (primary or {}).get(task) or (shown[0] if shown else "")
-            rest = ", ".join(f"{m} {values[m]:.3f}" for m in shown if m != first)
-            value = f"{values[first]:.4f}" if first in values else ""
+            rest = ", ".join(f"{m} {_fmt(values[m], 3)}" for m in shown if m != first)
+            value = _fmt(values.get(first), 4)
             table.add_row(split, task, first, value, f"{rest}, n {values.get('n', '')}".lstrip(", "))
     console.print(table)
 
@@ -32,15 +52,18 @@ def render_layer_weights(weights: dict, console: Console, width: int = 40) -> No
             console.print(f"{label}: not available (no evaluation pass yet)")
             continue
         table = Table("state", "weight", "", title=label, title_justify="left", box=None)
-        top = max(values) or 1.0
-        for name, value in zip(names, values):
-            table.add_row(name, f"{value:.3f}", "█" * max(0, round(width * value / top)))
+        numbers = [_number(v) for v in values]
+        finite = [v for v in numbers if v is not None and math.isfinite(v)]
+        top = max(finite, default=0.0) or 1.0
+        for name, value, number in zip(names, values, numbers):
+            bar = "█" * max(0, round(width * number / top)) if number is not None and math.isfinite(number) else ""
+            table.add_row(name, _fmt(value, 3), bar)
         console.print(table)
     for key, usage in (weights.get("usage") or {}).items():
         parts = []
         if "mean_depth" in usage:
-            parts.append(f"mean depth N+R per token {usage['mean_depth']:.2f}")
+            parts.append(f"mean depth N+R per token {_fmt(usage['mean_depth'], 2)}")
         if "mean_states_used" in usage:
-            parts.append(f"states used per example {usage['mean_states_used']:.2f}")
+            parts.append(f"states used per example {_fmt(usage['mean_states_used'], 2)}")
         if parts:
             console.print(f"{key}: " + ", ".join(parts))

@@ -8,6 +8,8 @@ named (``"layer_3"``, ``"embeddings"``) or indexed among the kept states (``-1``
 from __future__ import annotations
 
 import bisect
+import functools
+import inspect
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -17,7 +19,7 @@ import h5py
 import numpy as np
 import torch
 
-from ..errors import CacheError, ConfigError
+from ..errors import CacheError, ConfigError, LayercacheError
 from ..sources.records import LabelTask
 from .checksum import checksum_matches
 from .dtypes import from_storage
@@ -70,6 +72,40 @@ class CacheBatch:
     """task -> (B,) for sequence / regression tasks, (B, T) for token tasks (IGNORE_INDEX where no label)."""
     word_ids: torch.Tensor | None = None
     """(B, T) int64 word index per token, -1 for special tokens and padding (token states only)."""
+
+
+def translate_read_errors(method):
+    """Turn HDF5's ``OSError`` for damaged bytes inside a shard into one :class:`CacheError` sentence.
+
+    The layout of every shard is checked when it is opened (:func:`check_shard_layout`), but HDF5
+    keeps more metadata than that (chunk B-trees, heaps) and reads it lazily; a damaged byte there
+    surfaces as ``OSError`` in the middle of a read. Works for plain methods and generators.
+    """
+    def refusal(reader, err: OSError) -> CacheError:
+        path = getattr(reader, "path", None) or reader.cache.path  # a LayerCache, or a feed over one
+        return CacheError(f"A shard of {path} cannot be read ({_first_line(err)}); find it with "
+                          "`layercache info --check` and re-extract it with `layercache extract ... --repair`.")
+
+    if inspect.isgeneratorfunction(method):
+        @functools.wraps(method)
+        def generator(self, *args, **kwargs):
+            try:
+                yield from method(self, *args, **kwargs)
+            except LayercacheError:
+                raise
+            except OSError as err:
+                raise refusal(self, err) from None
+        return generator
+
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except LayercacheError:
+            raise
+        except OSError as err:
+            raise refusal(self, err) from None
+    return wrapper
 
 
 class LayerCache:
@@ -224,16 +260,19 @@ class LayerCache:
     def _concat(self, split: str, name: str) -> np.ndarray:
         return np.concatenate([self._handle(s.file)[name][:] for s in self.split_info(split).shards])
 
+    @translate_read_errors
     def lengths(self, split: str) -> np.ndarray:
         """(n,) tokens per example."""
         return np.concatenate([np.diff(self._shard_offsets(split, i))
                                for i in range(len(self.split_info(split).shards))])
 
+    @translate_read_errors
     def example_index(self, split: str) -> np.ndarray:
         """(n,) source-dataset row of each cache row."""
         return self._concat(split, "example_index")
 
     # --- labels -----------------------------------------------------------------------
+    @translate_read_errors
     def labels(self, split: str, task: str) -> np.ndarray | list[np.ndarray]:
         """Labels of a task: an array (n,) for sequence / regression, or one per-word array per example."""
         spec = self.manifest.task(task)
@@ -247,6 +286,7 @@ class LayerCache:
         return out
 
     # --- states -----------------------------------------------------------------------
+    @translate_read_errors
     def pooled(self, split: str, mode: str = "mean", layers: LayerSpec | Sequence[LayerSpec] | None = None,
                rows: Sequence[int] | None = None) -> np.ndarray:
         """Pooled vectors, float32 (n, S', D); ``rows`` picks examples (default all)."""
@@ -284,6 +324,7 @@ class LayerCache:
             where = np.nonzero(shard_of == shard)[0]
             yield int(shard), rows[where] - starts[shard], where
 
+    @translate_read_errors
     def tokens(self, split: str, rows: Sequence[int], layers: LayerSpec | Sequence[LayerSpec] | None = None
                ) -> list[np.ndarray]:
         """Token states of the given rows: one float32 array (t_i, S', D) per row."""
@@ -305,6 +346,7 @@ class LayerCache:
                     out[pos] = block[offsets[r] - a: offsets[r + 1] - a]
         return out  # type: ignore[return-value]
 
+    @translate_read_errors
     def layer_tokens(self, split: str, layer: LayerSpec) -> Iterator[np.ndarray]:
         """Stream one layer across all tokens of a split: yields float32 (t_shard, D) per shard."""
         self._require_tokens()
@@ -313,6 +355,7 @@ class LayerCache:
         for info in self.split_info(split).shards:
             yield from_storage(self._handle(info.file)["hidden"][:, index, :], dtype)
 
+    @translate_read_errors
     def token_arrays(self, split: str, name: str, rows: Sequence[int]) -> list[np.ndarray]:
         """Per-token integer arrays (``input_ids`` or ``word_ids``) for the given rows."""
         out = []
@@ -331,6 +374,7 @@ class LayerCache:
                              "for token states.")
 
     # --- batches ----------------------------------------------------------------------
+    @translate_read_errors
     def iter_batches(self, split: str, batch_size: int = 32, *, layers=None, source: str = "tokens",
                      tasks: Sequence[str] | None = None, shuffle: bool = False, seed: int = 0,
                      block_size: int = 1024) -> Iterator[CacheBatch]:
@@ -355,6 +399,7 @@ class LayerCache:
             for start in range(0, len(block), batch_size):
                 yield self.batch(split, block[start:start + batch_size], layers=layers, source=source, tasks=tasks)
 
+    @translate_read_errors
     def batch(self, split: str, rows: Sequence[int], *, layers=None, source: str = "tokens",
               tasks: Sequence[str] | None = None) -> CacheBatch:
         """Read the given rows as one padded :class:`CacheBatch`."""
@@ -413,6 +458,7 @@ class LayerCache:
         return CacheDataset(self, split, layers=layers, source=source, tasks=tasks)
 
     # --- statistics -------------------------------------------------------------------
+    @translate_read_errors
     def layer_stats(self, split: str | None = None) -> dict[str, np.ndarray]:
         """Per-state, per-dimension ``mean`` and ``std`` (S, D) over all real tokens of a split."""
         split = split or self.splits[0]

@@ -181,7 +181,7 @@ MANIFEST_SCHEMA = Record(
                            "pooling": list_of(text(POOLING_MODES)), "shard_bytes": integer(1)},
                           {"all_layer_names": list_of(text()), "final_norm": text(FINAL_NORMS)}),
         "extraction": Record({}, {"batch_tokens": integer(1), "batch_size": integer(1), "planner": text(),
-                                  "fp16_overflow": integer()}),
+                                  "fp16_overflow": integer(), "fp16_overflow_by_split": dict_of(integer())}),
         "splits": dict_of(SPLIT, key=_safe_name("split")),
         "config_hash": text(),
         "complete": boolean(),

@@ -22,11 +22,17 @@ a batch and are written as raw chunks (``write_direct_chunk``): HDF5 then only c
 the file, instead of gathering every chunk out of a (t, S, D) array through its hyperslab
 machinery (~40 % of the append time). Chunks are uncompressed, so the file is the same HDF5
 dataset either way and reads the same.
+
+A failed system call (full disk, read-only folder) leaves this module as an :class:`OSError`
+with its ``errno``, whatever form h5py gave it, and :meth:`ShardWriter.abort` always removes the
+``.tmp`` file without raising, so the caller can report the one error that matters.
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,7 +44,16 @@ from .checksum import fsync_and_checksum
 from .dtypes import BYTES_PER_VALUE, h5_dtype
 from .manifest import ShardInfo
 
+log = logging.getLogger("layercache")
+
 CHUNK_TOKENS = 512
+"""Tokens per chunk of ``hidden``; the other datasets' chunk lengths are in :meth:`ShardWriter._open`."""
+POOLED_CHUNK = 64
+"""Examples per chunk of ``pooled/<mode>``."""
+INDEX_CHUNK = 4096
+"""Entries per chunk of the int64 datasets (offsets, example_index, word_offsets, labels)."""
+IDS_CHUNK = 8192
+"""Entries per chunk of the int32 per-token datasets (input_ids, word_ids)."""
 
 
 @dataclass
@@ -90,6 +105,10 @@ class ShardWriter:
     first_row: int
     first_batch: int
     _file: h5py.File | None = field(default=None, init=False, repr=False)
+    _datasets: dict[str, h5py.Dataset] = field(default_factory=dict, init=False, repr=False)
+    """Every appendable dataset, open until the file closes. Opening one per append would close it
+    after each, and HDF5 writes a dataset's cached chunks when it closes: from h5py's deallocator,
+    where a full disk can only be printed and ignored (the data silently missing), not raised."""
     _tokens: _TokenChunks | None = field(default=None, init=False, repr=False)
     _n_examples: int = field(default=0, init=False)
     _n_tokens: int = field(default=0, init=False)
@@ -123,7 +142,8 @@ class ShardWriter:
     # --- writing ------------------------------------------------------------------------
     def _open(self, batch: ExtractedBatch) -> h5py.File:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        f = h5py.File(self.tmp_path, "w", track_order=True)
+        # Held at once, so that a failure while laying out the datasets still closes it in abort().
+        self._file = f = h5py.File(self.tmp_path, "w", track_order=True)
         S, D = self.n_states, self.dim
         vec_dtype = h5_dtype(self.dtype)
         resizable = dict(maxshape=(None,), track_times=False)
@@ -132,23 +152,25 @@ class ShardWriter:
                              chunks=(CHUNK_TOKENS, 1, D), track_times=False)
             f["hidden"].attrs["dtype"] = self.dtype
             self._tokens = _TokenChunks(f["hidden"], vec_dtype)
-        f.create_dataset("offsets", data=np.zeros(1, np.int64), chunks=(4096,), **resizable)
-        f.create_dataset("input_ids", shape=(0,), dtype=np.int32, chunks=(8192,), **resizable)
+        f.create_dataset("offsets", data=np.zeros(1, np.int64), chunks=(INDEX_CHUNK,), **resizable)
+        f.create_dataset("input_ids", shape=(0,), dtype=np.int32, chunks=(IDS_CHUNK,), **resizable)
         self._has_word_ids = batch.word_ids is not None
         if self._has_word_ids:
-            f.create_dataset("word_ids", shape=(0,), dtype=np.int32, chunks=(8192,), **resizable)
-        f.create_dataset("example_index", shape=(0,), dtype=np.int64, chunks=(4096,), **resizable)
+            f.create_dataset("word_ids", shape=(0,), dtype=np.int32, chunks=(IDS_CHUNK,), **resizable)
+        f.create_dataset("example_index", shape=(0,), dtype=np.int64, chunks=(INDEX_CHUNK,), **resizable)
         for mode in self.pooling:
             ds = f.create_dataset(f"pooled/{mode}", shape=(0, S, D), maxshape=(None, S, D), dtype=vec_dtype,
-                                  chunks=(64, 1, D), track_times=False)
+                                  chunks=(POOLED_CHUNK, 1, D), track_times=False)
             ds.attrs["dtype"] = self.dtype
         if any(t.kind == "token" for t in self.tasks):
-            f.create_dataset("word_offsets", data=np.zeros(1, np.int64), chunks=(4096,), **resizable)
+            f.create_dataset("word_offsets", data=np.zeros(1, np.int64), chunks=(INDEX_CHUNK,), **resizable)
         for task in self.tasks:
             dtype = np.float32 if task.kind == "regression" else np.int64
-            f.create_dataset(f"labels/{task.name}", shape=(0,), dtype=dtype, chunks=(4096,), **resizable)
+            f.create_dataset(f"labels/{task.name}", shape=(0,), dtype=dtype, chunks=(INDEX_CHUNK,), **resizable)
         self._sum = np.zeros((S, D), np.float64)
         self._sumsq = np.zeros((S, D), np.float64)
+        f.visititems(lambda name, obj: self._datasets.__setitem__(name, obj)
+                     if isinstance(obj, h5py.Dataset) and name != "hidden" else None)
         return f
 
     @staticmethod
@@ -159,24 +181,30 @@ class ShardWriter:
 
     def append(self, batch: ExtractedBatch) -> None:
         """Append one batch of examples (in order) to the shard."""
+        try:
+            self._append_batch(batch)
+        except (OSError, RuntimeError) as err:
+            raise _system_error(err, self.tmp_path)
+
+    def _append_batch(self, batch: ExtractedBatch) -> None:
         if self._file is None:
-            self._file = self._open(batch)
+            self._open(batch)
         if (batch.word_ids is not None) != self._has_word_ids:
             raise ValueError("every batch of a shard must agree on having word ids")
-        f = self._file
+        ds = self._datasets
         if self.store_tokens:
             self._tokens.append(batch.hidden)
-        self._append(f["offsets"], self._n_tokens + np.cumsum(batch.lengths, dtype=np.int64))
-        self._append(f["input_ids"], batch.input_ids)
+        self._append(ds["offsets"], self._n_tokens + np.cumsum(batch.lengths, dtype=np.int64))
+        self._append(ds["input_ids"], batch.input_ids)
         if self._has_word_ids:
-            self._append(f["word_ids"], batch.word_ids)
-        self._append(f["example_index"], batch.example_index)
+            self._append(ds["word_ids"], batch.word_ids)
+        self._append(ds["example_index"], batch.example_index)
         for mode in self.pooling:
-            self._append(f[f"pooled/{mode}"], batch.pooled[mode])
+            self._append(ds[f"pooled/{mode}"], batch.pooled[mode])
         token_tasks = [t for t in self.tasks if t.kind == "token"]
         if token_tasks:
             word_counts = np.array([len(w) for w in batch.labels[token_tasks[0].name]], np.int64)
-            self._append(f["word_offsets"], self._n_words + np.cumsum(word_counts))
+            self._append(ds["word_offsets"], self._n_words + np.cumsum(word_counts))
             self._n_words += int(word_counts.sum())
         for task in self.tasks:
             values = batch.labels[task.name]
@@ -184,7 +212,7 @@ class ShardWriter:
                 flat = np.fromiter((v for row in values for v in row), np.int64)
             else:
                 flat = np.asarray(values, np.float32 if task.kind == "regression" else np.int64)
-            self._append(f[f"labels/{task.name}"], flat)
+            self._append(ds[f"labels/{task.name}"], flat)
         self._sum += batch.stat_sum
         self._sumsq += batch.stat_sumsq
         self._count += batch.stat_count
@@ -197,6 +225,12 @@ class ShardWriter:
         """Finish the file, fsync and checksum it, and rename it into place; returns its manifest entry."""
         if self._file is None:
             raise ValueError("cannot commit an empty shard")
+        try:
+            return self._commit()
+        except (OSError, RuntimeError) as err:
+            raise _system_error(err, self.tmp_path)
+
+    def _commit(self) -> ShardInfo:
         f = self._file
         if self._tokens is not None:
             self._tokens.finish()
@@ -206,9 +240,11 @@ class ShardWriter:
         f.attrs["first_row"] = self.first_row
         f.attrs["first_batch"] = self.first_batch
         f.attrs["fp16_overflow"] = self._overflow
-        f.flush()
-        f.close()
+        f.flush()  # where a full disk shows: the cached chunks and metadata are written here
+        self._datasets.clear()  # only now: their chunks are written, so closing them writes nothing
+        # Forgotten before closing: a close that fails must not be tried again by abort() (see there).
         self._file = None
+        f.close()
         digest = fsync_and_checksum(self.tmp_path)
         size = self.tmp_path.stat().st_size
         os.replace(self.tmp_path, self.path)
@@ -219,13 +255,26 @@ class ShardWriter:
         )
 
     def abort(self) -> None:
-        """Close and delete the temporary file (on error or interruption)."""
-        if self._file is not None:
+        """Close and delete the temporary file (on error or interruption); never raises.
+
+        It runs while another error is on its way up, often a full disk, and must neither replace
+        that error nor leave the ``.tmp`` behind. Closing makes HDF5 write its cached chunks and
+        metadata, which fails on a full or read-only disk, and HDF5 (2.0) crashes the process when
+        a file whose close failed is closed again, as h5py does once the object is collected. The
+        data is being thrown away, so the file's descriptor is first pointed at an anonymous
+        in-memory file: the last writes land there and the close succeeds.
+        """
+        f, self._file = self._file, None
+        if f is not None:
+            _discard_writes(f)
             try:
-                self._file.close()
-            finally:
-                self._file = None
-        self.tmp_path.unlink(missing_ok=True)
+                f.close()
+            except Exception as err:  # noqa: BLE001 - the error being handled is the one to report
+                log.debug("Closing the aborted shard %s failed: %s", self.tmp_path, err)
+        try:
+            self.tmp_path.unlink(missing_ok=True)
+        except OSError as err:  # a read-only folder: the next run removes stray temp shards
+            log.debug("Could not remove %s: %s", self.tmp_path, err)
 
 
 class _TokenChunks:
@@ -277,3 +326,44 @@ class _TokenChunks:
 
 def shard_name(index: int) -> str:
     return f"shard-{index:05d}.h5"
+
+
+_ERRNO = re.compile(r"errno = (\d+)")
+
+
+def _system_error(err: Exception, path: Path) -> Exception:
+    """``err`` as an :class:`OSError` with its ``errno`` when it reports a failed system call, else ``err``.
+
+    HDF5 puts the failed call's errno in its message (``..., errno = 28, error message = 'No space
+    left on device', ...``); h5py raises some of these as OSError with ``errno`` set and others,
+    such as a failed flush, as a RuntimeError without it.
+    """
+    if isinstance(err, OSError) and err.errno is not None:
+        return err
+    match = _ERRNO.search(str(err))
+    if match is None or int(match.group(1)) == 0:
+        return err
+    code = int(match.group(1))
+    new = OSError(code, os.strerror(code), str(path))
+    new.__cause__ = err
+    return new
+
+
+def _discard_writes(f: h5py.File) -> None:
+    """Point an open file's descriptor at an anonymous in-memory file (Linux), so closing it writes nothing to disk.
+
+    Only for a file about to be deleted. Elsewhere, or for another HDF5 driver, nothing changes.
+    """
+    try:
+        if f.driver != "sec2" or not hasattr(os, "memfd_create"):
+            return
+        fd = f.id.get_vfd_handle()
+        sink = os.memfd_create("layercache-discarded-shard")
+    except Exception:  # noqa: BLE001 - best effort: a plain close follows either way
+        return
+    try:
+        os.dup2(sink, fd)
+    except OSError:
+        pass
+    finally:
+        os.close(sink)

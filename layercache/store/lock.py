@@ -1,0 +1,84 @@
+"""One writer per cache folder: an advisory file lock that dies with its process.
+
+Two extractions into one folder would destroy each other: with the same configuration the second
+deletes the first's half-written shard as a stray, with different ``--layers`` both crash and the
+cache is stuck. :class:`CacheLock` takes an exclusive ``flock`` on ``<cache>/.layercache.lock``
+before extraction looks at the folder. The kernel releases the lock when the process exits, however
+it exits (SIGKILL included), so a killed run never leaves a stale lock behind: the file may stay,
+the lock does not. The holder writes its pid and command line into the file so the refusal can
+name it.
+
+The file is never deleted while the cache exists: unlinking a lock file lets a waiting process
+lock the old inode while a newcomer locks a new one, and both would write.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import sys
+from pathlib import Path
+
+from ..errors import CacheLockedError, CacheWriteError
+
+LOCK_NAME = ".layercache.lock"
+
+try:  # POSIX; elsewhere (Windows) there is no flock and the lock is a no-op
+    import fcntl
+except ImportError:  # pragma: no cover
+    fcntl = None
+
+
+class CacheLock:
+    """``with CacheLock(folder):`` holds the folder's writer lock, or raises :class:`CacheLockedError`."""
+
+    def __init__(self, folder: str | os.PathLike) -> None:
+        self.path = Path(folder) / LOCK_NAME
+        self._fd: int | None = None
+
+    def acquire(self) -> "CacheLock":
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+        except OSError as err:
+            raise CacheWriteError(f"Cannot create the lock file {self.path} ({os.strerror(err.errno)}); "
+                                  "choose an --out folder you can write to.") from None
+        if fcntl is not None:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as err:
+                holder = _read_holder(fd)
+                os.close(fd)
+                if err.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+                    raise CacheWriteError(f"Cannot lock {self.path} ({os.strerror(err.errno)}); "
+                                          "choose an --out folder on a local disk.") from None
+                raise CacheLockedError(
+                    f"{self.path.parent} is being written by another layercache process ({holder}); wait for it "
+                    "to finish or stop it, or choose another --out.") from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n{' '.join(sys.argv)[:500]}\n".encode(errors="replace"))
+        self._fd = fd
+        return self
+
+    def release(self) -> None:
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            os.close(fd)  # closing the last descriptor releases the flock
+
+    def __enter__(self) -> "CacheLock":
+        return self.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+def _read_holder(fd: int) -> str:
+    """``pid 1234: layercache extract ...`` from the lock file, as its holder wrote it."""
+    try:
+        text = os.pread(fd, 600, 0).decode(errors="replace")
+    except OSError:
+        return "pid unknown"
+    pid, _, command = text.partition("\n")
+    command = " ".join(command.split())
+    if not pid.strip().isdigit():
+        return "pid unknown"
+    return f"pid {pid.strip()}" + (f": {command}" if command else "")
