@@ -1,0 +1,230 @@
+"""Property-based: mutated manifests, shards and run configs give a correct read or a typed error.
+
+Hypothesis mutates one valid cache (and one run folder) in many ways: a field deleted, replaced by
+any JSON value, nudged by ±1 or made negative; a shard truncated, its bytes flipped or zeroed; a
+run's ``config.json`` or weights damaged. Every reader a user reaches (``info`` and its
+``--check``, ``LayerCache`` reads, the training feed, ``LayerHead.load`` / ``evaluate``) must then
+either work or raise a :class:`~layercache.errors.LayercacheError`, which the CLI turns into one
+sentence. Any other exception is a bug. Each example runs under a deadline, so a hang fails too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import layercache as lc
+from layercache.errors import LayercacheError
+from layercache.heads.feed import CacheFeed
+from layercache.report.info import cache_summary
+
+SETTINGS = settings(max_examples=60, deadline=20_000, derandomize=True, print_blob=True,
+                    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+
+
+@pytest.fixture(scope="module")
+def pristine(tiny_models, tmp_path_factory):
+    """A complete token-task + sequence-task cache and a run folder trained on it."""
+    root = tmp_path_factory.mktemp("fuzz")
+    conll = root / "tags.conll"
+    sentences = [[("the", "O"), ("lamp", "B-OBJ"), ("is", "O"), ("good", "B-ADJ")],
+                 [("a", "O"), ("red", "B-ADJ"), ("lamp", "B-OBJ")]] * 12
+    conll.write_text("\n\n".join("\n".join(f"{w} {t}" for w, t in s) for s in sentences) + "\n")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("LAYERCACHE_HOME", str(root / "home"))
+        cache = lc.extract(str(tiny_models["bert"]), str(conll), root / "cache", shard_bytes=6_000,
+                           batch_tokens=48, pooling=["mean", "first"], progress=False).path
+        run = lc.train_head(cache, "scalar", out=root / "run", epochs=1, progress=False).run
+    return cache, run
+
+
+def _copy_cache(src: Path, dst: Path) -> Path:
+    """A private copy: hard links for shards (reads only), so each example costs little."""
+    if dst.exists():
+        shutil.rmtree(dst)
+    dst.mkdir(parents=True)
+    for path in src.rglob("*"):
+        target = dst / path.relative_to(src)
+        if path.is_dir():
+            target.mkdir(exist_ok=True)
+        elif path.suffix == ".h5":
+            os.link(path, target)
+        else:
+            shutil.copy2(path, target)
+    return dst
+
+
+def read_everything(cache_dir: Path) -> None:
+    """What users do with a cache; any LayercacheError is a clean refusal."""
+    with lc.LayerCache.open(cache_dir, allow_incomplete=True) as cache:
+        cache_summary(cache)
+        cache.damaged_shards()
+        for split in cache.splits:
+            n = cache.num_examples(split)
+            if n == 0:
+                continue
+            rows = sorted({0, n // 2, n - 1})
+            cache.tokens(split, rows)
+            for mode in cache.manifest.pooling:
+                cache.pooled(split, mode, rows=rows)
+            for task in cache.tasks:
+                cache.labels(split, task.name)
+            cache.example_index(split)
+            cache.layer_stats(split)
+            for batch in cache.iter_batches(split, 8, tasks=[t.name for t in cache.tasks]):
+                assert batch.states.shape[0] <= 8
+            feed = CacheFeed(cache, split, tasks=[t.name for t in cache.tasks], batch_size=8, source="tokens")
+            for batch in feed.epoch(shuffle=True, seed=0):
+                assert batch.states.shape[0] <= 8  # the values may be anything: they are not checked here
+
+
+def must_read_or_refuse(action) -> None:
+    try:
+        action()
+    except LayercacheError:
+        pass
+
+
+# --- JSON mutations --------------------------------------------------------------------------------
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-10**12, 10**12) | st.floats(allow_nan=True) | st.text(max_size=12),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+    max_leaves=6)
+
+
+def _paths(value, prefix=()):
+    """Every path (tuple of keys / indices) into a JSON tree, the root excluded."""
+    if isinstance(value, dict):
+        items = value.items()
+    elif isinstance(value, list):
+        items = enumerate(value)
+    else:
+        return
+    for key, child in items:
+        yield prefix + (key,)
+        yield from _paths(child, prefix + (key,))
+
+
+@st.composite
+def json_mutation(draw, document):
+    paths = list(_paths(document))
+    path = draw(st.sampled_from(paths))
+    kind = draw(st.sampled_from(["delete", "replace", "nudge", "negate"]))
+    new = draw(json_values) if kind == "replace" else None
+    return path, kind, new
+
+
+def apply_mutation(document, mutation):
+    path, kind, new = mutation
+    document = json.loads(json.dumps(document))
+    parent = document
+    for key in path[:-1]:
+        parent = parent[key]
+    key, old = path[-1], parent[path[-1]]
+    if kind == "delete":
+        del parent[key]
+    elif kind == "replace":
+        parent[key] = new
+    elif isinstance(old, (int, float)) and not isinstance(old, bool):
+        parent[key] = old + 1 if kind == "nudge" else -abs(old) - 1
+    else:
+        parent[key] = new
+    return document
+
+
+def test_mutated_manifests_are_read_or_refused(pristine, tmp_path):
+    cache, _ = pristine
+    manifest = json.loads((cache / "manifest.json").read_text())
+
+    @SETTINGS
+    @given(mutation=json_mutation(manifest))
+    def check(mutation):
+        copy = _copy_cache(cache, tmp_path / "copy")
+        (copy / "manifest.json").write_text(json.dumps(apply_mutation(manifest, mutation)))
+        must_read_or_refuse(lambda: read_everything(copy))
+
+    check()
+
+
+# --- shard mutations ---------------------------------------------------------------------------------
+shard_mutation = st.one_of(
+    st.tuples(st.just("truncate"), st.floats(0.0, 0.999)),
+    st.tuples(st.just("flip"), st.lists(st.floats(0.0, 0.999), min_size=1, max_size=8)),
+    st.tuples(st.just("zero"), st.tuples(st.floats(0.0, 0.999), st.integers(1, 4096))),
+)
+
+
+def damage(path: Path, mutation) -> bool:
+    """Apply ``mutation`` to the shard at ``path``; whether its bytes changed (zeroing zeros does not)."""
+    original = path.read_bytes()
+    data = bytearray(original)
+    kind, where = mutation
+    if kind == "truncate":
+        del data[int(where * len(data)):]
+    elif kind == "flip":
+        for at in where:
+            data[int(at * len(data))] ^= 0xFF
+    else:
+        start, size = where
+        start = int(start * len(data))
+        data[start:start + size] = bytes(len(data[start:start + size]))
+    path.unlink()  # break the hard link: the pristine shard stays intact
+    path.write_bytes(bytes(data))
+    return bytes(data) != original
+
+
+def test_mutated_shards_are_read_or_refused(pristine, tmp_path):
+    cache, _ = pristine
+    shards = sorted(p.relative_to(cache) for p in cache.glob("*/shard-*.h5"))
+
+    @SETTINGS
+    @given(shard=st.sampled_from(shards), mutation=shard_mutation)
+    def check(shard, mutation):
+        copy = _copy_cache(cache, tmp_path / "copy")
+        changed = damage(copy / shard, mutation)
+        must_read_or_refuse(lambda: read_everything(copy))
+        with lc.LayerCache.open(copy) as opened:  # the manifest is intact: any change is found
+            assert (str(shard) in opened.damaged_shards()) == changed
+
+    check()
+
+
+# --- run folder mutations ----------------------------------------------------------------------------
+def test_mutated_run_configs_are_loaded_or_refused(pristine, tmp_path):
+    cache, run = pristine
+    config = json.loads((run / "config.json").read_text())
+
+    @SETTINGS
+    @given(mutation=json_mutation(config))
+    def check(mutation):
+        copy = tmp_path / "run"
+        shutil.rmtree(copy, ignore_errors=True)
+        shutil.copytree(run, copy)
+        (copy / "config.json").write_text(json.dumps(apply_mutation(config, mutation)))
+
+        def use():
+            head = lc.LayerHead.load(copy)
+            with lc.LayerCache.open(cache) as opened:
+                head.evaluate(opened, "train")
+        must_read_or_refuse(use)
+
+    check()
+
+
+@pytest.mark.parametrize("keep", [0.0, 0.01, 0.5, 0.99])
+def test_truncated_run_weights_are_refused(pristine, tmp_path, keep):
+    _, run = pristine
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy)
+    weights = copy / "weights.safetensors"
+    data = weights.read_bytes()
+    weights.write_bytes(data[:int(keep * len(data))])
+    with pytest.raises(LayercacheError):
+        lc.LayerHead.load(copy)
