@@ -214,8 +214,8 @@ class LayerHead(BaseEstimator):
             if mine[key] != theirs[key]:
                 raise CacheMismatchError(
                     f"The cache {cache.path} was extracted with a different {label} ({theirs['model']!r}, "
-                    f"{key} {str(theirs[key])[:12]}) than this head was trained on ({mine['model']!r}, "
-                    f"{str(mine[key])[:12]}); extract the data with the head's backbone.")
+                    f"{key} {_short_digest(theirs[key])}) than this head was trained on ({mine['model']!r}, "
+                    f"{_short_digest(mine[key])}); extract the data with the head's backbone.")
         missing = [n for n in self.layer_names_ if n not in cache.layer_names]
         if missing:
             raise CacheMismatchError(f"The cache {cache.path} lacks the state(s) {', '.join(missing)} this head "
@@ -357,6 +357,11 @@ def _damaged(config_file: Path, why: str) -> ConfigError:
 
 
 # --- helpers ------------------------------------------------------------------------------------
+def _short_digest(value) -> str:
+    """``xxh3_128-files:0123456789ab…`` -> ``0123456789ab``: the part of a fingerprint that tells two apart."""
+    return str(value).rpartition(":")[2][:12]
+
+
 def default_lr(model: HeadModel) -> float:
     """1e-3 for heads with attention, encoder layers or learned projections; 1e-2 for linear ones."""
     deep = any(isinstance(m, SelfAttention) for m in model.modules())
