@@ -3,16 +3,27 @@
 They share one small WordPiece tokenizer over the built-in grammar's vocabulary. Some words are
 left out of the vocabulary on purpose, so they split into several sub-tokens and the
 first-sub-token label alignment is exercised.
+
+The ``*-bpe`` and ``*-sp`` kinds carry real sub-word tokenizers instead, trained here with the
+``tokenizers`` library and saved the way their hub models are, because what goes wrong with
+pre-split words depends on how a tokenizer marks a word's leading space:
+
+- ``llama-bpe``: Llama 3's byte-level BPE (regex ``Split`` then ``ByteLevel`` without prefix space,
+  a plain tokenizer.json backend, ``<|begin_of_text|>`` prepended);
+- ``gpt2-bpe``: GPT-2's byte-level BPE as a ``GPT2Tokenizer`` (which ``add_prefix_space`` rebuilds);
+- ``llama-sp``: SentencePiece-style BPE marking spaces with ``▁``, as a ``LlamaTokenizer`` saved with
+  ``add_prefix_space=False`` (no dummy prefix, as Gemma and some Llama 2 derivatives).
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import transformers
-from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
-from layercache.sources.builtin import builtin_vocabulary
+from layercache.sources.builtin import builtin_vocabulary, load_builtin
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 LETTERS = [chr(c) for c in range(ord("a"), ord("z") + 1)]
@@ -86,6 +97,8 @@ def _config(kind: str, vocab_size: int):
     raise ValueError(kind)
 
 
+BPE_KINDS = ("llama-bpe", "gpt2-bpe", "llama-sp")
+"""Kinds with a trained sub-word tokenizer (see the module docstring); built by :func:`make_model` too."""
 KINDS = ("bert", "roberta", "deberta", "mpnet", "gpt2", "llama", "t5", "bart")
 ENCODERS = ("bert", "roberta", "deberta", "mpnet", "t5", "bart")
 """Kinds whose tokenizer wraps a text in [CLS] ... [SEP] (encoders and encoder-decoders)."""
@@ -96,10 +109,95 @@ def make_model(folder: Path, kind: str, seed: int = 0) -> Path:
     import torch
 
     folder.mkdir(parents=True, exist_ok=True)
-    tok = make_tokenizer(folder, encoder=kind in ENCODERS)
+    if kind in BPE_KINDS:
+        tok = make_subword_tokenizer(folder, kind)
+        config = _subword_config(kind, tok)
+    else:
+        tok = make_tokenizer(folder, encoder=kind in ENCODERS)
+        config = _config(kind, len(tok))
     torch.manual_seed(seed)
-    model = transformers.AutoModel.from_config(_config(kind, len(tok)))
+    model = transformers.AutoModel.from_config(config)
     n_params = sum(p.numel() for p in model.parameters())
     assert n_params < MAX_PARAMETERS, f"tiny {kind} has {n_params} parameters"
     model.save_pretrained(folder)
     return folder
+
+
+# --- trained sub-word tokenizers ------------------------------------------------------------------
+# Llama 3's pre-tokenizer regex: a word keeps the space before it, digits go in threes without one.
+LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+                  r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+SUBWORD_VOCAB = 700
+SUBWORD_POSITIONS = 128
+# Capitalised news-style sentences beside the built-in grammar's lower-case ones, so the merges
+# include pieces such as "Ġtook" and "▁Friday" that CoNLL-style test data uses.
+NEWS_LINES = (
+    "West Indian all-rounder Phil Simmons took four for 38 on Friday as Leicestershire beat Somerset .",
+    "The European Commission said on Thursday it disagreed with German advice to consumers .",
+    "Germany 's representative to the European Union 's veterinary committee said on Wednesday .",
+    "Peter Blackburn took the train to Brussels and London on Monday , officials said .",
+    "Simmons took 4 wickets for 38 runs , and the county took the lead in the championship .",
+    "Results of English county championship cricket matches on Friday : Somerset v Leicestershire .",
+    "He said the Indian team would play two days in West London and four in Brussels .",
+)
+
+
+def _subword_corpus() -> list[str]:
+    sentences = [" ".join(words) for words in load_builtin(sizes={"train": 400}).splits["train"].words]
+    return sentences + list(NEWS_LINES) * 20
+
+
+def _trained_bpe(pre_tokenizer, specials: list[str], alphabet: list[str]) -> Tokenizer:
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizer
+    trainer = trainers.BpeTrainer(vocab_size=SUBWORD_VOCAB, special_tokens=specials, initial_alphabet=alphabet,
+                                  show_progress=False)
+    tok.train_from_iterator(_subword_corpus(), trainer)
+    return tok
+
+
+def _vocab_and_merges(tok: Tokenizer) -> tuple[dict[str, int], list[tuple[str, str]]]:
+    model = json.loads(tok.to_str())["model"]
+    return model["vocab"], [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in model["merges"]]
+
+
+def make_subword_tokenizer(folder: Path, kind: str, **options) -> transformers.PreTrainedTokenizerBase:
+    """Train and save the tokenizer of a ``BPE_KINDS`` kind; ``options`` go to its transformers class."""
+    byte_alphabet = pre_tokenizers.ByteLevel.alphabet()
+    if kind == "llama-bpe":
+        bos, eos = "<|begin_of_text|>", "<|end_of_text|>"
+        tok = _trained_bpe(pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(LLAMA3_PATTERN), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]), [bos, eos], byte_alphabet)
+        tok.decoder = decoders.ByteLevel()
+        tok.post_processor = processors.Sequence([
+            processors.ByteLevel(trim_offsets=False),
+            processors.TemplateProcessing(single=f"{bos} $A", pair=f"{bos} $A {bos} $B:1",
+                                          special_tokens=[(bos, tok.token_to_id(bos))])])
+        fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=bos, eos_token=eos,
+                                                    model_max_length=SUBWORD_POSITIONS, **options)
+    elif kind == "gpt2-bpe":
+        tok = _trained_bpe(pre_tokenizers.ByteLevel(add_prefix_space=False), ["<|endoftext|>"], byte_alphabet)
+        vocab, merges = _vocab_and_merges(tok)
+        fast = transformers.GPT2Tokenizer(vocab=vocab, merges=merges, model_max_length=SUBWORD_POSITIONS,
+                                          **options)
+    elif kind == "llama-sp":
+        # Trained on words split at spaces, as SentencePiece does, so no piece spans two words.
+        tok = _trained_bpe(pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="never", split=True),
+                           ["<unk>", "<s>", "</s>"], [chr(c) for c in range(32, 127)] + ["▁"])
+        vocab, merges = _vocab_and_merges(tok)
+        fast = transformers.LlamaTokenizer(vocab=vocab, merges=merges, model_max_length=SUBWORD_POSITIONS,
+                                           **{"add_prefix_space": False, **options})
+    else:
+        raise ValueError(kind)
+    fast.save_pretrained(folder)
+    return fast
+
+
+def _subword_config(kind: str, tok):
+    ids = dict(vocab_size=len(tok), bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)
+    if kind == "gpt2-bpe":
+        return transformers.GPT2Config(n_embd=HIDDEN, n_layer=2, n_head=4, n_positions=SUBWORD_POSITIONS, **ids)
+    return transformers.LlamaConfig(hidden_size=HIDDEN, num_hidden_layers=2, num_attention_heads=4,
+                                    num_key_value_heads=2, intermediate_size=64,
+                                    max_position_embeddings=SUBWORD_POSITIONS, pad_token_id=None, **ids)

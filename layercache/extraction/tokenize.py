@@ -5,6 +5,13 @@ Each example becomes an :class:`EncodedExample`: one window of ids (the common c
 token sequence covering every token. Overlap tokens are taken from the window where they see
 the most context: the window whose edge is farthest away for bidirectional encoders, the
 earliest window (most left context) for causal decoders.
+
+Pre-split words (CoNLL-style input) are tokenized with ``is_split_into_words``, which hands each
+word to the tokenizer on its own: a tokenizer that marks a word's leading space in its pieces
+(byte-level BPE ``Ġ``, SentencePiece ``▁``) then never sees the space. :func:`word_prefix` finds
+what each word after the first needs so that its pieces are those of running text, and
+:func:`check_words_as_text` refuses a tokenizer for which the words still differ from the same
+words joined by spaces, rather than cache states of text the model was never meant to read.
 """
 
 from __future__ import annotations
@@ -18,6 +25,12 @@ from ..errors import ConfigError, DatasetError
 from ..sources.records import SplitRecords
 
 ENCODE_CHUNK = 1024
+WORD_CHECK_EXAMPLES = 8
+"""Examples at the start of each split whose pre-split words are checked against their sentence."""
+# Words that tell a tokenizer which loses the space before a pre-split word from one that keeps it:
+# capitals, a hyphenated word, digits after a space (Llama 3 splits the space off), punctuation.
+_PROBE_WORDS = ("The", "West", "Indian", "all-rounder", "took", "4", "wickets", "for", "38", "on", "Friday",
+                ",", "officials", "said", ".")
 
 
 @dataclass(slots=True)
@@ -70,15 +83,16 @@ def encode_split(tokenizer, records: SplitRecords, *, max_length: int, stride: i
                               f"(the tokens per window at --max-length {max_length}).")
         if records.text_pairs is not None:
             raise ConfigError("--stride cannot window sentence pairs; drop --stride to truncate them instead.")
+    prefix = word_prefix(tokenizer) if records.words is not None else ""
     for start in range(0, len(records), ENCODE_CHUNK):
         stop = min(start + ENCODE_CHUNK, len(records))
         if records.text_pairs is not None:
             yield from _encode_pairs(tokenizer, records, start, stop, max_length)
         else:
-            yield from _encode_single(tokenizer, records, start, stop, max_length, stride, causal)
+            yield from _encode_single(tokenizer, records, start, stop, max_length, stride, causal, prefix)
 
 
-def _encode_single(tokenizer, records, start, stop, max_length, stride, causal):
+def _encode_single(tokenizer, records, start, stop, max_length, stride, causal, prefix):
     words_mode = records.words is not None
     inputs = records.words[start:stop] if words_mode else records.texts[start:stop]
     for i, x in enumerate(inputs):
@@ -87,6 +101,10 @@ def _encode_single(tokenizer, records, start, stop, max_length, stride, causal):
         if (words_mode and len(x) == 0) or (not words_mode and not str(x).strip()):
             raise DatasetError(f"Example {start + i} of the split (source row {records.source_index[start + i]}) "
                                "is empty; leave empty rows out of the records.")
+    if words_mode:
+        if start == 0:
+            check_words_as_text(tokenizer, inputs[:WORD_CHECK_EXAMPLES], prefix, records.source_index)
+        inputs = [with_word_prefix(words, prefix) for words in inputs]
     enc = tokenizer(inputs, is_split_into_words=words_mode, truncation=True, max_length=max_length,
                     stride=stride or 0, return_overflowing_tokens=True, add_special_tokens=True)
     by_example: dict[int, list[int]] = {}
@@ -106,6 +124,82 @@ def _encode_single(tokenizer, records, start, stop, max_length, stride, causal):
         flat_words = np.array([word_ids[w][p] for w, p in take], np.int32)
         yield EncodedExample(row=start + example, windows=[_ids(enc["input_ids"][w]) for w in windows],
                              take=take, word_ids=flat_words)
+
+
+def word_prefix(tokenizer) -> str:
+    """What goes before each pre-split word after the first so that it tokenizes as in running text.
+
+    ``""`` where words already come out as in their sentence: WordPiece (BERT), SentencePiece
+    tokenizers that prepend ``▁`` to every word (Llama 2, T5, XLM-R), byte-level BPE loaded with
+    ``add_prefix_space`` (RoBERTa, GPT-2). ``" "`` where the space is lost: byte-level BPE without
+    it (Llama 3, Qwen; ``add_prefix_space`` has no effect on a plain tokenizer.json backend, and
+    setting it on a ``ByteLevel`` behind a ``Split`` would put a space before every piece of
+    ``all-rounder``) and SentencePiece tokenizers with no dummy prefix (Gemma). A word given as
+    ``" took"`` goes through the pre-tokenizer as it would inside the sentence, so it becomes
+    ``Ġtook``/``▁took`` and its pieces still carry its word id. Both are tried on fixed words
+    rather than read off a list of model types, so any tokenizer gets an answer, always the same
+    one; one that neither fits gets ``""`` and is refused by :func:`check_words_as_text`.
+    """
+    for prefix in ("", " "):
+        if _word_mismatch(tokenizer, _PROBE_WORDS, prefix) is None:
+            return prefix
+    return ""
+
+
+def with_word_prefix(words, prefix: str) -> list[str]:
+    """``words`` as handed to the tokenizer: every word after the first behind ``prefix``."""
+    if not prefix:
+        return list(words)
+    return [words[0], *(prefix + w for w in words[1:])]
+
+
+def check_words_as_text(tokenizer, examples, prefix: str, source_rows=None) -> None:
+    """Refuse when the tokens of pre-split words are not those of the same words joined by spaces.
+
+    Each of ``examples`` (word lists) is encoded as extraction encodes it (with ``prefix``) and as
+    the sentence ``" ".join(words)``, special tokens left out; the ids must be equal, or the states
+    cached for every token would come from text the model never reads (``WestIndianall-rounder``).
+    """
+    for i, words in enumerate(examples):
+        mismatch = _word_mismatch(tokenizer, words, prefix)
+        if mismatch is None:
+            continue
+        w, alone, in_text = mismatch
+        row = source_rows[i] if source_rows is not None else i
+        raise DatasetError(
+            f"The {type(tokenizer).__name__} tokenizer splits pre-split words differently from the same words "
+            f"joined by spaces (source row {row}, word {w} {words[w]!r}: {alone} as a word but {in_text} in "
+            "the sentence), so the cached states would not be those of the text; use a tokenizer that splits "
+            "text on spaces before its sub-word model, or give the sentences as a text column instead of words.")
+
+
+def _word_mismatch(tokenizer, words, prefix: str) -> tuple[int, list[str], list[str]] | None:
+    """``None`` when ``words`` tokenize as their sentence; else (word index, its pieces alone, in the text)."""
+    words = [str(w) for w in words]
+    # No truncation: the whole example is compared; verbose=False silences the over-length warning.
+    alone = tokenizer(with_word_prefix(words, prefix), is_split_into_words=True, add_special_tokens=False,
+                      truncation=False, verbose=False)
+    text = tokenizer(" ".join(words), add_special_tokens=False, truncation=False, return_offsets_mapping=True,
+                     verbose=False)
+    if alone["input_ids"] == text["input_ids"]:
+        return None
+    alone_words = alone.word_ids()
+    start = 0
+    for w, word in enumerate(words):
+        # A piece belongs to word w in the sentence when it overlaps the word or the space before it
+        # (byte-level BPE may give that space a piece of its own, as Llama 3 does before digits).
+        lo, hi = start - (1 if w else 0), start + len(word)
+        ids_alone = [t for t, k in zip(alone["input_ids"], alone_words) if k == w]
+        ids_text = [t for t, (a, b) in zip(text["input_ids"], text["offset_mapping"]) if a < hi and b > lo]
+        if ids_alone != ids_text:
+            return w, tokenizer.convert_ids_to_tokens(ids_alone), tokenizer.convert_ids_to_tokens(ids_text)
+        start = hi + 1
+    # Every word matches piece by piece, yet the sequences differ (a piece across two words): show the first.
+    first = next((k for k, (a, b) in enumerate(zip(alone["input_ids"], text["input_ids"])) if a != b),
+                 min(len(alone["input_ids"]), len(text["input_ids"])))
+    w = next((k for k in alone_words[first:] if k is not None), len(words) - 1)
+    return w, tokenizer.convert_ids_to_tokens(alone["input_ids"][first:first + 3]), \
+        tokenizer.convert_ids_to_tokens(text["input_ids"][first:first + 3])
 
 
 def _encode_pairs(tokenizer, records, start, stop, max_length):

@@ -152,9 +152,11 @@ def load_backbone(name: str = DEFAULT_MODEL, *, device: str = "auto", dtype: str
                   max_length: int | None = None, words_input: bool = False, allow_pickle: bool = False) -> Backbone:
     """Load ``name`` (hub id, bundled alias or local folder) frozen, on ``device`` in ``dtype``.
 
-    ``words_input`` prepares the tokenizer for pre-split words (BPE tokenizers such as RoBERTa's
-    and GPT-2's need ``add_prefix_space`` for that). Weights load from safetensors files; a model
-    that only has pickle weights (``pytorch_model.bin``) is refused unless ``allow_pickle``.
+    ``words_input`` prepares the tokenizer for pre-split words: RoBERTa-like tokenizers load with
+    ``add_prefix_space`` as before, and any tokenizer whose words would still lose their leading
+    space gets it back at encoding (see :func:`~layercache.extraction.tokenize.word_prefix`), which
+    the tokenizer fingerprint then records. Weights load from safetensors files; a model that only
+    has pickle weights (``pytorch_model.bin``) is refused unless ``allow_pickle``.
     """
     from transformers import AutoConfig, AutoModel, AutoTokenizer
     from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING_NAMES
@@ -213,18 +215,24 @@ def load_backbone(name: str = DEFAULT_MODEL, *, device: str = "auto", dtype: str
                               f"({tokenizer.num_special_tokens_to_add() + 1} to {limit}).")
         limit = max_length
     revision = getattr(config, "_commit_hash", None)
+    from ..extraction.tokenize import word_prefix  # here: extraction imports this module
+
+    words_prefix = word_prefix(tokenizer) if words_input else ""
     backbone = Backbone(
         name=name, source=source, model=model, tokenizer=tokenizer, kind=kind, device=torch_device,
         dtype=torch_dtype, n_layers=n_layers, hidden_size=hidden, max_length=limit, final_norm="none",
         revision=revision, fingerprint=model_fingerprint(model, weight_files(source, revision, allow_pickle)),
-        tokenizer_fingerprint=tokenizer_fingerprint(tokenizer), pad_from=pad_from,
+        tokenizer_fingerprint=tokenizer_fingerprint(tokenizer, word_prefix=words_prefix), pad_from=pad_from,
     )
     backbone.final_norm = _detect_final_norm(backbone)
     return backbone
 
 
 def _prefix_space_kwargs(config, words_input: bool) -> dict:
-    # Byte-level BPE tokenizers refuse pre-split words unless told each word starts after a space.
+    # Byte-level BPE tokenizers lose the space before pre-split words unless told each word starts after
+    # one. These model types have always loaded with add_prefix_space (their caches depend on it, the first
+    # word included); every other tokenizer that loses the space is mended at encoding by word_prefix,
+    # since add_prefix_space does nothing to a plain tokenizer.json backend (Llama 3, Qwen).
     if words_input and config.model_type in {"roberta", "gpt2", "bart", "longformer", "gpt_neox", "xlm-roberta",
                                               "camembert", "deberta", "opt", "mpnet"}:
         return {"add_prefix_space": True}
@@ -351,7 +359,7 @@ def model_fingerprint(model: torch.nn.Module, files: list[Path] | None = None) -
     return f"xxh3_128-tensors:{digest.hexdigest()}"
 
 
-def tokenizer_fingerprint(tokenizer) -> str:
+def tokenizer_fingerprint(tokenizer, word_prefix: str = "") -> str:
     """``"sha256:<hex>"`` of everything that decides a text's ids.
 
     That is the backend (normalizer, pre-tokenizer, vocabulary and merges, added tokens,
@@ -359,6 +367,10 @@ def tokenizer_fingerprint(tokenizer) -> str:
     sees them, and settings such as the truncation side. The backend's truncation and padding
     state is left out: every call sets it anew from layercache's own options (the maximum
     length is recorded beside the fingerprint), and it changes once the tokenizer has been used.
+    ``word_prefix`` is what pre-split words get before them (``" "`` where they would lose their
+    space, see :func:`~layercache.extraction.tokenize.word_prefix`); it is hashed only when set,
+    so text input and tokenizers that need nothing keep their fingerprints, while a cache of
+    words made before the prefix existed (tokens of the wrong text) no longer matches.
     """
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is not None:
@@ -371,6 +383,8 @@ def tokenizer_fingerprint(tokenizer) -> str:
     payload = {"class": type(tokenizer).__name__, "backend": content, "added_tokens": added,
                "special_tokens": getattr(tokenizer, "special_tokens_map", {}),
                "settings": {k: getattr(tokenizer, k, None) for k in _TOKENIZER_SETTINGS}}
+    if word_prefix:
+        payload["word_prefix"] = word_prefix
     text = json.dumps(payload, sort_keys=True, default=str)
     return f"sha256:{hashlib.sha256(text.encode()).hexdigest()}"
 
