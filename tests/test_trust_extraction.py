@@ -106,7 +106,8 @@ def test_nan_refusal_from_the_library_names_the_fix_for_a_half_precision_forward
 def test_huge_finite_states_are_not_taken_for_nan(tiny_models, tsv, tmp_path, monkeypatch):
     """1e20 squares to inf in float32, so the sums look non-finite; the search finds every value finite."""
     poison(monkeypatch, tiny_models["bert"], 1e20)
-    result = lc.extract(str(tiny_models["bert"]), str(tsv), tmp_path / "cache", progress=False)
+    result = lc.extract(str(tiny_models["bert"]), str(tsv), tmp_path / "cache", progress=False,
+                        storage_dtype="float16")  # explicit: auto would see 1e20 in its probe and store bfloat16
     assert result.manifest.complete and result.manifest.extraction["fp16_overflow"] > 0  # counted, as before
 
 

@@ -52,9 +52,11 @@ def token_index(examples: Sequence[EncodedExample], mask: torch.Tensor) -> torch
     return torch.from_numpy(np.concatenate(parts))
 
 
-def pool(flat: torch.Tensor, lengths: torch.Tensor, modes: Sequence[str]) -> dict[str, torch.Tensor]:
+def pool(flat: torch.Tensor, lengths: torch.Tensor, modes: Sequence[str],
+         mean_skip_first: bool = False) -> dict[str, torch.Tensor]:
     """Mask-aware pooling from unpadded tokens (t, S, D): mode -> (b, S, D). Padding never enters a mean.
 
+    ``mean_skip_first``: the mean leaves out each example's first token unless it is the only one.
     The reference definition; extraction computes the same values chunk by chunk in
     :class:`.packing.StatePacker`.
     """
@@ -63,9 +65,13 @@ def pool(flat: torch.Tensor, lengths: torch.Tensor, modes: Sequence[str]) -> dic
     out = {}
     if "mean" in modes:
         segment = torch.repeat_interleave(torch.arange(len(lengths), device=flat.device), lengths)  # (t,)
+        keep = torch.ones(len(flat), dtype=torch.bool, device=flat.device)  # (t,) tokens that enter the mean
+        if mean_skip_first:
+            keep[starts[lengths > 1]] = False
         sums = torch.zeros((len(lengths),) + flat.shape[1:], dtype=flat.dtype, device=flat.device)
-        sums.index_add_(0, segment, flat)  # (b, S, D)
-        out["mean"] = sums / lengths.to(flat.dtype)[:, None, None]
+        sums.index_add_(0, segment[keep], flat[keep])  # (b, S, D)
+        counts = torch.zeros_like(lengths).index_add_(0, segment[keep], torch.ones_like(segment[keep]))  # (b,)
+        out["mean"] = sums / counts.to(flat.dtype)[:, None, None]
     if "first" in modes:
         out["first"] = flat[starts]
     if "last" in modes:
@@ -75,16 +81,20 @@ def pool(flat: torch.Tensor, lengths: torch.Tensor, modes: Sequence[str]) -> dic
 
 def run_batch(backbone: Backbone, examples: Sequence[EncodedExample], records: SplitRecords, *,
               keep: Sequence[int], tasks: Sequence[LabelTask], packer: StatePacker,
-              out: torch.Tensor | None, split: str | None = None, first_row: int | None = None) -> ExtractedBatch:
+              out: torch.Tensor | None, split: str | None = None, first_row: int | None = None,
+              hidden: Sequence[torch.Tensor] | None = None) -> ExtractedBatch:
     """Forward one planned batch and return it unpadded, pooled and cast, ready for a shard.
 
     ``out``: an (S, T, D) host tensor of the storage dtype with room for the batch's T >= t tokens,
     which receives the token states (the returned batch's ``hidden`` is a view of it); None stores
     pooled only. A NaN or inf among the states raises :class:`~layercache.errors.NonFiniteStatesError`,
     whose sentence names ``split`` and the cache row (``first_row``: the batch's first) when given.
+    ``hidden``: this batch's states from an earlier forward pass (the storage-dtype probe's), so
+    the model does not run twice.
     """
     ids, mask = pad_windows(examples, backbone.tokenizer.pad_token_id)
-    hidden = backbone.hidden_states(ids, mask)  # L+1 x (R, W, D)
+    if hidden is None:
+        hidden = backbone.hidden_states(ids, mask)  # L+1 x (R, W, D)
     device = hidden[0].device
     index = token_index(examples, mask).to(device)  # (t,)
     lengths_np = np.fromiter((ex.n_tokens for ex in examples), np.int64, len(examples))  # (b,)

@@ -22,6 +22,17 @@ into its column's sum of squares, so that sum is non-finite whenever some value 
 when finite squares overflow float32, which the search that follows tells apart). Only then is
 the batch searched for the first non-finite value; a healthy batch pays one check of an (S, D)
 array.
+
+float16 storage clamps instead of overflowing: a cast writes inf for a finite value beyond +-65,504,
+so when the count above finds such values (it looks only when a column's sum of squares allows one,
+so a healthy batch pays nothing more) the batch's stored tokens are clamped in place, turning those
+infs into +-FP16_MAX; pooled vectors are clamped by :func:`~layercache.store.dtypes.to_storage`.
+
+``mean_skip_first`` leaves each example's first stored token out of its mean (a decoder's BOS or
+attention sink, whose states can be thousands of times larger than the rest) unless it is the only
+one. The first tokens are routed to one extra, discarded row of the per-example sums rather than
+subtracted afterwards: subtracting a value of 27,000 from a float32 sum would cancel away the
+small values beside it. The per-state sums still add every token, the extra row included.
 """
 
 from __future__ import annotations
@@ -72,10 +83,11 @@ class StatePacker:
     """
 
     def __init__(self, n_states: int, dim: int, *, storage_dtype: str, pooling: Sequence[str],
-                 device: torch.device):
+                 device: torch.device, mean_skip_first: bool = False):
         self.n_states, self.dim = n_states, dim
         self.storage_dtype = storage_dtype
         self.pooling = list(pooling)
+        self.mean_skip_first = mean_skip_first
         self.device = torch.device(device)
         self.block_tokens = max(1, BLOCK_BYTES // (4 * dim))
         self._scratch = torch.empty((0, dim), dtype=torch.float32, device=self.device)
@@ -100,7 +112,13 @@ class StatePacker:
         states = [hidden[i].reshape(-1, D) for i in keep]  # S x (R * W, D), views
         t, b = int(index.shape[0]), int(lengths.shape[0])
         segment = torch.repeat_interleave(torch.arange(b, device=index.device), lengths)  # (t,) example of each token
-        sums = torch.zeros((S, b, D), dtype=torch.float32, device=self.device)  # per-example sums
+        counts = lengths  # (b,) tokens in each example's mean
+        if self.mean_skip_first:
+            skip = lengths > 1  # (b,) a one-token example keeps its token
+            segment[(torch.cumsum(lengths, 0) - lengths)[skip]] = b  # first tokens go to the extra row b
+            counts = lengths - skip.to(lengths.dtype)
+        # (S, b [+ 1], D) per-example sums, and the skipped first tokens' row
+        sums = torch.zeros((S, b + self.mean_skip_first, D), dtype=torch.float32, device=self.device)
         sumsq = torch.zeros((S, D), dtype=torch.float64, device=self.device)
         cast_on_device = out is not None and out.device != self.device
         for j, state in enumerate(states):
@@ -116,22 +134,27 @@ class StatePacker:
                     out[j, start:stop].copy_(block.to(out.dtype) if cast_on_device else block)
                 # Squared in place, last: a separate product would be one more batch-sized temporary.
                 sumsq[j] += block.mul_(block).sum(0)  # float32 per block, float64 across blocks
-        stat_sum = sums.sum(1).double()  # (S, D); float32 over <= a few hundred example sums
-        pooled = self._pool(states, index, lengths, sums)
+        stat_sum = sums.sum(1).double()  # (S, D); float32 over <= a few hundred example sums (and skipped tokens)
+        pooled = self._pool(states, index, lengths, sums[:, :b], counts)
         stat_sumsq = sumsq.cpu().numpy()  # (S, D)
         if not np.isfinite(stat_sumsq).all():  # some value may be NaN or inf (see the module docstring)
             _raise_non_finite(states, index, lengths)
+        overflow = self._overflow(states, index, sumsq)
+        if overflow and out is not None:
+            out.clamp_(-FP16_MAX, FP16_MAX)  # (S, t, D): the cast's infs become +-FP16_MAX (see the module docstring)
         return PackedStates(pooled={m: to_storage(v, self.storage_dtype) for m, v in pooled.items()},
-                            stat_sum=stat_sum.cpu().numpy(), stat_sumsq=stat_sumsq,
-                            overflow=self._overflow(states, index, sumsq))
+                            stat_sum=stat_sum.cpu().numpy(), stat_sumsq=stat_sumsq, overflow=overflow)
 
     def _pool(self, states: list[torch.Tensor], index: torch.Tensor, lengths: torch.Tensor,
-              sums: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Mask-aware pooling: mode -> (b, S, D) float32. Padding never enters a mean."""
+              sums: torch.Tensor, counts: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Mask-aware pooling: mode -> (b, S, D) float32. Padding never enters a mean.
+
+        ``sums``: (S, b, D) per-example sums of the ``counts`` (b,) tokens each mean averages.
+        """
         out = {}
         ends = torch.cumsum(lengths, 0)  # (b,)
         if "mean" in self.pooling:
-            out["mean"] = (sums / lengths.to(sums.dtype)[None, :, None]).transpose(0, 1).contiguous()
+            out["mean"] = (sums / counts.to(sums.dtype)[None, :, None]).transpose(0, 1).contiguous()
         if "first" in self.pooling:
             out["first"] = _gather_tokens(states, index[ends - lengths])
         if "last" in self.pooling:
@@ -139,7 +162,7 @@ class StatePacker:
         return out
 
     def _overflow(self, states: list[torch.Tensor], index: torch.Tensor, sumsq: torch.Tensor) -> int:
-        """Values whose magnitude exceeds the float16 range, counted only when one may.
+        """Values whose magnitude exceeds the float16 range (stored clamped), counted only when one may.
 
         Every square is at most its column's sum of squares (float32 rounding is monotone and
         all terms are >= 0), so a value beyond FP16_MAX makes some sum exceed FP16_MAX ** 2; only

@@ -4,6 +4,16 @@ Order of work, cheapest checks first so bad input fails in a second, not after a
 options -> output folder -> data -> backbone -> tokenization and batch plan -> compare with an
 existing cache (resume / done / refuse) -> size estimate and disk check -> forward passes,
 shard by shard, updating the manifest atomically after each commit.
+
+``--storage-dtype auto`` (the default) is resolved before the configuration is hashed, by one
+probe forward pass: the first planned batch of the first split (batches are planned longest
+first, so it holds the longest examples). float16 unless that batch has a kept state value beyond
+the float16 range, then bfloat16. That batch is the split's first forward pass anyway, so its
+states are kept and packed when the batch's turn comes: the probe costs no forward pass of its
+own. The manifest and the hash hold only the resolved dtype, so an ``auto`` run and an explicit
+run with the dtype it resolved to are the same configuration and resume each other. A resume of
+a cache that ``auto`` chose reuses the recorded choice without a probe. Values beyond the range
+that the probe did not see are clamped and counted, as with an explicit float16.
 """
 
 from __future__ import annotations
@@ -20,6 +30,7 @@ from pathlib import Path
 
 import h5py
 import numpy as np
+import torch
 
 from .. import __version__
 from ..errors import (CacheError, CacheMismatchError, CacheWriteError, ConfigError, InsufficientDiskError,
@@ -29,7 +40,7 @@ from ..progress import checking_progress, extraction_progress
 from ..sources.backbone import DEFAULT_MODEL, Backbone, load_backbone
 from ..sources.datasets import load_dataset_records
 from ..sources.records import DatasetRecords
-from ..store.dtypes import BYTES_PER_VALUE, check_storage_dtype
+from ..store.dtypes import AUTO, BYTES_PER_VALUE, FP16_MAX, check_storage_dtype
 from ..store.checksum import checksum_matches
 from ..store.manifest import (FORMAT_VERSION, MANIFEST_NAME, Manifest, SplitInfo, confined_path, read_manifest,
                               stable_hash, write_manifest)
@@ -38,7 +49,7 @@ from ..store.schema import is_safe_name
 from ..store.writer import CHUNK_TOKENS, IDS_CHUNK, INDEX_CHUNK, POOLED_CHUNK, ExtractedBatch, ShardWriter
 from .background import BackgroundWriter, BufferPool, writer_thread_helps
 from .batching import PLANNER, BatchCost, plan_batches
-from .forward import POOLING_MODES, run_batch
+from .forward import POOLING_MODES, pad_windows, run_batch
 from .memory import HeapTrimmer
 from .packing import StatePacker, storage_tensor
 from .shards import SplitShards
@@ -67,6 +78,22 @@ class ExtractResult:
 
 
 @dataclass
+class _ProbeStates:
+    """The storage-dtype probe's forward pass (the first planned batch of ``split``), kept for that
+    batch's extraction so it does not run twice; handed out once, then forgotten."""
+
+    split: str
+    hidden: tuple | None
+    """L+1 x (R, W, D) states, as :meth:`~layercache.sources.backbone.Backbone.hidden_states` returns them."""
+
+    def take(self, split: str, b: int) -> tuple | None:
+        if split != self.split or b != 0:
+            return None
+        hidden, self.hidden = self.hidden, None
+        return hidden
+
+
+@dataclass
 class _SplitPlan:
     examples: list[EncodedExample]
     batches: list[np.ndarray]
@@ -91,7 +118,8 @@ def extract(
     layers: Sequence[int | str] | None = None,
     store: str = "tokens",
     pooling: Sequence[str] = ("mean",),
-    storage_dtype: str = "float16",
+    storage_dtype: str = AUTO,
+    mean_skip_first: bool = False,
     dtype: str = "auto",
     device: str = "auto",
     max_length: int | None = None,
@@ -116,6 +144,13 @@ def extract(
     ``repair`` re-extracts only the shards of a cache (complete or not) whose checksums fail.
     ``allow_pickle`` lets a model with only pickle weights (``pytorch_model.bin``) load; see
     :func:`~layercache.sources.backbone.load_backbone`.
+
+    ``storage_dtype="auto"`` stores float16 unless one probe batch (the longest examples of the
+    first split) has states beyond the float16 range, then bfloat16 (see the module docstring);
+    float16 values beyond the range are clamped to +-65,504 and counted (``extraction.fp16_overflow``).
+    ``mean_skip_first`` leaves each example's first token (a decoder's BOS / attention sink) out of
+    the mean pooled vector when it has more than one; the manifest records it as
+    ``storage.mean_skip_first`` so heads pool token states the same way.
 
     One process writes a cache folder at a time (:class:`~layercache.store.lock.CacheLock`); a
     second gets :class:`~layercache.errors.CacheLockedError` naming the first.
@@ -144,9 +179,13 @@ def extract(
 
         plans = {name: _plan_split(backbone, split, stride, batch_tokens, batch_size)
                  for name, split in records.splits.items()}
+        storage_dtype, dtype_choice, probe = _resolve_storage_dtype(
+            storage_dtype, existing if isinstance(existing, Manifest) and not overwrite else None,
+            backbone, records, plans, keep)
         manifest = _new_manifest(backbone, records, plans, keep=keep, store=store, pooling=pooling,
-                                 storage_dtype=storage_dtype, stride=stride, batch_tokens=batch_tokens,
-                                 batch_size=batch_size, shard_bytes=shard_bytes, limit=limit)
+                                 storage_dtype=storage_dtype, mean_skip_first=mean_skip_first, stride=stride,
+                                 batch_tokens=batch_tokens, batch_size=batch_size, shard_bytes=shard_bytes,
+                                 limit=limit, dtype_choice=dtype_choice)
 
         resumed, damaged = False, {}
         if existing is _DAMAGED or (existing is not None and overwrite):
@@ -189,12 +228,15 @@ def extract(
             manifest.splits[name].complete = False
         if damaged:
             manifest.complete = False
+        if probe is not None and (damaged or manifest.splits[probe.split].batches_written):
+            probe = None  # its batch is written already: free its states now
         with write_errors(out):
             write_manifest(out, manifest)
         record_latest(out)
         storage = manifest.storage
         packer = StatePacker(len(keep), backbone.hidden_size, storage_dtype=storage["dtype"],
-                             pooling=storage["pooling"], device=backbone.device)
+                             pooling=storage["pooling"], device=backbone.device,
+                             mean_skip_first=storage.get("mean_skip_first", False))
         threaded = writer_thread_helps(backbone.device)
         buffers = (_storage_buffers(plans, len(keep), backbone.hidden_size, storage["dtype"],
                                     IN_FLIGHT_BATCHES if threaded else 1)
@@ -206,14 +248,15 @@ def extract(
                                      index)
         with extraction_progress(progress) as bars:
             for name, plan in plans.items():
-                _extract_split(backbone, records, name, plan, manifest, out, keep, bars, packer, buffers, threaded)
+                _extract_split(backbone, records, name, plan, manifest, out, keep, bars, packer, buffers, threaded,
+                               probe)
         manifest.complete = True
         with write_errors(out):
             write_manifest(out, manifest)
     overflow = manifest.extraction.get("fp16_overflow", 0)
     if overflow:
-        log.warning("%d state values exceeded the float16 range and are stored as inf; re-extract with "
-                    "--storage-dtype bfloat16 for this model.", overflow)
+        log.warning("%s state values exceeded the float16 range and were clamped to ±65,504; re-extract with "
+                    "--storage-dtype bfloat16 --overwrite to keep them.", f"{overflow:,}")
     return ExtractResult(out, manifest, resumed=resumed,
                          repaired=[manifest.splits[n].shards[i].file for n, ix in damaged.items() for i in ix])
 
@@ -228,7 +271,7 @@ def _check_options(store, pooling, storage_dtype, shard_bytes, limit) -> list[st
         raise ConfigError(f"Pooling mode {bad[0]!r} is not known; choose from {', '.join(POOLING_MODES)}.")
     if store == "pooled" and not pooling:
         raise ConfigError("--store pooled needs at least one --pooling mode (mean, first or last).")
-    check_storage_dtype(storage_dtype)
+    check_storage_dtype(storage_dtype, allow_auto=True)
     if shard_bytes < 1:
         raise ConfigError(f"--shard-size must be positive, got {shard_bytes}.")
     if limit is not None and limit < 1:
@@ -447,8 +490,55 @@ def _plan_split(backbone: Backbone, split, stride, batch_tokens, batch_size) -> 
         n_windowed=sum(ex.n_rows > 1 for ex in examples))
 
 
+def _resolve_storage_dtype(requested: str, existing: Manifest | None, backbone: Backbone, records: DatasetRecords,
+                           plans: dict[str, _SplitPlan],
+                           keep: list[int]) -> tuple[str, str | None, _ProbeStates | None]:
+    """The storage dtype to write; for ``auto`` also why it was chosen (recorded in the manifest) and
+    the probe's forward pass, which the extraction of its batch reuses.
+
+    ``auto``: the dtype an existing cache recorded as chosen by ``auto`` (a resume repeats the
+    choice without a forward pass); else float16 unless the probe batch (the first planned batch
+    of the first split: its longest examples) has a kept state value beyond the float16 range.
+    One ``aminmax`` per kept state decides the common case (~0.2 % of the batch's forward pass for
+    MiniLM); only when some value, padding included, is beyond the range are the real tokens' values
+    counted, by the same :class:`StatePacker` code that counts overflow during the run.
+    """
+    if requested != AUTO:
+        return requested, None, None
+    if existing is not None and existing.extraction.get("storage_dtype_auto"):
+        return existing.storage["dtype"], existing.extraction["storage_dtype_auto"], None
+    name = next((n for n, plan in plans.items() if plan.batches), None)
+    if name is None:
+        return "float16", "auto: no examples to probe", None
+    examples = [plans[name].examples[i] for i in plans[name].batches[0]]
+    ids, mask = pad_windows(examples, backbone.tokenizer.pad_token_id)
+    hidden = backbone.hidden_states(ids, mask)  # L+1 x (R, W, D)
+    probe = _ProbeStates(name, hidden)
+    largest = max(max(-float(low), float(high)) for low, high in (torch.aminmax(hidden[i]) for i in keep))
+    overflow = 0
+    if largest > FP16_MAX:  # NaN compares false here and is refused, with its row, when the batch is packed
+        counter = StatePacker(len(keep), backbone.hidden_size, storage_dtype="float16", pooling=[],
+                              device=backbone.device)
+        overflow = run_batch(backbone, examples, records.splits[name], keep=keep, tasks=[], packer=counter,
+                             out=None, split=name, first_row=0, hidden=hidden).overflow  # real tokens only
+    where = f"the first batch of split {name!r} ({len(examples)} longest examples)"
+    if not overflow:
+        return "float16", f"auto: {where} stays within ±{FP16_MAX:,.0f}", probe
+    log.info("Storing bfloat16 (--storage-dtype auto): %s state values of %s exceed the float16 range "
+             "(±%s); pass --storage-dtype float16 to store them clamped instead.",
+             f"{overflow:,}", where, f"{FP16_MAX:,.0f}")
+    return "bfloat16", f"auto: {overflow:,} values of {where} exceed ±{FP16_MAX:,.0f}", probe
+
+
+def _hashed_storage(storage: dict) -> dict:
+    """The storage section as the configuration hash sees it: ``mean_skip_first`` only when set, so caches
+    written before the option existed keep their hash (absent means false)."""
+    return {k: v for k, v in storage.items() if k != "mean_skip_first" or v}
+
+
 def _new_manifest(backbone, records: DatasetRecords, plans, *, keep, store, pooling, storage_dtype, stride,
-                  batch_tokens, batch_size, shard_bytes, limit) -> Manifest:
+                  batch_tokens, batch_size, shard_bytes, limit, mean_skip_first: bool = False,
+                  dtype_choice: str | None = None) -> Manifest:
     names = backbone.layer_names
     model = backbone.describe()
     tokenizer = {**backbone.describe_tokenizer(), "stride": stride}
@@ -457,16 +547,19 @@ def _new_manifest(backbone, records: DatasetRecords, plans, *, keep, store, pool
                "files": records.files}
     storage = {"dtype": storage_dtype, "layers": keep, "layer_names": [names[i] for i in keep],
                "all_layer_names": names, "store": store, "pooling": pooling, "shard_bytes": shard_bytes,
-               "final_norm": backbone.final_norm}
+               "final_norm": backbone.final_norm, "mean_skip_first": mean_skip_first}
     extraction = {"batch_tokens": batch_tokens, "batch_size": batch_size, "planner": PLANNER,
                   "device": str(backbone.device),
                   "forward_dtype": model["forward_dtype"]}
+    if dtype_choice is not None:  # not hashed: auto and the explicit dtype it resolved to are one configuration
+        extraction["storage_dtype_auto"] = dtype_choice
     splits = {name: SplitInfo(n_examples=len(p.examples), n_tokens=p.n_tokens, n_batches=len(p.batches),
                               n_truncated=p.n_truncated, n_windowed=p.n_windowed,
                               n_skipped_empty=records.splits[name].n_skipped_empty) for name, p in plans.items()}
     content = {"format": FORMAT_VERSION, "model": model["fingerprint"], "tokenizer": tokenizer,
                "dataset": dataset, "tasks": [t.to_json() for t in records.tasks], "splits": list(plans),
-               "storage": storage, "forward_dtype": model["forward_dtype"], "batching": [batch_tokens, batch_size, PLANNER]}
+               "storage": _hashed_storage(storage), "forward_dtype": model["forward_dtype"],
+               "batching": [batch_tokens, batch_size, PLANNER]}
     return Manifest(model=model, tokenizer=tokenizer, dataset=dataset, tasks=list(records.tasks), storage=storage,
                     extraction=extraction, splits=splits, config_hash=stable_hash(content),
                     layercache_version=__version__)
@@ -489,7 +582,8 @@ def _difference(old: Manifest, new: Manifest) -> str:
               ("tokenizer or max length", old.tokenizer, new.tokenizer),
               ("dataset", old.dataset, new.dataset),
               ("set of splits", list(old.splits), list(new.splits)),
-              ("storage (layers, dtype, store, pooling or shard size)", old.storage, new.storage),
+              ("storage (layers, dtype, store, pooling, --mean-skip-first or shard size)",
+               _hashed_storage(old.storage), _hashed_storage(new.storage)),
               ("forward dtype", old.model.get("forward_dtype"), new.model.get("forward_dtype")),
               ("batching (--batch-tokens, --batch-size)",
                [old.extraction.get("batch_tokens"), old.extraction.get("batch_size")],
@@ -573,7 +667,8 @@ def _reextract_shard(backbone, records, name: str, plan: _SplitPlan, manifest: M
 
 # --- the work ----------------------------------------------------------------------------
 def _extract_split(backbone, records, name, plan: _SplitPlan, manifest: Manifest, out: Path, keep, bars,
-                   packer: StatePacker, buffers: BufferPool | None, threaded: bool) -> None:
+                   packer: StatePacker, buffers: BufferPool | None, threaded: bool,
+                   probe: _ProbeStates | None = None) -> None:
     """Forward the split's remaining batches; the writer appends them to shards and commits them (see background.py).
 
     Whatever stops it (a failed write, NaN from the model, Ctrl-C) removes the shard being written
@@ -581,11 +676,13 @@ def _extract_split(backbone, records, name, plan: _SplitPlan, manifest: Manifest
     :class:`~layercache.errors.CacheWriteError`.
     """
     with write_errors(out):
-        _extract_split_batches(backbone, records, name, plan, manifest, out, keep, bars, packer, buffers, threaded)
+        _extract_split_batches(backbone, records, name, plan, manifest, out, keep, bars, packer, buffers, threaded,
+                               probe)
 
 
 def _extract_split_batches(backbone, records, name, plan: _SplitPlan, manifest: Manifest, out: Path, keep, bars,
-                           packer: StatePacker, buffers: BufferPool | None, threaded: bool) -> None:
+                           packer: StatePacker, buffers: BufferPool | None, threaded: bool,
+                           probe: _ProbeStates | None = None) -> None:
     info = manifest.splits[name]
     folder = out / name
     folder.mkdir(exist_ok=True)
@@ -603,7 +700,8 @@ def _extract_split_batches(backbone, records, name, plan: _SplitPlan, manifest: 
                 examples = [plan.examples[i] for i in plan.batches[b]]
                 buffer = None if buffers is None else buffers.take(writer.check)
                 batch = run_batch(backbone, examples, split_records, keep=keep, tasks=manifest.tasks,
-                                  packer=packer, out=buffer, split=name, first_row=row)
+                                  packer=packer, out=buffer, split=name, first_row=row,
+                                  hidden=probe.take(name, b) if probe is not None else None)
                 row += len(examples)
                 writer.submit(functools.partial(_write_batch, shards, b, batch, buffers, buffer))
                 trimmer.batch_done()

@@ -24,6 +24,7 @@ def cache_summary(cache: LayerCache) -> dict:
         "tasks": [t.to_json() for t in m.tasks], "storage": m.storage, "splits": splits,
         "total_bytes": sum(s["bytes"] for s in splits.values()),
         "fp16_overflow": m.extraction.get("fp16_overflow", 0),
+        "storage_dtype_auto": m.extraction.get("storage_dtype_auto"),
         "created_at": m.created_at, "updated_at": m.updated_at,
     }
 
@@ -49,13 +50,17 @@ def render_summary(summary: dict, console: Console) -> None:
           if len(data.get("files") or {}) > 1 else []),
         ("tasks", "; ".join(f"{t['name']} ({t['kind']}" + (f", {len(t['label_names'])} classes)" if t["label_names"] else ")")
                             for t in summary["tasks"]) or "none (unlabelled)"),
-        ("storage", f"{storage['store']}, {storage['dtype']}, pooled: {', '.join(storage['pooling']) or 'none'}"),
+        ("storage", f"{storage['store']}, {storage['dtype']}"
+                    + (f" ({summary['storage_dtype_auto']})" if summary.get("storage_dtype_auto") else "")
+                    + f", pooled: {', '.join(storage['pooling']) or 'none'}"
+                    + ("; mean pooling skips each example's first token" if storage.get("mean_skip_first") else "")),
         ("layers", ", ".join(storage["layer_names"])),
         ("forward", f"{model['forward_dtype']} on {model['device']}"),
         ("size", human_bytes(summary["total_bytes"])),
     ]
     if summary["fp16_overflow"]:
-        rows.append(("warning", f"[red]{summary['fp16_overflow']} values overflowed float16 (stored as inf)[/]"))
+        rows.append(("warning", f"[red]{summary['fp16_overflow']:,} values exceeded the float16 range and were "
+                                "clamped to ±65,504; re-extract with --storage-dtype bfloat16 --overwrite[/]"))
     for key, value in rows:
         head.add_row(key, value)
     console.print(head)

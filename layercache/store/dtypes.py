@@ -3,6 +3,11 @@
 HDF5 (and numpy) have no bfloat16, so bf16 states are stored as their raw 16-bit patterns in a
 ``uint16`` dataset tagged with ``attrs["dtype"] = "bfloat16"``; the reader turns them back into
 float32 by shifting the bits into the top half of a float32 (exact: bf16 is truncated fp32).
+
+float16 storage never holds inf: a finite value beyond its range (decoders' "massive activations"
+reach a third of it, larger models pass it) is clamped to +-FP16_MAX, and extraction counts how
+many were (see :mod:`layercache.extraction.packing`). An inf on disk would poison every mean, norm
+and loss that reads it; a clamped value is only wrong in magnitude, and the count says so.
 """
 
 from __future__ import annotations
@@ -19,16 +24,22 @@ STORAGE_DTYPES: dict[str, torch.dtype] = {
 }
 BYTES_PER_VALUE = {"float16": 2, "bfloat16": 2, "float32": 4}
 FP16_MAX = 65504.0
+AUTO = "auto"
+"""What extraction resolves before writing: float16, or bfloat16 when a probe batch's states exceed the
+float16 range. Never recorded in a manifest."""
 
 
-def check_storage_dtype(name: str) -> str:
-    if name not in STORAGE_DTYPES:
-        raise ConfigError(f"Storage dtype {name!r} is not supported; choose one of {', '.join(STORAGE_DTYPES)}.")
+def check_storage_dtype(name: str, *, allow_auto: bool = False) -> str:
+    choices = ((AUTO,) if allow_auto else ()) + tuple(STORAGE_DTYPES)
+    if name not in choices:
+        raise ConfigError(f"Storage dtype {name!r} is not supported; choose one of {', '.join(choices)}.")
     return name
 
 
 def to_storage(values: torch.Tensor, dtype: str) -> np.ndarray:
-    """Convert a float tensor to the numpy array written to disk for ``dtype``."""
+    """Convert a float tensor to the numpy array written to disk for ``dtype`` (float16: clamped to +-FP16_MAX)."""
+    if dtype == "float16":
+        values = values.clamp(-FP16_MAX, FP16_MAX)  # a finite value beyond the range must not become inf
     cast = values.to(STORAGE_DTYPES[dtype])
     if dtype == "bfloat16":
         return cast.contiguous().view(torch.int16).cpu().numpy().view(np.uint16)

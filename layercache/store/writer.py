@@ -79,7 +79,7 @@ class ExtractedBatch:
     stat_sumsq: np.ndarray
     stat_count: int
     overflow: int = 0
-    """Values beyond the float16 range (stored as inf) in this batch; 0 for other dtypes."""
+    """Values beyond the float16 range (clamped to ±65,504 when stored) in this batch; 0 for other dtypes."""
 
     @property
     def n_examples(self) -> int:
