@@ -117,7 +117,8 @@ def extract(
     layers: Optional[list[str]] = typer.Option(None, "--layers", help="States to keep: names or indices (0 = embeddings, -1 = last); comma-separated."),
     store: str = typer.Option("tokens", "--store", help="tokens (all token states) or pooled (pooled vectors only)."),
     pooling: Optional[list[str]] = typer.Option(None, "--pooling", help="Pooled vectors to store: mean, first, last.", show_default="mean"),
-    storage_dtype: str = typer.Option("float16", "--storage-dtype", help="float16, bfloat16 or float32 on disk."),
+    storage_dtype: str = typer.Option("auto", "--storage-dtype", help="On disk: auto (float16, or bfloat16 when the first batch's states exceed the float16 range), float16 (clamped to ±65,504), bfloat16 or float32."),
+    mean_skip_first: bool = typer.Option(False, "--mean-skip-first", help="Leave each example's first token (a decoder's BOS / attention sink) out of mean pooling, here and in heads."),
     dtype: str = typer.Option("auto", "--dtype", help="Forward-pass dtype: auto, float32, float16, bfloat16."),
     device: str = typer.Option("auto", "--device", help="auto, cpu or cuda[:N]."),
     max_length: Optional[int] = typer.Option(None, "--max-length", help="Token limit per window.", show_default="the model's"),
@@ -139,7 +140,8 @@ def extract(
         split_files=split_files, text_columns=split_list(text_column) or None,
         label_columns=split_list(label_column) or None, no_labels=no_labels, task_kind=task_kind, limit=limit,
         layers=split_list(layers) or None, store=store, pooling=split_list(pooling) or ["mean"],
-        storage_dtype=storage_dtype, dtype=dtype, device=device, max_length=max_length, stride=stride,
+        storage_dtype=storage_dtype, mean_skip_first=mean_skip_first, dtype=dtype, device=device,
+        max_length=max_length, stride=stride,
         batch_tokens=batch_tokens, batch_size=batch_size, shard_bytes=parse_size(shard_size),
         overwrite=overwrite, repair=repair, allow_pickle=allow_pickle, progress=not quiet,
     )
@@ -263,6 +265,7 @@ def train_head(
     task: Optional[list[str]] = typer.Option(None, "--task", help="Task(s) to learn; repeatable.", show_default="every task in the cache"),
     layers: Optional[list[str]] = typer.Option(None, "--layers", help="States to read: names or indices; comma-separated.", show_default="all"),
     source: str = typer.Option("auto", "--source", help="tokens, pooled:<mode>, or auto (tokens when stored)."),
+    normalize: str = typer.Option("auto", "--normalize", help="States before mixing: standardize (per dimension, train statistics), layer_norm (per token), none, or auto (standardize for pre-LN models such as GPT-2 and Llama, none for BERT-style)."),
     train_split: str = typer.Option("train", "--train-split", help="Split to train on."),
     val_split: Optional[str] = typer.Option(None, "--val-split", help="Validation split.", show_default="the cache's validation split, else a 10% slice of train"),
     test_split: Optional[str] = typer.Option(None, "--test-split", help="Split to report on.", show_default="test when present"),
@@ -293,6 +296,7 @@ def train_head(
     result = run_train_head(
         cache, mixer, out=out, split=train_split, val_split=val_split, test_split=test_split, overwrite=overwrite,
         tasks=split_list(task) or None, layers=_layer_specs(split_list(layers)) or None, source=source,
+        normalize=normalize,
         mixer_options=parse_assignments(mixer_option, "--mixer-option"),
         head_options=parse_assignments(head_option, "--head-option"), share_mixer=not separate_mixers,
         loss_weights=weights or None, epochs=epochs, batch_size=batch_size, lr=lr, weight_decay=weight_decay,
@@ -305,7 +309,8 @@ def train_head(
     history = m["history"]
     primary = {t.name: primary_metric(t) for t in result.head.tasks_}
     render_metrics(shown, out_console, primary=primary,
-                   title=f"{mixer}: best epoch {history['best_epoch']} of {len(history['epochs'])}, "
+                   title=f"{mixer} (normalize {m['normalize']}): best epoch {history['best_epoch']} of "
+                         f"{len(history['epochs'])}, "
                          f"{m['train_seconds']:.1f} s; validation = {m['data']['validation']}")
     render_layer_weights(result.layer_weights, out_console)
     out_console.print(f"Run written: [bold]{result.run}[/]", soft_wrap=True)

@@ -11,6 +11,10 @@ work as in scikit-learn (the class derives from ``BaseEstimator``).
 A fitted head remembers which backbone and tokenizer produced its training cache (their
 fingerprints), which states it reads and the tasks' label names; :meth:`check_cache` refuses a cache
 that differs in any of these, because the head's weights would then mean nothing.
+
+The states are normalised before mixing as ``normalize`` says (:mod:`.normalize`): by default
+standardised with the training split's statistics on a pre-LN cache (raw residual streams) and
+left alone on a post-LN one. The statistics are saved with the weights.
 """
 
 from __future__ import annotations
@@ -33,8 +37,9 @@ from ..store.reader import LayerCache
 from .attention import SelfAttention
 from .evaluation import PassResult, evaluate, predict
 from .feed import CacheFeed
-from .finite import check_split_stats
+from .finite import REEXTRACT, NonFiniteStatesError, check_split_stats
 from .model import HeadModel
+from .normalize import resolve_normalize
 from .tasks import SequenceHead
 from .trainer import TrainConfig, TrainHistory, seed_everything, train_model
 
@@ -62,6 +67,10 @@ class LayerHead(BaseEstimator):
             :func:`needs_tokens`); an explicit ``pooled:<mode>`` runs it on one vector per example, with
             a warning that is also kept in the run's ``data.source_note``.
         mixer_options, head_options, share_mixer: see :class:`HeadModel`.
+        normalize: input normalisation of the states before mixing: ``standardize`` (per state and
+            dimension, with the training split's statistics), ``layer_norm`` (per token, needs token
+            states), ``none``, or ``auto``: ``standardize`` when the cache comes from a pre-LN model
+            (its manifest's ``final_norm`` is not ``none``: GPT-2, Llama, T5), else ``none``.
         epochs, batch_size, lr, weight_decay, schedule, warmup, patience, max_grad_norm, seed: see
             :class:`TrainConfig`. ``lr=None`` picks 1e-3 for heads with attention or a projection
             (``adaptive``) and 1e-2 for linear heads, which learn too slowly at 1e-3.
@@ -73,6 +82,7 @@ class LayerHead(BaseEstimator):
 
     def __init__(self, mixer: str = "adaptive", *, tasks=None, layers=None, source: str = "auto",
                  mixer_options=None, head_options=None, share_mixer: bool = True, loss_weights=None,
+                 normalize: str = "auto",
                  epochs: int = 20, batch_size: int = 32, lr: float | None = None, weight_decay: float = 0.01,
                  schedule: str = "linear", warmup: float = 0.06, patience: int = 3, max_grad_norm: float = 1.0,
                  seed: int = 0, val_fraction: float = 0.1, device: str = "auto", progress: bool = True) -> None:
@@ -84,6 +94,7 @@ class LayerHead(BaseEstimator):
         self.head_options = head_options
         self.share_mixer = share_mixer
         self.loss_weights = loss_weights
+        self.normalize = normalize
         self.epochs = epochs
         self.batch_size = batch_size
         self.lr = lr
@@ -102,19 +113,34 @@ class LayerHead(BaseEstimator):
         """Train on ``split``; validate on ``val_split``, the cache's validation split, or a slice of train."""
         device = resolve_device(self.device)
         tasks = self._resolve_tasks(cache)
-        layer_names = [cache.layer_names[i] for i in cache.layer_index(self.layers)]
+        index = cache.layer_index(self.layers)
+        layer_names = [cache.layer_names[i] for i in index]
+        normalize = resolve_normalize(self.normalize, cache.manifest.model.get("final_norm"))
         # Build the model up front: a bad spec or option fails before any data is read, and the
         # model decides whether pooled vectors can stand in for token states.
         seed_everything(self.seed)
         model = HeadModel(len(layer_names), cache.hidden_size, tasks, mixer=self.mixer,
                           mixer_options=self.mixer_options, head_options=self.head_options,
-                          share_mixer=self.share_mixer, loss_weights=self.loss_weights)
+                          share_mixer=self.share_mixer, loss_weights=self.loss_weights, normalize=normalize,
+                          mean_skip_first=cache_mean_skip_first(cache))
         source = resolve_source(cache, self.source, tasks, model)
         note = pooled_note(model, source)
         if note is not None:
             log.warning(note)
         _check_split(cache, split)
         check_split_stats(cache, split, layer_names)
+        if normalize == "standardize":
+            # Exact per-dimension statistics over every real token of the split, from the shards'
+            # sums: no pass over the states.
+            stats = cache.layer_stats(split)
+            mean, std = stats["mean"][index], stats["std"][index]  # (S, D) each
+            bad = np.nonzero(~(np.isfinite(mean) & np.isfinite(std)).all(axis=1))[0]
+            if len(bad):  # damaged shard sums: standardising with them would turn every state into NaN
+                raise NonFiniteStatesError(
+                    f"The cache's per-dimension statistics of split {split!r} are not finite for state "
+                    f"{layer_names[bad[0]]}, so its states cannot be standardised; {REEXTRACT}, or pass "
+                    "--normalize none.")
+            model.set_state_stats(mean, std)
         train_rows = None
         if val_split is None:
             val_split = find_validation_split(cache, exclude=split)
@@ -142,9 +168,11 @@ class LayerHead(BaseEstimator):
         self.tasks_ = tasks
         self.layer_names_ = layer_names
         self.source_ = source
+        self.normalize_ = normalize
         self.cache_info_ = cache_identity(cache)
         self.data_ = {"cache": str(cache.path), "train_split": split, "validation": val_desc,
-                      "n_train": train_feed.n_examples, "n_validation": val_feed.n_examples}
+                      "n_train": train_feed.n_examples, "n_validation": val_feed.n_examples,
+                      "normalize": normalize, "mean_skip_first": model.mean_skip_first}
         if note is not None:
             self.data_["source_note"] = note
         return self
@@ -220,6 +248,13 @@ class LayerHead(BaseEstimator):
         if missing:
             raise CacheMismatchError(f"The cache {cache.path} lacks the state(s) {', '.join(missing)} this head "
                                      "reads; re-extract without --layers (or with those layers).")
+        if self.source_ == "pooled:mean" and cache_mean_skip_first(cache) != self.model_.mean_skip_first:
+            # The model's own mean pooling follows its training cache; the pooled vectors read here would not.
+            how = {True: "without each example's first token", False: "over every token"}
+            raise CacheMismatchError(
+                f"The cache {cache.path} holds means {how[cache_mean_skip_first(cache)]} but this head was trained "
+                f"on means {how[self.model_.mean_skip_first]}; score it on a cache extracted the same way, or train "
+                "it with --source tokens.")
         known = {t.name: t for t in cache.tasks}
         for t in self.tasks_:
             other = known.get(t.name)
@@ -305,6 +340,7 @@ class LayerHead(BaseEstimator):
         head.tasks_ = list(head.model_.tasks)
         head.layer_names_ = list(config["layer_names"])
         head.source_ = config["source"]
+        head.normalize_ = head.model_.normalize
         head.cache_info_ = config["cache"]
         head.data_ = config.get("data", {})
         return head
@@ -384,8 +420,12 @@ def pooled_equivalent(model: HeadModel) -> bool:
     True when every mixer is one linear map at every token (``last``, ``layer:<i>``, ``scalar``
     without layer norm) and every head is a sequence head that mean-pools before anything else:
     the mean then commutes with the mixer, and a ``(B, 1, S, D)`` batch replaces ``(B, T, S, D)``.
+    The input normalisation must commute too: ``standardize`` is one affine map per dimension whose
+    weights (the mean's) sum to 1, so it does; a per-token ``layer_norm`` does not. With
+    ``mean_skip_first`` the model's mean pooling leaves out the first token as the cache's does.
     """
-    return (all(m.commutes_with_token_mean() for m in model.mixers.values())
+    return (model.normalize != "layer_norm"
+            and all(m.commutes_with_token_mean() for m in model.mixers.values())
             and all(isinstance(h, SequenceHead) and h.pooling == "mean" and h.attention is None
                     for h in model.heads.values()))
 
@@ -398,6 +438,8 @@ def needs_tokens(model: HeadModel) -> str | None:
     norm), a token head, or a sequence head that attends over tokens or pools other than by mean.
     On one pooled vector per example such a model still runs, but it is not the model asked for.
     """
+    if model.normalize == "layer_norm":
+        return "The input normalisation layer_norm (per token; --normalize standardize is not)"
     for mixer in model.mixers.values():
         if not mixer.commutes_with_token_mean():
             return f"The mixer {model.mixer_spec!r}"
@@ -486,6 +528,11 @@ def validation_slice(cache: LayerCache, split: str, tasks: list[LabelTask], frac
         val = np.sort(rng.choice(n, size=1, replace=False))
     train = np.setdiff1d(np.arange(n), val)
     return train, val
+
+
+def cache_mean_skip_first(cache: LayerCache) -> bool:
+    """Whether the cache's pooled means leave out each example's first token (older caches: no)."""
+    return bool(cache.manifest.storage.get("mean_skip_first", False))
 
 
 def cache_identity(cache: LayerCache) -> dict:

@@ -38,6 +38,7 @@ from torch import Tensor, nn
 
 from layercache.errors import ConfigError
 from layercache.heads.dropout import Dropout
+from layercache.heads.normalize import standardized
 
 __all__ = [
     "MixOutput",
@@ -79,8 +80,22 @@ def _layer_norm(x: Tensor) -> Tensor:
     return F.layer_norm(x, x.shape[-1:])
 
 
-def _masked_mean(x: Tensor, mask: Tensor) -> Tensor:
-    """Mean of ``x (B, T, ...)`` over real tokens; an example with no real token gives zeros."""
+def mean_mask(mask: Tensor, skip_first: bool = False) -> Tensor:
+    """The tokens a token mean averages: ``mask (B, T)``, without the first token when ``skip_first``.
+
+    The first token is left out only of examples with another real token (a one-token example
+    keeps it), as a cache whose manifest records ``mean_skip_first`` pools: a decoder's first token
+    (BOS, the attention sink) carries huge values that have little to do with the text.
+    """
+    if not skip_first or mask.shape[1] < 2:
+        return mask
+    first = mask[:, :1] & ~mask[:, 1:].any(1, keepdim=True)  # (B, 1) kept only when it is alone
+    return torch.cat([first, mask[:, 1:]], dim=1)  # (B, T)
+
+
+def _masked_mean(x: Tensor, mask: Tensor, skip_first: bool = False) -> Tensor:
+    """Mean of ``x (B, T, ...)`` over real tokens (see :func:`mean_mask`); no real token gives zeros."""
+    mask = mean_mask(mask, skip_first)
     m = mask.to(x.dtype).reshape(*mask.shape, *([1] * (x.dim() - 2)))  # (B, T, 1...)
     count = m.sum(1).clamp_min(1.0)  # (B, 1...)
     return (x * m).sum(1) / count  # (B, ...)
@@ -97,9 +112,13 @@ class LayerMixer(nn.Module):
     name: ClassVar[str] = ""
     #: True for mixers whose weights depend on the input; they keep a running mean of their usage.
     input_dependent: ClassVar[bool] = False
-    #: True for mixers that widen half-precision states themselves (fused with their own re-layout);
-    #: the others receive states already in their parameters' dtype.
+    #: True for mixers that widen half-precision states themselves (fused with their own re-layout),
+    #: and standardise them in the same place when given ``standardize``; the others receive states
+    #: already in their parameters' dtype.
     widens_own_inputs: ClassVar[bool] = False
+    #: Token means leave out each example's first token (a model-wide setting that
+    #: :class:`~layercache.heads.model.HeadModel` sets from the cache, not a mixer option).
+    mean_skip_first: bool = False
 
     def __init__(self, n_states: int, dim: int) -> None:
         super().__init__()
@@ -179,10 +198,21 @@ class LayerMixer(nn.Module):
             self._new_pass = True
         return super().train(mode)
 
-    def forward(self, states: Tensor, mask: Tensor | None = None) -> MixOutput:
-        """Mix ``states (B, T, S, D)`` under ``mask (B, T)`` (None = every token is real)."""
+    def forward(self, states: Tensor, mask: Tensor | None = None, *,
+                standardize: tuple[Tensor, Tensor] | None = None) -> MixOutput:
+        """Mix ``states (B, T, S, D)`` under ``mask (B, T)`` (None = every token is real).
+
+        ``standardize``: ``(shift, scale)``, each ``(S, D)``: mix ``h · scale + shift`` instead of ``h``
+        (:func:`~layercache.heads.normalize.standardized`). A mixer that widens its own inputs applies
+        it in that pass, to the states it reads.
+        """
         states, mask = self._check_inputs(states, mask)
-        out = self._mix(states, mask)
+        if standardize is None:
+            out = self._mix(states, mask)
+        elif self.widens_own_inputs:
+            out = self._mix(states, mask, standardize=standardize)
+        else:
+            out = self._mix(standardized(states, *standardize), mask)
         # Zero the padding with where (not a product): an inf/NaN at a padded position stays there.
         mixed = torch.where(mask.unsqueeze(-1), out.mixed, torch.zeros_like(out.mixed))  # (B, T, D_out)
         return MixOutput(mixed=mixed, aux_loss=out.aux_loss, usage=out.usage)
@@ -274,8 +304,13 @@ class SelectLayer(LayerMixer):
     def spec(self) -> str:
         return f"layer:{self.index}"
 
-    def _mix(self, states: Tensor, mask: Tensor) -> MixOutput:
-        mixed = states[:, :, self.resolved_index].to(self.compute_dtype)  # (B, T, D)
+    def _mix(self, states: Tensor, mask: Tensor, standardize: tuple[Tensor, Tensor] | None = None) -> MixOutput:
+        i = self.resolved_index
+        if standardize is None:
+            mixed = states[:, :, i].to(self.compute_dtype)  # (B, T, D)
+        else:  # only the state read: the others never need it
+            shift, scale = standardize
+            mixed = standardized(states[:, :, i], shift[i], scale[i]).to(self.compute_dtype)  # (B, T, D)
         return MixOutput(mixed=mixed, aux_loss=mixed.new_zeros(()))
 
     def layer_weights(self) -> np.ndarray:
@@ -447,7 +482,7 @@ class AdaptiveMix(LayerMixer):
             w = w / w.sum()
         return w
 
-    def _mix(self, states: Tensor, mask: Tensor) -> MixOutput:
+    def _mix(self, states: Tensor, mask: Tensor, standardize: tuple[Tensor, Tensor] | None = None) -> MixOutput:
         B, T, S, D = states.shape
         w = self.weights()  # (S,)
         entropy = -(w * torch.log(w + 1e-6)).mean()  # over all S states; a cut one adds 0
@@ -463,7 +498,7 @@ class AdaptiveMix(LayerMixer):
         else:
             keep = list(range(S))
         low = MATMUL_DTYPES[self.matmul_dtype]
-        x = self._activated_inputs(states, keep, low)  # (S', B*T, D)
+        x = self._activated_inputs(states, keep, low, standardize)  # (S', B*T, D)
         if low is None:
             f = torch.bmm(x, projection.transpose(1, 2))  # (S', B*T, k)
         else:  # bf16 operands, fp32 accumulation inside the kernel, fp32 from here on
@@ -475,13 +510,16 @@ class AdaptiveMix(LayerMixer):
             mixed = mixed + pe.unsqueeze(0)  # (B, T, k)
         return MixOutput(mixed=mixed, aux_loss=self.entropy_weight * entropy)
 
-    def _activated_inputs(self, states: Tensor, keep: list[int], dtype: torch.dtype | None = None) -> Tensor:
+    def _activated_inputs(self, states: Tensor, keep: list[int], dtype: torch.dtype | None = None,
+                          standardize: tuple[Tensor, Tensor] | None = None) -> Tensor:
         """``GELU(h_i)`` of the kept states, state-major ``(S', B*T, D)``, in ``dtype`` or the projection's.
 
         The states are constants (no gradient reaches them), so this runs without autograd, in one
         copy that converts, selects and lays out state-major (what the batched projection reads
         without another copy) and an in-place GELU: two passes over the batch's largest tensor
-        instead of the four a select, a GELU and an einsum's own re-layout would make.
+        instead of the four a select, a GELU and an einsum's own re-layout would make. With
+        ``standardize`` (``(shift, scale)``, each ``(S, D)``) the copy is standardised in place
+        before the GELU: one more pass, instead of a standardised float32 copy of the whole batch.
         """
         B, T, _, D = states.shape
         with torch.no_grad():
@@ -491,6 +529,9 @@ class AdaptiveMix(LayerMixer):
             else:
                 for i, s in enumerate(keep):
                     x[i].copy_(states[:, :, s])
+            if standardize is not None:
+                shift, scale = (t[keep].unsqueeze(1).unsqueeze(1) for t in standardize)  # (S', 1, 1, D)
+                torch.addcmul(shift, x, scale, out=x)
             torch.ops.aten.gelu_(x)
             if dtype is not None and dtype != x.dtype:
                 # GELU in float32, then one contiguous cast: on a CPU, torch's copy from a strided
@@ -636,7 +677,7 @@ class GumbelMix(LayerMixer):
 
     def policy_logits(self, states: Tensor, mask: Tensor) -> Tensor:
         """Per-example (skip, use) logits for each state, shape ``(B, S, 2)``."""
-        summary = _layer_norm(_masked_mean(states[:, :, 0], mask))  # (B, D)
+        summary = _layer_norm(_masked_mean(states[:, :, 0], mask, self.mean_skip_first))  # (B, D)
         return self.policy(summary).view(-1, self.n_states, 2)  # (B, S, 2)
 
     def _mix(self, states: Tensor, mask: Tensor) -> MixOutput:

@@ -5,6 +5,10 @@ tasks share one mixer (the transformer-heads multi-task case: one representation
 ``share_mixer=False`` gives each task its own mixer, so each learns its own layer weights from the
 same pass over the cache. The total loss is ``Σ_task weight_task · loss_task + Σ mixer aux losses``.
 
+Before the mixers, the states pass through the input normalisation (:mod:`.normalize`); with
+``mean_skip_first`` every token mean in the model (mean pooling, the ``gumbel`` policy's summary)
+leaves out each example's first token, as a cache that records ``mean_skip_first`` pools.
+
 The model is rebuilt from :meth:`HeadModel.get_config` (plain JSON) plus a state dict: nothing is
 pickled.
 """
@@ -20,6 +24,7 @@ from torch import Tensor, nn
 from ..errors import ConfigError
 from ..sources.records import LabelTask
 from .mixers import LayerMixer, make_mixer
+from .normalize import StateNorm
 from .tasks import default_head_options, make_task_head, task_loss
 
 
@@ -47,11 +52,16 @@ class HeadModel(nn.Module):
             missing settings take :func:`default_head_options`.
         share_mixer: one mixer for all tasks (True) or one per task.
         loss_weights: ``{task: weight}``, default 1 each.
+        normalize: ``none``, ``standardize`` (then give the statistics with :meth:`set_state_stats`)
+            or ``layer_norm``; see :mod:`.normalize`.
+        mean_skip_first: token means leave out each example's first token when it has more than
+            one (a decoder's BOS / attention sink), matching a cache that pools that way.
     """
 
     def __init__(self, n_states: int, dim: int, tasks: list[LabelTask], *, mixer: str = "adaptive",
                  mixer_options: dict | None = None, head_options: dict | None = None, share_mixer: bool = True,
-                 loss_weights: dict[str, float] | None = None) -> None:
+                 loss_weights: dict[str, float] | None = None, normalize: str = "none",
+                 mean_skip_first: bool = False) -> None:
         super().__init__()
         if not tasks:
             raise ConfigError("A head model needs at least one label task.")
@@ -63,11 +73,21 @@ class HeadModel(nn.Module):
         unknown = sorted(set(loss_weights or {}) - set(names))
         if unknown:
             raise ConfigError(f"Loss weights name unknown task(s) {', '.join(unknown)}; tasks: {', '.join(names)}.")
+        self.normalize, self.mean_skip_first = normalize, bool(mean_skip_first)
+        # Built first, buffers only: no random numbers drawn, so "none" initialises exactly as before.
+        self.norm = StateNorm(normalize, n_states, dim)
         keys = ["shared"] if self.share_mixer else names
         self.mixers = nn.ModuleDict({k: make_mixer(mixer, n_states, dim, **self.mixer_options) for k in keys})
         self.head_options = self._resolve_head_options(head_options)
         self.heads = nn.ModuleDict({
             t.name: make_task_head(t, self.mixer_for(t.name).out_dim, self.head_options[t.name]) for t in tasks})
+        # Mixers that widen their own inputs standardise them in that same pass (layer:<i> only the
+        # state it reads): no standardised float32 copy of the whole batch first.
+        self._mixers_standardize = normalize == "standardize" and all(
+            m.widens_own_inputs for m in self.mixers.values())
+        # A model-wide setting, not a per-mixer or per-head option: every token mean pools alike.
+        for module in [*self.mixers.values(), *self.heads.values()]:
+            module.mean_skip_first = self.mean_skip_first
         # Regression heads predict standardised targets; the trainer sets these from the train split.
         for t in tasks:
             if t.kind == "regression":
@@ -100,19 +120,33 @@ class HeadModel(nn.Module):
         """JSON-ready settings; :meth:`from_config` rebuilds an untrained model from them."""
         return {"n_states": self.n_states, "dim": self.dim, "tasks": [t.to_json() for t in self.tasks],
                 "mixer": self.mixer_spec, "mixer_options": self.mixer_options, "head_options": self.head_options,
-                "share_mixer": self.share_mixer, "loss_weights": self.loss_weights}
+                "share_mixer": self.share_mixer, "loss_weights": self.loss_weights, "normalize": self.normalize,
+                "mean_skip_first": self.mean_skip_first}
 
     @classmethod
     def from_config(cls, config: dict) -> "HeadModel":
+        # Runs saved before these settings existed read raw states and pooled over every token.
         return cls(config["n_states"], config["dim"], [LabelTask.from_json(t) for t in config["tasks"]],
                    mixer=config["mixer"], mixer_options=config["mixer_options"],
                    head_options=config["head_options"], share_mixer=config["share_mixer"],
-                   loss_weights=config["loss_weights"])
+                   loss_weights=config["loss_weights"], normalize=config.get("normalize", "none"),
+                   mean_skip_first=config.get("mean_skip_first", False))
+
+    def set_state_stats(self, mean: np.ndarray, std: np.ndarray) -> None:
+        """The per-state, per-dimension training statistics ``(S, D)`` that ``standardize`` uses."""
+        if self.normalize != "standardize":
+            raise ConfigError(f"State statistics are for normalize='standardize'; this model has {self.normalize!r}.")
+        self.norm.set_stats(mean, std)
 
     # --- computation --------------------------------------------------------------------
     def forward(self, states: Tensor, mask: Tensor) -> HeadOutput:
         """``states (B, T, S, D)``, ``mask (B, T)`` -> every task's output."""
-        mixed = {key: mixer(states, mask) for key, mixer in self.mixers.items()}
+        standardize = None
+        if self._mixers_standardize:
+            standardize = self.norm.affine
+        elif self.normalize != "none":
+            states = self.norm(states)  # (B, T, S, D) float32
+        mixed = {key: mixer(states, mask, standardize=standardize) for key, mixer in self.mixers.items()}
         outputs = {}
         for t in self.tasks:
             mix = mixed["shared" if self.share_mixer else t.name]

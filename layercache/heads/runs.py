@@ -111,8 +111,9 @@ def train_head(cache: str | os.PathLike | LayerCache | None = None, mixer: str =
         started = time.perf_counter()
         head.fit(handle, split=split, val_split=val_split)
         train_seconds = time.perf_counter() - started
-        metrics: dict = {"mixer": mixer, "train_seconds": train_seconds, "data": head.data_,
-                         "validation": head.validation_metrics_, "history": head.history_.to_json()}
+        metrics: dict = {"mixer": mixer, "normalize": head.normalize_, "train_seconds": train_seconds,
+                         "data": head.data_, "validation": head.validation_metrics_,
+                         "history": head.history_.to_json()}
         result = head.validation_pass_
         if test_name is not None:
             metrics["test"], result = head.evaluate(handle, test_name)

@@ -24,6 +24,7 @@ from ..sources.records import LabelTask
 from ..store.reader import IGNORE_INDEX
 from .attention import EncoderLayer, SelfAttention, fit_heads
 from .dropout import Dropout
+from .mixers import mean_mask
 
 POOLINGS = ("mean", "first", "last", "attention")
 
@@ -38,7 +39,12 @@ class SequenceHead(nn.Module):
         attention_heads: heads of a self-attention layer before pooling (0 = none).
         hidden: width of a GELU hidden layer before the output (0 = linear output).
         dropout: dropout before the output.
+
+    ``mean_skip_first`` (set by the model from the cache, not an option): mean pooling leaves out
+    each example's first token, as the cache's pooled means do.
     """
+
+    mean_skip_first: bool = False
 
     def __init__(self, in_dim: int, n_out: int, *, pooling: str = "mean", attention_heads: int = 0,
                  hidden: int = 0, dropout: float = 0.1) -> None:
@@ -65,8 +71,8 @@ class SequenceHead(nn.Module):
 
     def pool(self, x: Tensor, mask: Tensor) -> Tensor:
         """Mask-aware pooling of ``x (B, T, D)`` to ``(B, D)``."""
-        m = mask.to(x.dtype)  # (B, T)
         if self.pooling == "mean":
+            m = mean_mask(mask, self.mean_skip_first).to(x.dtype)  # (B, T)
             return (x * m.unsqueeze(-1)).sum(1) / m.sum(1, keepdim=True).clamp_min(1.0)
         if self.pooling == "first":
             return x[:, 0]
