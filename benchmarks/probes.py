@@ -1,0 +1,358 @@
+"""Probe benchmarks for layercache on all-MiniLM-L6-v2 (CPU): LinearProbes against scikit-learn, and
+token probes on the full CoNLL-2003 train set.
+
+Measures, on real data from ``../shared/data`` (see benchmarks/README.md):
+
+1. sst2  - :class:`layercache.probes.LinearProbes` on the 7 mean-pooled states of SST-2 against
+   scikit-learn doing the same work: one ``LogisticRegression`` (lbfgs, its default tol 1e-4,
+   ``max_iter`` 1000) per layer and per C of the same grid, on the same standardised features
+   (the pooled training vectors' own mean and std), the same seeded stratified 10% validation
+   slice of train choosing C per layer, then accuracy on the held-out split (``dev.tsv``). Both
+   sides are timed end to end from the open cache (reading the pooled vectors included);
+   scikit-learn once without and once with warm starts along the grid (``warm_start=True``,
+   C ascending), the faster of the two being the baseline. Targets: every layer within 0.5
+   point of scikit-learn, all layers together at least 20x faster.
+2. conll - token probes (first sub-token of each word) for the NER tags on the full CoNLL-2003
+   train set (~204k words, 7 states, 9 classes; a seeded 10% of the sentences validates), in a
+   fresh interpreter so its peak memory (``VmHWM``) is the probe's: time by phase, peak RSS, and
+   accuracy on ``valid.txt`` by layer.
+
+Caches are extracted into ``--cache-dir`` when missing (default ``/tmp/lc-bench-caches``, the
+names ``benchmarks/heads.py`` uses, so either benchmark reuses the other's caches; an extraction
+takes 2-7 minutes on 2 cores). ``python benchmarks/probes.py`` runs both parts (a few minutes
+with the caches present); ``--quick`` uses the first 1,000 examples of each file. Prints tables
+and writes JSON (default ``benchmarks/results/probes.json``, ``probes-quick.json`` with ``--quick``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+if str(Path(__file__).resolve().parent) not in sys.path:  # _common.py, when imported from elsewhere
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _common  # noqa: E402
+from _common import DEFAULT_DATA, HERE, loadavg, machine_meta, quiet_transformers, write_results  # noqa: E402
+
+MODEL = "minilm"
+DEVICE = "cpu"
+THREADS = 2
+REPORT_SPLIT = "test"  # the held-out file's split name: not a validation name, so nothing selects on it
+C_GRID = (0.01, 0.1, 1.0, 10.0)
+SKLEARN_MAX_ITER = 1000
+DEFAULT_CACHE_DIR = Path("/tmp/lc-bench-caches")
+DATASETS = {  # name -> (train file, held-out file, what the held-out file is)
+    "sst2": ("sst2/train.tsv", "sst2/dev.tsv", "SST-2 dev"),
+    "conll": ("conll2003/train.txt", "conll2003/valid.txt", "CoNLL-2003 valid"),
+}
+TARGETS = {"accuracy_difference_max_points": 0.5, "speedup_min": 20.0}
+
+
+def log(text: str) -> None:
+    print(f"  [{time.strftime('%H:%M:%S')}] {text}", flush=True)
+
+
+def get_cache(name: str, data: Path, limit: int | None, cache_dir: Path) -> tuple[Path, dict]:
+    """Extract (or reuse) the cache of one dataset, as benchmarks/heads.py names and makes it."""
+    from layercache import extract
+
+    train, held_out, _ = DATASETS[name]
+    files = {"train": str(data / train), REPORT_SPLIT: str(data / held_out)}
+    path = cache_dir / f"{name}-{limit or 'all'}"
+    timing_file = cache_dir / f"{name}-{limit or 'all'}.extract-time.json"
+    t0 = time.perf_counter()
+    result = extract(MODEL, None, path, split_files=files, limit=limit, device=DEVICE, progress=False)
+    seconds = time.perf_counter() - t0
+    if result.already_complete:
+        info = {**(json.loads(timing_file.read_text()) if timing_file.is_file() else {}), "reused": True}
+    else:
+        info = {"extract_s": seconds, "reused": False, "loadavg": loadavg()}
+        timing_file.write_text(json.dumps(info, indent=2) + "\n")
+    return path, info
+
+
+# --------------------------------------------------------------------------------------------
+# 1. SST-2: LinearProbes against scikit-learn
+
+
+def sklearn_probes(cache, warm: bool, seed: int) -> dict:
+    """What LinearProbes does, with scikit-learn: per layer and C a LogisticRegression, best C on the slice."""
+    import warnings
+
+    import numpy as np
+    from sklearn.exceptions import ConvergenceWarning
+    from sklearn.linear_model import LogisticRegression
+
+    from layercache.probes.features import holdout
+
+    t0 = time.perf_counter()
+    X = cache.pooled("train", "mean")  # (n, L, D)
+    y = cache.labels("train", "label")
+    X_test, y_test = cache.pooled(REPORT_SPLIT, "mean"), cache.labels(REPORT_SPLIT, "label")
+    rows, val = holdout(len(y), 0.1, seed, y)  # the slice LinearProbes holds out
+    mean, std = X[rows].mean(0), X[rows].std(0)
+    std[std == 0] = 1.0
+    Z, Z_test = (X - mean) / std, (X_test - mean) / std
+    read_s = time.perf_counter() - t0
+    layers, not_converged = [], 0
+    for layer in range(X.shape[1]):
+        best, every_C = None, {}
+        model = LogisticRegression(max_iter=SKLEARN_MAX_ITER, warm_start=warm)
+        for C in sorted(C_GRID):
+            if not warm:
+                model = LogisticRegression(max_iter=SKLEARN_MAX_ITER)
+            model.set_params(C=C)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always", ConvergenceWarning)
+                model.fit(Z[rows, layer], y[rows])
+            not_converged += any(issubclass(w.category, ConvergenceWarning) for w in caught)
+            score = model.score(Z[val, layer], y[val])
+            every_C[C] = model.score(Z_test[:, layer], y_test)
+            if best is None or score > best[0]:  # ties keep the smaller C, as LinearProbes
+                best = (score, C, every_C[C])
+        layers.append({"val": best[0], "C": best[1], "test": best[2], "test_by_C": every_C})
+    return {"seconds": time.perf_counter() - t0, "read_s": read_s, "layers": layers, "warm_start": warm,
+            "fits_not_converged": not_converged}
+
+
+def ours_probes(cache, seed: int) -> dict:
+    from layercache.probes import LinearProbes
+
+    t0 = time.perf_counter()
+    probes = LinearProbes(task="label", C_grid=C_GRID, seed=seed).fit(cache)
+    seconds = time.perf_counter() - t0
+    test = probes.score(cache, REPORT_SPLIT)  # not timed: scikit-learn's test scoring is inside its loop,
+    # but it costs a few ms on both sides
+    return {"seconds": seconds, "timings": probes.timings_, "n_iter": probes.n_iter_, "converged": probes.converged_,
+            "layers": [{"val": float(v), "C": float(c), "test": float(t)}
+                       for v, c, t in zip(probes.scores_, probes.C_, test)],
+            "layer_names": probes.layer_names_, "n_train": probes.n_train_, "n_val": probes.n_val_}
+
+
+def ours_by_C(cache, seed: int) -> dict:
+    """Held-out accuracy of LinearProbes fitted with each C alone (not timed): layer -> C -> accuracy."""
+    from layercache.probes import LinearProbes
+
+    by_C = {C: LinearProbes(task="label", C_grid=(C,), seed=seed).fit(cache).score(cache, REPORT_SPLIT) for C in C_GRID}
+    return [{C: float(by_C[C][layer]) for C in C_GRID} for layer in range(len(by_C[C_GRID[0]]))]
+
+
+def bench_sst2(path: Path, reps: int, seed: int) -> dict:
+    from layercache import LayerCache
+
+    runs, sk = [], {}
+    with LayerCache.open(path) as cache:
+        cache.pooled("train", "mean")  # page cache warm for both sides
+        for rep in range(reps):
+            runs.append(ours_probes(cache, seed))
+            log(f"LinearProbes run {rep + 1}/{reps}: {runs[-1]['seconds']:.2f}s, "
+                f"{runs[-1]['n_iter']} L-BFGS iterations")
+            if rep == 0:  # interleaved, so both sides see similar load
+                for warm in (False, True):
+                    key = "warm" if warm else "cold"
+                    sk[key] = sklearn_probes(cache, warm, seed)
+                    log(f"scikit-learn ({key} starts): {sk[key]['seconds']:.1f}s")
+        same_C = ours_by_C(cache, seed)
+    ours = runs[0]
+    median = statistics.median(r["seconds"] for r in runs)
+    baseline = min(sk.values(), key=lambda r: r["seconds"])
+    diffs = [100 * (o["test"] - s["test"]) for o, s in zip(ours["layers"], baseline["layers"])]
+    val_diffs = [100 * (o["val"] - s["val"]) for o, s in zip(ours["layers"], baseline["layers"])]
+    equal_C = {key: [100 * (mine[C] - theirs["test_by_C"][C]) for mine, theirs in zip(same_C, run["layers"])
+                     for C in C_GRID] for key, run in sk.items()}
+    return {
+        "ours": ours, "ours_seconds_all_runs": [r["seconds"] for r in runs], "ours_seconds_median": median,
+        "ours_test_by_C": same_C, "equal_C_differences_points": equal_C,
+        "equal_C_max_abs_difference_points": {k: max(abs(d) for d in v) for k, v in equal_C.items()},
+        "sklearn": sk, "baseline": "warm" if baseline is sk["warm"] else "cold",
+        "test_accuracy_difference_points": diffs, "val_accuracy_difference_points": val_diffs,
+        "max_abs_difference_points": max(abs(d) for d in diffs),
+        "speedup": baseline["seconds"] / median,
+        "speedup_vs_cold_sklearn": sk["cold"]["seconds"] / median,
+        "loadavg": loadavg(),
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# 2. CoNLL-2003 token probes, in a fresh interpreter
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident memory (VmHWM) in MB; ru_maxrss where /proc is missing."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def conll_child(path: Path, seed: int, threads: int) -> dict:
+    """Runs in the child: fit the token probes on the full train split, score the held-out split."""
+    import numpy as np
+    import torch
+
+    from layercache import LayerCache
+    from layercache.probes import LinearProbes
+
+    torch.set_num_threads(threads)
+    baseline = peak_rss_mb()
+    with LayerCache.open(path) as cache:
+        words = sum(len(w) for w in cache.labels("train", "ner"))
+        t0 = time.perf_counter()
+        probes = LinearProbes(task="ner", C_grid=C_GRID, seed=seed).fit(cache)
+        fit_s = time.perf_counter() - t0
+        fit_peak = peak_rss_mb()
+        t0 = time.perf_counter()
+        test = probes.score(cache, REPORT_SPLIT)
+        score_s = time.perf_counter() - t0
+        gold = np.concatenate(cache.labels(REPORT_SPLIT, "ner"))
+        majority = float(np.mean(gold == np.bincount(gold).argmax()))
+    return {"train_words": words, "n_train": probes.n_train_, "n_val": probes.n_val_, "layers": probes.layer_names_,
+            "fit_s": fit_s, "timings": probes.timings_, "score_s": score_s, "n_iter": probes.n_iter_,
+            "converged": probes.converged_, "C": [float(c) for c in probes.C_],
+            "val_accuracy": [float(x) for x in probes.scores_], "test_accuracy": [float(x) for x in test],
+            "test_majority_accuracy": majority, "best_layer": probes.layer_names_[probes.best_layer_],
+            "features_mb": probes.n_train_ * len(probes.layer_names_) * cache.hidden_size * 4 / 2**20,
+            "rss_after_imports_mb": baseline, "peak_rss_fit_mb": fit_peak, "peak_rss_mb": peak_rss_mb(),
+            "loadavg": loadavg()}
+
+
+def bench_conll(path: Path, seed: int, threads: int) -> dict:
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--conll-child", str(path), "--seed", str(seed),
+           "--threads", str(threads)]
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=os.environ.copy())
+    if proc.returncode != 0:
+        raise RuntimeError(f"the CoNLL child failed:\n{proc.stderr[-4000:]}")
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    result["child_wall_s"] = time.perf_counter() - t0
+    return result
+
+
+# --------------------------------------------------------------------------------------------
+
+
+def report(results: dict) -> None:
+    meta = results["meta"]
+    print("\n" + "=" * 100)
+    print(f"Results: {meta['model']}, {meta['device']}, {meta['torch_threads']} torch threads, {meta['cpu_count']} "
+          f"CPU cores, load avg start {meta['loadavg_start']} end {meta.get('loadavg_end')}"
+          + ("  [QUICK: subsets]" if meta["quick"] else ""))
+    if "sst2" in results:
+        r = results["sst2"]
+        ours, base = r["ours"], r["sklearn"][r["baseline"]]
+        rows = [[name, o["C"], s["C"], o["test"], s["test"], d]
+                for name, o, s, d in zip(ours["layer_names"], ours["layers"], base["layers"],
+                                         r["test_accuracy_difference_points"])]
+        _common.print_table(
+            f"[1] SST-2 dev accuracy by layer: LinearProbes vs scikit-learn ({r['baseline']} starts), C chosen on "
+            f"the same slice", ["layer", "C ours", "C sklearn", "acc ours", "acc sklearn", "diff (points)"], rows,
+            digits=4)
+        sk = r["sklearn"]
+        _common.print_table(
+            "    time, all 7 layers x 4 C (end to end from the open cache)", ["", "seconds", "ratio"],
+            [["LinearProbes (median of runs)", r["ours_seconds_median"], 1.0],
+             ["scikit-learn, cold starts", sk["cold"]["seconds"], sk["cold"]["seconds"] / r["ours_seconds_median"]],
+             ["scikit-learn, warm starts along C", sk["warm"]["seconds"],
+              sk["warm"]["seconds"] / r["ours_seconds_median"]]],
+            note=f"LinearProbes runs: {', '.join(f'{s:.2f}' for s in r['ours_seconds_all_runs'])} s; "
+                 f"{ours['n_iter']} L-BFGS iterations; phases of run 1: "
+                 + ", ".join(f"{k} {v:.2f}s" for k, v in ours["timings"].items())
+                 + f".\nAt equal C (each of the 28 layer x C fits), max |diff| "
+                 + ", ".join(f"{v:.2f} points vs {k}" for k, v in r["equal_C_max_abs_difference_points"].items())
+                 + f".\nmax |diff| {r['max_abs_difference_points']:.2f} points (target <= "
+                 f"{TARGETS['accuracy_difference_max_points']}); speed-up {r['speedup']:.1f}x vs the faster "
+                 f"scikit-learn (target >= {TARGETS['speedup_min']:.0f}x).")
+    if "conll" in results:
+        c = results["conll"]
+        rows = [[name, C, v, t] for name, C, v, t in zip(c["layers"], c["C"], c["val_accuracy"], c["test_accuracy"])]
+        _common.print_table(
+            f"[2] CoNLL-2003 NER token probes: {c['n_train']:,} training words (+{c['n_val']:,} validating) x "
+            f"{len(c['layers'])} states x {len(C_GRID)} C, one run", ["layer", "C", "val acc", "valid.txt acc"], rows,
+            digits=4,
+            note=f"fit {c['fit_s']:.1f}s (" + ", ".join(f"{k} {v:.1f}s" for k, v in c["timings"].items())
+                 + f"), {c['n_iter']} L-BFGS iterations, converged: {c['converged']}; scoring valid.txt "
+                 f"{c['score_s']:.1f}s.\npeak RSS {c['peak_rss_mb']:,.0f} MB (after imports "
+                 f"{c['rss_after_imports_mb']:,.0f} MB; training features alone {c['features_mb']:,.0f} MB); "
+                 f"majority-class accuracy {c['test_majority_accuracy']:.4f}; best layer {c['best_layer']}.")
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="first 1,000 examples of each file (a smoke run)")
+    p.add_argument("--out", type=Path, default=None,
+                   help="JSON output (default: benchmarks/results/probes.json, probes-quick.json with --quick)")
+    p.add_argument("--data", type=Path, default=DEFAULT_DATA,
+                   help=f"folder with sst2/ and conll2003/ (default: {DEFAULT_DATA})")
+    p.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE_DIR,
+                   help=f"caches are reused from / extracted into this folder (default: {DEFAULT_CACHE_DIR})")
+    p.add_argument("--only", nargs="+", choices=["sst2", "conll"], default=None, help="run only these parts")
+    p.add_argument("--reps", type=int, default=3, help="LinearProbes runs on SST-2; the median time counts (default 3)")
+    p.add_argument("--threads", type=int, default=THREADS, help=f"torch threads (default {THREADS})")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--conll-child", type=Path, default=None, help=argparse.SUPPRESS)
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args.conll_child is not None:
+        print(json.dumps(conll_child(args.conll_child, args.seed, args.threads)))
+        return 0
+    data = args.data.expanduser().resolve()
+    missing = [str(data / f) for name in DATASETS for f in DATASETS[name][:2] if not (data / f).is_file()]
+    if missing:
+        sys.exit(f"benchmarks/probes.py: benchmark data not found: {', '.join(missing)}; pass --data FOLDER holding "
+                 "sst2/{train,dev}.tsv and conll2003/{train,valid}.txt.")
+    only = args.only or ["sst2", "conll"]
+    limit = 1000 if args.quick else None
+    out_json = args.out or (HERE / "results" / ("probes-quick.json" if args.quick else "probes.json"))
+    quiet_transformers()
+    import torch
+
+    import layercache
+
+    torch.set_num_threads(args.threads)
+    cache_dir = args.cache_dir.expanduser()
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    os.environ["LAYERCACHE_HOME"] = str(cache_dir / "home")  # never move the user's "latest cache"
+    t_start = time.perf_counter()
+    meta = {**machine_meta(args.quick, MODEL, DEVICE), "data": str(data), "C_grid": list(C_GRID), "seed": args.seed,
+            "sklearn_max_iter": SKLEARN_MAX_ITER, "limit": limit,
+            "note": "2 CPU cores possibly shared with other work; load averages are recorded."}
+    print(f"layercache {layercache.__version__} probes benchmark: {MODEL} on {DEVICE}, {torch.get_num_threads()} "
+          f"torch threads, {os.cpu_count()} CPU cores, load avg {loadavg()}", flush=True)
+    results: dict = {"meta": meta, "targets": TARGETS, "caches": {}}
+    print("\n[0] caches", flush=True)
+    paths = {}
+    for name in only:
+        paths[name], info = get_cache(name, data, limit, cache_dir)
+        results["caches"][name] = {"path": str(paths[name]), **info}
+        log(f"{name}: {paths[name]} " + ("reused" if info["reused"] else f"extracted in {info['extract_s']:.0f}s"))
+    if "sst2" in only:
+        print("\n[1] SST-2: LinearProbes vs scikit-learn, 7 states x 4 C", flush=True)
+        results["sst2"] = bench_sst2(paths["sst2"], args.reps, args.seed)
+    if "conll" in only:
+        print("\n[2] CoNLL-2003 token probes, full train split (fresh interpreter)", flush=True)
+        results["conll"] = bench_conll(paths["conll"], args.seed, args.threads)
+        log(f"fit {results['conll']['fit_s']:.1f}s, peak RSS {results['conll']['peak_rss_mb']:,.0f} MB")
+    meta["loadavg_end"] = loadavg()
+    meta["total_s"] = time.perf_counter() - t_start
+    report(results)
+    write_results(results, out_json)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,16 @@
+"""Probes read from a layer cache: a linear probe on every layer at once, control tasks, selectivity.
+
+    from layercache.probes import LinearProbes, selectivity
+    probes = LinearProbes(task="negation_scope").fit(cache)      # every layer, C chosen per layer
+    probes.scores_, probes.best_layer_, probes.score(cache, "test")
+    selectivity(cache, "negation_scope").selectivity             # task - control accuracy, per layer
+
+This package reads caches only (``layercache.store``): it never loads a backbone.
+"""
+
+from .control import ControlTask
+from .linear import LinearProbes
+from .registry import PROBES, probe_class
+from .selectivity import Selectivity, selectivity
+
+__all__ = ["LinearProbes", "ControlTask", "Selectivity", "selectivity", "PROBES", "probe_class"]

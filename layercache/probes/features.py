@@ -1,0 +1,256 @@
+"""What a probe reads from a cache: one feature vector per layer for each example or word.
+
+- Sequence and regression tasks read pooled vectors (``pooled:<mode>``: ``cache.pooled``), or the
+  mean of each example's stored token states (``tokens``).
+- Token tasks read the state of the first sub-token of each word, where the word's label sits
+  (the convention of the cache and of the heads); words whose tokens were cut off by truncation
+  have no state and are left out.
+
+Features come back as ``(L, n, D)`` float32, one contiguous block per layer: the layout the
+batched solver multiplies with. Word states are gathered one state at a time from
+``cache.layer_tokens`` (contiguous per shard), and a training part and its validation slice are
+read in the same pass. Examples or words whose label is missing (a negative class id, a NaN
+target) are left out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from ..errors import CacheError, ConfigError
+from ..store.manifest import LabelTask
+from ..store.reader import LayerCache
+
+VALIDATION_NAMES = ("validation", "valid", "dev", "val")
+"""Split names taken for the validation split, in this order (as the heads do)."""
+CHUNK_TOKENS = 1 << 14
+"""Token states read per step when averaging token states: ~170 MB of float32 for 7 x 384 states."""
+
+
+@dataclass
+class ProbeInputs:
+    """Features and targets of one split (or part of one).
+
+    ``X``: (L, n, D) float32, as cached (not standardised). ``y``: (n,) int64 class ids or
+    float32 targets. ``rows``: (n,) the cache row of each example (for a word: its sentence).
+    ``types``: for token tasks when asked, each word's type: the tuple of its sub-tokens' input ids.
+    """
+
+    X: np.ndarray
+    y: np.ndarray
+    rows: np.ndarray
+    types: list[tuple[int, ...]] | None = None
+
+
+def resolve_task(cache: LayerCache, task: str | None) -> LabelTask:
+    """The cache's task called ``task``, or its only task when ``task`` is None."""
+    if not cache.tasks:
+        raise CacheError(f"The cache {cache.path} holds no labels; re-extract it with a label column "
+                         "(without --no-labels) to probe it.")
+    if task is None:
+        if len(cache.tasks) > 1:
+            names = ", ".join(t.name for t in cache.tasks)
+            raise ConfigError(f"The cache has several label tasks ({names}); pass task=NAME to choose one.")
+        return cache.tasks[0]
+    if not isinstance(task, str):
+        raise ConfigError(f"task must be a task name (a string), got {task!r}.")
+    for spec in cache.tasks:
+        if spec.name == task:
+            return spec
+    names = ", ".join(t.name for t in cache.tasks)
+    raise ConfigError(f"The cache has no label task {task!r}; its tasks are: {names}.")
+
+
+def resolve_source(cache: LayerCache, spec: LabelTask, source: str) -> str:
+    """``tokens`` or ``pooled:<mode>`` for ``spec``: ``auto`` takes the word states for a token task,
+    the pooled mean (or another pooled mode) for a sequence task, token states when nothing is pooled."""
+    if not isinstance(source, str) or not (source in ("auto", "tokens") or source.startswith("pooled:")):
+        raise ConfigError(f"source must be 'auto', 'tokens' or 'pooled:<mode>', got {source!r}.")
+    if spec.kind == "token":
+        if source.startswith("pooled:"):
+            raise ConfigError(f"Token task {spec.name!r} is probed on word states, not pooled vectors; "
+                              "use source='tokens' or 'auto'.")
+        if not cache.stores_tokens:
+            raise CacheError(f"Token task {spec.name!r} needs token states, but the cache holds pooled vectors "
+                             "only; re-extract with --store tokens.")
+        return "tokens"
+    if source == "auto":
+        pooling = cache.manifest.pooling
+        if "mean" in pooling:
+            return "pooled:mean"
+        if pooling:
+            return f"pooled:{pooling[0]}"
+        source = "tokens"
+    if source == "tokens" and not cache.stores_tokens:
+        raise CacheError("The cache holds pooled vectors only; use source='pooled:<mode>' or re-extract "
+                         "with --store tokens.")
+    if source.startswith("pooled:"):
+        mode = source.split(":", 1)[1]
+        if mode not in cache.manifest.pooling:
+            have = ", ".join(cache.manifest.pooling) or "none"
+            raise CacheError(f"The cache has no pooled {mode!r} vectors (it has: {have}); choose one of those "
+                             f"or re-extract with --pooling {mode}.")
+    return source
+
+
+def find_validation_split(cache: LayerCache, exclude: str) -> str | None:
+    """The cache's validation split (``validation``, ``valid``, ``dev`` or ``val``), if any."""
+    for name in VALIDATION_NAMES:
+        if name in cache.splits and name != exclude:
+            return name
+    return None
+
+
+def check_split(cache: LayerCache, split: str) -> None:
+    """Refuse a split the cache does not have."""
+    if split not in cache.splits:
+        raise ConfigError(f"The cache has no split {split!r}; its splits are: {', '.join(cache.splits)}.")
+
+
+def holdout(n: int, fraction: float, seed: int, strata: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(kept, held out) positions of ``n`` items: a seeded ``fraction``, stratified by ``strata``.
+
+    Stratified as the heads' validation slice is (same rounding, same generator): each value's
+    members are permuted and the first ``round(fraction * count)`` held out.
+    """
+    if not 0 < fraction < 1:
+        raise ConfigError(f"val_fraction must be in (0, 1), got {fraction}.")
+    if n < 2:
+        raise ConfigError(f"{n} example(s) are too few to hold out a validation slice; give a validation split.")
+    rng = np.random.default_rng(seed)
+    strata = np.zeros(n, np.int64) if strata is None else np.asarray(strata)
+    val = [rng.permutation(np.nonzero(strata == v)[0]) for v in np.unique(strata)]
+    val = np.sort(np.concatenate([m[: int(round(fraction * len(m)))] for m in val]))
+    if len(val) == 0 or len(val) == n:
+        val = np.sort(rng.choice(n, size=1, replace=False))
+    return np.setdiff1d(np.arange(n), val), val
+
+
+def split_labels(cache: LayerCache, split: str, spec: LabelTask) -> np.ndarray | list[np.ndarray]:
+    """Labels of ``spec`` for a whole split: (n,) for sequence / regression, per-row arrays for words."""
+    return cache.labels(split, spec.name)
+
+
+def labelled(y: np.ndarray) -> np.ndarray:
+    """Boolean mask of the labels that are present (class id >= 0, finite target)."""
+    y = np.asarray(y)
+    return np.isfinite(y) if y.dtype.kind == "f" else y >= 0
+
+
+def read_inputs(cache: LayerCache, split: str, spec: LabelTask, source: str, index: list[int],
+                rows: Sequence[int] | None = None, *, want_types: bool = False) -> ProbeInputs:
+    """Features of ``rows`` of ``split`` (default: all) for task ``spec`` from ``source``."""
+    check_split(cache, split)
+    rows = np.arange(cache.num_examples(split)) if rows is None else np.asarray(rows, np.int64)
+    return read_parts(cache, split, spec, source, index, [rows], want_types=want_types)[0]
+
+
+def read_parts(cache: LayerCache, split: str, spec: LabelTask, source: str, index: list[int],
+               row_sets: Sequence[np.ndarray], *, want_types: bool = False) -> list[ProbeInputs]:
+    """Features of several sets of rows of one split (a training part and a validation slice),
+    read in one pass over the split."""
+    check_split(cache, split)
+    row_sets = [np.asarray(r, np.int64) for r in row_sets]
+    if spec.kind == "token":
+        return _read_words(cache, split, spec, index, row_sets, want_types)
+    labels = np.asarray(split_labels(cache, split, spec))
+    if source.startswith("pooled:"):
+        # One contiguous read of the split and a selection in memory: reading scattered rows
+        # from HDF5 (a validation slice) costs several times more than reading them all.
+        every = cache.pooled(split, source.split(":", 1)[1], layers=index)  # (n_split, L, D)
+    else:
+        every = _token_means(cache, split, index, np.arange(cache.num_examples(split)))  # (n_split, L, D)
+    by_layer = torch.from_numpy(every).transpose(0, 1)  # (L, n_split, D), a view
+    out = []
+    for rows in row_sets:
+        rows = rows[labelled(labels[rows])]
+        # index_select gathers and transposes in one multi-threaded pass: (L, n, D), contiguous
+        X = by_layer.index_select(1, torch.from_numpy(rows)).numpy()
+        y = labels[rows].astype(np.float32 if spec.kind == "regression" else np.int64)
+        out.append(ProbeInputs(X, y, rows))
+    return out
+
+
+def _row_chunks(cache: LayerCache, split: str, rows: np.ndarray) -> list[np.ndarray]:
+    """``rows`` cut into runs of about CHUNK_TOKENS tokens (one read each where rows are consecutive)."""
+    if len(rows) == 0:
+        return []
+    total = np.cumsum(cache.lengths(split)[rows])  # tokens up to and including each row
+    cuts = np.searchsorted(total, np.arange(CHUNK_TOKENS, total[-1], CHUNK_TOKENS)) + 1
+    return [chunk for chunk in np.split(rows, np.unique(cuts)) if len(chunk)]
+
+
+def _token_means(cache: LayerCache, split: str, index: list[int], rows: np.ndarray) -> np.ndarray:
+    """(n, L, D): the mean of each row's stored token states."""
+    out = np.empty((len(rows), len(index), cache.hidden_size), np.float32)
+    done = 0
+    for chunk in _row_chunks(cache, split, rows):
+        for states in cache.tokens(split, chunk, layers=index):  # (t, L, D) each
+            out[done] = states.mean(0)
+            done += 1
+    return out
+
+
+def first_subtokens(word_ids: np.ndarray, n_words: int) -> np.ndarray:
+    """Positions of the first sub-token of each word that has a label (word id < ``n_words``)."""
+    word_ids = np.asarray(word_ids, np.int64)
+    prev = np.concatenate([[-2], word_ids[:-1]])
+    return np.nonzero((word_ids >= 0) & (word_ids != prev) & (word_ids < n_words))[0]
+
+
+def _word_positions(cache: LayerCache, split: str, spec: LabelTask, rows: np.ndarray, starts: np.ndarray,
+                    want_types: bool) -> tuple[np.ndarray, ProbeInputs]:
+    """(split-wide token position (n,), the words' labels, sentence rows and types) for ``rows``."""
+    labels = split_labels(cache, split, spec)
+    word_ids = cache.token_arrays(split, "word_ids", rows)
+    input_ids = cache.token_arrays(split, "input_ids", rows) if want_types else None
+    where, ys, owners, types = [], [], [], [] if want_types else None
+    for i, row in enumerate(rows):
+        wid = np.asarray(word_ids[i], np.int64)
+        pos = first_subtokens(wid, len(labels[row]))
+        y = np.asarray(labels[row])[wid[pos]]
+        has = labelled(y)
+        pos, y = pos[has], y[has]
+        where.append(starts[row] + pos)
+        ys.append(y)
+        owners.append(np.full(len(pos), row, np.int64))
+        if want_types:
+            ids = input_ids[i]
+            for p in pos:  # a word's sub-tokens are the run of positions with its word id
+                q = p + 1
+                while q < len(wid) and wid[q] == wid[p]:
+                    q += 1
+                types.append(tuple(int(t) for t in ids[p:q]))
+    def cat(parts: list[np.ndarray]) -> np.ndarray:
+        return np.concatenate(parts).astype(np.int64) if parts else np.empty(0, np.int64)
+
+    return cat(where), ProbeInputs(np.empty(0, np.float32), cat(ys), cat(owners), types)
+
+
+def _read_words(cache: LayerCache, split: str, spec: LabelTask, index: list[int], row_sets: list[np.ndarray],
+                want_types: bool) -> list[ProbeInputs]:
+    """Word features of each set of rows, streaming the split one state at a time.
+
+    ``layer_tokens`` hands out one state of one shard as a contiguous (t, D) block (the cache
+    stores each state in its own chunks), so each word's row of the (L, n_words, D) output is
+    one gather from it: no per-sentence reads, no (t, L, D) -> (L, t, D) transposes.
+    """
+    starts = np.concatenate([[0], np.cumsum(cache.lengths(split))])  # (n + 1,) first token of each row
+    # Rows in cache order, so each part's token positions increase and a shard's words are one run.
+    parts = [_word_positions(cache, split, spec, np.unique(rows), starts, want_types) for rows in row_sets]
+    for positions, part in parts:
+        part.X = np.empty((len(index), len(positions), cache.hidden_size), np.float32)  # (L, n, D)
+    for li, layer in enumerate(index):
+        offset = 0
+        for block in cache.layer_tokens(split, layer):  # (t_shard, D) float32
+            end = offset + len(block)
+            for positions, part in parts:
+                a, b = np.searchsorted(positions, [offset, end])
+                if b > a:
+                    part.X[li, a:b] = block[positions[a:b] - offset]
+            offset = end
+    return [part for _, part in parts]

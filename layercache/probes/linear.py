@@ -1,0 +1,385 @@
+"""``LinearProbes``: one linear probe per cached layer, all layers fitted together as one model.
+
+    probes = LinearProbes(task="sentiment").fit(cache)        # every layer, C chosen per layer
+    probes.scores_, probes.C_, probes.best_layer_             # validation accuracy by layer, ...
+    probes.score(cache, "test")                               # (L,) test accuracy by layer
+
+A probe is a multinomial logistic regression (binomial for two classes) on one layer's states,
+or a ridge regression for a regression task. The ``G`` values of ``C`` times ``L`` layers are
+``G * L`` independent models; :mod:`.solver` fits them as one batched model (weights
+``(G, L, D, K)``, float32, CPU), then each layer keeps the ``C`` that scores best on validation
+data. The objective follows scikit-learn's convention (``sum of per-example losses +
+||w||^2 / (2 C)``), so ``LogisticRegression(C=probes.C_[l])`` on the same standardised features
+finds the same model.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import warnings
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+from sklearn.base import BaseEstimator
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.utils.validation import check_is_fitted
+
+from ..errors import CacheError, ConfigError
+from ..store.reader import LayerCache
+from .control import ControlTask
+from .features import (ProbeInputs, check_split, find_validation_split, holdout, read_inputs, read_parts,
+                       resolve_source, resolve_task)
+from .solver import fit_logistic, fit_ridge, outputs_to_predictions
+
+DEFAULT_C_GRID = (0.01, 0.1, 1.0, 10.0)
+
+
+class LinearProbes(BaseEstimator):
+    """A linear probe on every layer of a cache, with its L2 strength chosen per layer.
+
+    Args:
+        task: the cache's label task to probe (default: its only task).
+        C_grid: inverse L2 strengths tried for every layer (scikit-learn's ``C``: loss = sum of
+            per-example losses + ``||w||^2 / (2 C)``; for ridge that is ``Ridge(alpha=1/C)``).
+            Each layer keeps the one with the best validation score; ties go to the smaller ``C``.
+        max_iter: L-BFGS iterations at most (each one steps every layer and every ``C``).
+        source: ``tokens``, ``pooled:<mode>`` or ``auto``. ``auto``: word states (the first
+            sub-token of each word) for a token task; the pooled mean for a sequence or
+            regression task (another pooled mode when the cache has no mean, the mean of the
+            token states when it has no pooled vectors). ``tokens`` for a sequence task means
+            the mean of each example's stored token states.
+        control: probe the control task (:class:`~.control.ControlTask`) instead of the task:
+            word types get fixed random labels (token tasks) or the labels are permuted
+            (sequence tasks). See :func:`~.selectivity.selectivity`.
+        seed: seeds the validation slice, the control labels and the preconditioner's sample.
+        layers: cached states to probe (names or indices; default: all).
+        val_fraction: size of the seeded slice of the training split held out for validation
+            when the cache has no validation split (stratified by label for sequence tasks; by
+            sentence for token tasks).
+        tol: L-BFGS stops when the largest entry of the gradient of the per-example-mean
+            objective in the weights and intercepts falls below it (scikit-learn's rule and default).
+
+    Standardisation: each layer and dimension is centred and scaled before fitting (L-BFGS
+    needs it, and it makes one ``C`` grid fit every layer). Word states use the training split's
+    token statistics (``cache.layer_stats``): exact, free (recorded during extraction) and the
+    same as the heads use. Pooled vectors use their own training mean and std instead: a mean
+    over tokens varies far less than single tokens do, so token statistics would leave pooled
+    features with spreads well below one. A constant dimension is centred, not scaled.
+
+    Fitted attributes (``L`` probed layers, ``D`` width, ``K`` = 1 for binary and regression
+    tasks, else the number of classes):
+
+    - ``layer_names_``: the probed states; ``best_layer_``: index (into them) of the best one.
+    - ``scores_`` (L,): validation score at the chosen ``C`` (accuracy; R^2 for regression);
+      ``grid_scores_`` (G, L) for every ``C`` of ``C_grid_`` (sorted ascending).
+    - ``C_`` (L,), ``coef_`` (L, D, K), ``intercept_`` (L, K): the chosen models, on
+      standardised inputs ``(x - mean_) / scale_`` with ``mean_``, ``scale_`` (L, D).
+    - ``classes_``, ``task_`` (name), ``kind_`` (``classification`` / ``regression``),
+      ``metric_``, ``source_``, ``n_iter_``, ``converged_``, ``n_train_``, ``n_val_``,
+      ``validation_`` (what validated), ``fit_seconds_`` and ``timings_`` (seconds by phase).
+
+    The probes are fitted on the training part only; the chosen ``C`` is not refitted on
+    training + validation data (as the heads do, and so validation scores stay honest).
+    """
+
+    def __init__(self, task: str | None = None, C_grid: Sequence[float] = DEFAULT_C_GRID, max_iter: int = 500,
+                 source: str = "auto", control: bool = False, seed: int = 0, layers=None,
+                 val_fraction: float = 0.1, tol: float = 1e-4) -> None:
+        self.task = task
+        self.C_grid = C_grid
+        self.max_iter = max_iter
+        self.source = source
+        self.control = control
+        self.seed = seed
+        self.layers = layers
+        self.val_fraction = val_fraction
+        self.tol = tol
+
+    # --- fitting from a cache ---------------------------------------------------------
+    def fit(self, cache: LayerCache, split: str = "train", val_split: str | None = None) -> "LinearProbes":
+        """Fit every layer's probe on ``split``; choose ``C`` on ``val_split``, the cache's validation
+        split, or a seeded slice of ``split``."""
+        t0 = time.perf_counter()
+        Cs = self._check_params()
+        spec = resolve_task(cache, self.task)
+        source = resolve_source(cache, spec, self.source)
+        index = cache.layer_index(self.layers)
+        check_split(cache, split)
+        if val_split is None:
+            val_split = find_validation_split(cache, exclude=split)
+        want_types = bool(self.control) and spec.kind == "token"
+        if val_split is not None:
+            check_split(cache, val_split)
+            train = read_inputs(cache, split, spec, source, index, want_types=want_types)
+            val = read_inputs(cache, val_split, spec, source, index, want_types=want_types)
+            self.validation_ = val_split
+        else:
+            strata = cache.labels(split, spec.name) if spec.kind == "sequence" else None
+            rows, val_rows = holdout(cache.num_examples(split), self.val_fraction, self.seed, strata)
+            train, val = read_parts(cache, split, spec, source, index, [rows, val_rows], want_types=want_types)
+            self.validation_ = f"{split} (seeded {self.val_fraction:.0%} slice, seed {self.seed})"
+        if self.control:
+            self._control_fit(spec, train)
+            train.y = self._control_labels(cache, split, spec, train)
+            val.y = self._control_labels(cache, val_split or split, spec, val)
+        read_s = time.perf_counter() - t0
+        for name, part in (("training", train), ("validation", val)):
+            if len(part.y) == 0:
+                raise CacheError(f"The {name} data of task {spec.name!r} has no labelled examples; "
+                                 "probe a split that has labels.")
+        if source == "tokens" and spec.kind == "token":
+            stats = cache.layer_stats(split)
+            mean, scale = stats["mean"][index], stats["std"][index]
+        else:
+            mean, scale = _moments(train.X)
+        self.task_, self.source_ = spec.name, source
+        self.layer_names_ = [cache.layer_names[i] for i in index]
+        self.cache_identity_ = _identity(cache)
+        kind = "regression" if spec.kind == "regression" else "classification"
+        classes = None if kind == "regression" else np.arange(spec.num_classes)
+        self._fit_standardised(train, val, mean, scale, Cs, kind, classes, split, val_split or split)
+        self.fit_seconds_ = time.perf_counter() - t0
+        self.timings_ = {"read": read_s, **self.timings_}
+        return self
+
+    def predict(self, cache: LayerCache, split: str) -> np.ndarray:
+        """(L, n) predictions of every layer's probe for ``split``: class ids, or regression values.
+
+        ``n`` counts the labelled examples of the split, in cache order; for a token task, its
+        labelled words (sentence by sentence, in word order).
+        """
+        inputs = self._read(cache, split)
+        return self._predict_standardised(self._standardise(inputs.X, split))
+
+    def score(self, cache: LayerCache, split: str) -> np.ndarray:
+        """(L,) score of every layer's probe on ``split``: accuracy (over words for a token task),
+        R^2 for regression; on the control labels when ``control``."""
+        inputs = self._read(cache, split)
+        return self._score(self._predict_standardised(self._standardise(inputs.X, split)), inputs.y)
+
+    # --- fitting from arrays ----------------------------------------------------------
+    def fit_arrays(self, X: np.ndarray, y: np.ndarray, X_val: np.ndarray | None = None,
+                   y_val: np.ndarray | None = None) -> "LinearProbes":
+        """Fit on your own features ``X`` (n, L, d) and targets ``y`` (n,).
+
+        Integer ``y`` is a classification task (classes: its distinct values), floating ``y`` a
+        regression. Without ``X_val``, a seeded ``val_fraction`` slice of ``X`` (stratified by
+        class) validates. ``task``, ``source`` and ``control`` are not used here: for a control
+        task pass control labels (:class:`~.control.ControlTask`) as ``y``.
+        """
+        t0 = time.perf_counter()
+        Cs = self._check_params()
+        X, y = _check_arrays(X, y, "X", "y")
+        kind = "regression" if y.dtype.kind == "f" else "classification"
+        self.validation_ = "X_val" if X_val is not None else f"seeded {self.val_fraction:.0%} slice of X"
+        if X_val is None:
+            keep, held = holdout(len(y), self.val_fraction, self.seed, y if kind == "classification" else None)
+            X_val, y_val, X, y = X[held], y[held], X[keep], y[keep]
+        else:
+            X_val, y_val = _check_arrays(X_val, y_val, "X_val", "y_val")
+            if X_val.shape[1:] != X.shape[1:]:
+                raise ConfigError(f"X_val has states x width {X_val.shape[1:]} but X has {X.shape[1:]}; "
+                                  "give both the same layers.")
+        classes = None
+        if kind == "classification":
+            classes, y = np.unique(y, return_inverse=True)
+            if len(classes) < 2:
+                raise ConfigError(f"y holds one class only ({classes[0]}); a probe needs at least two.")
+            y_val = _encode(y_val, classes)
+        train = ProbeInputs(_layers_first(X), y, np.arange(len(y)))
+        val = ProbeInputs(_layers_first(X_val), y_val, np.arange(len(y_val)))
+        mean, scale = _moments(train.X)
+        self.task_, self.source_ = None, "arrays"
+        self.layer_names_ = [f"layer_{i}" for i in range(train.X.shape[0])]
+        self.cache_identity_ = None
+        self._fit_standardised(train, val, mean, scale, Cs, kind, classes, None, None)
+        self.fit_seconds_ = time.perf_counter() - t0
+        return self
+
+    def predict_arrays(self, X: np.ndarray) -> np.ndarray:
+        """(L, n) predictions for features ``X`` (n, L, d): class labels (from ``classes_``) or values."""
+        check_is_fitted(self, "coef_")
+        X = np.asarray(X)
+        if X.ndim != 3 or X.shape[1:] != (len(self.layer_names_), self.coef_.shape[1]):
+            raise ConfigError(f"X must have shape (n, {len(self.layer_names_)}, {self.coef_.shape[1]}) like the "
+                              f"training features, got {X.shape}.")
+        pred = self._predict_standardised(self._standardise(_layers_first(X), None))
+        return pred if self.classes_ is None else self.classes_[pred]
+
+    def score_arrays(self, X: np.ndarray, y: np.ndarray) -> np.ndarray:
+        """(L,) accuracy (R^2 for regression) of every layer's probe on ``X`` (n, L, d), ``y`` (n,)."""
+        pred = self.predict_arrays(X)
+        y = np.asarray(y)
+        if self.classes_ is None:
+            return self._score(pred, y.astype(np.float64))
+        return np.asarray([float(np.mean(p == y)) for p in pred])
+
+    # --- internals --------------------------------------------------------------------
+    def _check_params(self) -> np.ndarray:
+        grid = self.C_grid
+        if isinstance(grid, (int, float)):
+            grid = [grid]
+        try:
+            Cs = sorted(float(c) for c in grid)
+        except (TypeError, ValueError):
+            raise ConfigError(f"C_grid must be a list of positive numbers, got {self.C_grid!r}.") from None
+        if not Cs or not all(math.isfinite(c) and c > 0 for c in Cs):
+            raise ConfigError(f"C_grid must be a non-empty list of positive numbers, got {self.C_grid!r}.")
+        if not isinstance(self.max_iter, (int, np.integer)) or self.max_iter < 1:
+            raise ConfigError(f"max_iter must be a positive integer, got {self.max_iter!r}.")
+        if not isinstance(self.seed, (int, np.integer)) or self.seed < 0:
+            raise ConfigError(f"seed must be a non-negative integer, got {self.seed!r}.")
+        if not (isinstance(self.tol, (int, float)) and self.tol > 0):
+            raise ConfigError(f"tol must be a positive number, got {self.tol!r}.")
+        if not 0 < self.val_fraction < 1:
+            raise ConfigError(f"val_fraction must be in (0, 1), got {self.val_fraction!r}.")
+        return np.asarray(Cs, np.float64)
+
+    def _fit_standardised(self, train: ProbeInputs, val: ProbeInputs, mean: np.ndarray, scale: np.ndarray,
+                          Cs: np.ndarray, kind: str, classes: np.ndarray | None, split: str | None,
+                          val_split: str | None) -> None:
+        self.mean_ = np.asarray(mean, np.float32)
+        self.scale_ = np.where(np.asarray(scale) > 1e-12, scale, 1.0).astype(np.float32)
+        self.kind_, self.classes_ = kind, classes
+        self.metric_ = "r2" if kind == "regression" else "accuracy"
+        t0 = time.perf_counter()
+        Xtr = torch.from_numpy(self._standardise(train.X, split))  # (L, n, D), standardised in place
+        Xva = torch.from_numpy(self._standardise(val.X, val_split))
+        t1 = time.perf_counter()
+        if kind == "regression":
+            fit = fit_ridge(Xtr, torch.from_numpy(np.asarray(train.y, np.float32)), torch.from_numpy(Cs))
+        else:
+            ytr = torch.from_numpy(np.asarray(train.y, np.int64))
+            fit = fit_logistic(Xtr, ytr, len(classes), torch.from_numpy(Cs), max_iter=self.max_iter, tol=self.tol,
+                               seed=self.seed)
+            if not fit.converged:
+                warnings.warn(f"L-BFGS stopped at max_iter={self.max_iter} before reaching tol={self.tol}; "
+                              "raise max_iter for exact probes.", ConvergenceWarning, stacklevel=3)
+        t2 = time.perf_counter()
+        n_classes = None if kind == "regression" else len(classes)
+        grid_scores = np.stack([
+            self._score(outputs_to_predictions(torch.baddbmm(fit.intercept[g].unsqueeze(1), Xva, fit.coef[g]),
+                                               n_classes).numpy(), val.y)
+            for g in range(len(Cs))])  # (G, L)
+        choice = grid_scores.argmax(0)  # (L,): first best, i.e. the smallest such C
+        layers = np.arange(Xtr.shape[0])
+        self.C_grid_ = Cs
+        self.grid_scores_ = grid_scores
+        self.C_ = self.C_grid_[choice]
+        self.scores_ = grid_scores[choice, layers]
+        self.coef_ = fit.coef[choice, layers].numpy()  # (L, D, K)
+        self.intercept_ = fit.intercept[choice, layers].numpy()  # (L, K)
+        self.best_layer_ = int(np.argmax(self.scores_))
+        self.n_iter_, self.converged_ = fit.n_iter, fit.converged
+        self.n_train_, self.n_val_ = len(train.y), len(val.y)
+        self.timings_ = {"standardise": t1 - t0, "solve": t2 - t1, "select": time.perf_counter() - t2}
+
+    def _standardise(self, X: np.ndarray, split: str | None) -> np.ndarray:
+        """(x - mean_) / scale_ in place on X (L, n, D) float32; refuses non-finite states."""
+        np.subtract(X, self.mean_[:, None, :], out=X)
+        np.divide(X, self.scale_[:, None, :], out=X)
+        for layer, block in enumerate(X):
+            if not math.isfinite(float(block.sum(dtype=np.float64))):
+                where = f" of split {split!r}" if split else ""
+                raise CacheError(f"The states of {self.layer_names_[layer]}{where} are not finite (NaN or inf); "
+                                 "re-extract with --storage-dtype bfloat16 or float32.")
+        return X
+
+    def _predict_standardised(self, X: np.ndarray) -> np.ndarray:
+        """(L, n) predictions from standardised X (L, n, D)."""
+        Z = torch.baddbmm(torch.from_numpy(self.intercept_).unsqueeze(1), torch.from_numpy(X),
+                          torch.from_numpy(self.coef_))  # (L, n, K)
+        return outputs_to_predictions(Z, None if self.kind_ == "regression" else len(self.classes_)).numpy()
+
+    def _score(self, pred: np.ndarray, y: np.ndarray) -> np.ndarray:
+        """(L,) metric of (L, n) predictions against y (n,)."""
+        if self.kind_ == "regression":
+            y = np.asarray(y, np.float64)
+            total = float(((y - y.mean()) ** 2).sum())
+            resid = ((pred.astype(np.float64) - y) ** 2).sum(1)
+            if total == 0:  # a constant target: R^2 is 1 for a perfect fit, else 0 (as scikit-learn)
+                return np.where(resid == 0, 1.0, 0.0)
+            return 1.0 - resid / total
+        return (pred == np.asarray(y)[None, :]).mean(1)
+
+    def _read(self, cache: LayerCache, split: str) -> ProbeInputs:
+        """The split's features and (control) labels, for a fitted cache probe."""
+        check_is_fitted(self, "coef_")
+        if self.task_ is None:
+            raise ConfigError("These probes were fitted with fit_arrays; use predict_arrays / score_arrays.")
+        _check_identity(self.cache_identity_, _identity(cache))
+        missing = [n for n in self.layer_names_ if n not in cache.layer_names]
+        if missing:
+            raise CacheError(f"The cache has no state {missing[0]!r} that the probes read; use the cache they "
+                             "were fitted on (or one extracted the same way).")
+        spec = resolve_task(cache, self.task_)
+        want_types = bool(self.control) and spec.kind == "token"
+        inputs = read_inputs(cache, split, spec, self.source_, cache.layer_index(self.layer_names_),
+                             want_types=want_types)
+        if self.control:
+            inputs.y = self._control_labels(cache, split, spec, inputs)
+        return inputs
+
+    def _control_fit(self, spec, train: ProbeInputs) -> None:
+        self.control_task_ = ControlTask(self.seed)
+        if spec.kind == "token":
+            self.control_task_.fit(train.y, spec.num_classes)
+
+    def _control_labels(self, cache: LayerCache, split: str, spec, inputs: ProbeInputs) -> np.ndarray:
+        """Control labels for ``inputs`` of ``split``: by word type, or the split's labels permuted."""
+        if spec.kind == "token":
+            return self.control_task_.word_labels(inputs.types)
+        # Permute the whole split's labels, then take the rows read: a validation slice of train
+        # sees the same control labels as the training part around it.
+        labels = np.asarray(cache.labels(split, spec.name))
+        return self.control_task_.sequence_labels(labels, split)[inputs.rows].astype(inputs.y.dtype)
+
+
+def _layers_first(X: np.ndarray) -> np.ndarray:
+    """(n, L, D) -> a new float32 (L, n, D) array, contiguous (standardised in place later: never a view)."""
+    return np.array(np.asarray(X).transpose(1, 0, 2), dtype=np.float32, order="C", copy=True)
+
+
+def _moments(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per layer and dimension mean and std (L, D) of X (L, n, D), accumulated in float64."""
+    mean = X.mean(1, dtype=np.float64)
+    var = np.zeros_like(mean)
+    for layer, block in enumerate(X):  # one layer at a time: no (L, n, D) float64 temporary
+        var[layer] = ((block - mean[layer].astype(np.float32)) ** 2).mean(0, dtype=np.float64)
+    return mean, np.sqrt(var)
+
+
+def _encode(y: np.ndarray, classes: np.ndarray) -> np.ndarray:
+    """Class labels -> indices into ``classes``; refuses labels that training never saw."""
+    idx = np.searchsorted(classes, y)
+    bad = (idx >= len(classes)) | (classes[np.minimum(idx, len(classes) - 1)] != y)
+    if bad.any():
+        raise ConfigError(f"y_val holds the class {y[bad][0]!r} that y does not; validate on the same classes.")
+    return idx
+
+
+def _check_arrays(X, y, xname: str, yname: str) -> tuple[np.ndarray, np.ndarray]:
+    X, y = np.asarray(X), np.asarray(y)
+    if X.ndim != 3:
+        raise ConfigError(f"{xname} must have shape (n, layers, dim), got {X.shape}.")
+    if y.ndim != 1 or len(y) != len(X):
+        raise ConfigError(f"{yname} must have shape ({len(X)},) to match {xname}, got {y.shape}.")
+    if y.dtype.kind not in "iuf":
+        raise ConfigError(f"{yname} must be integer class ids or float targets, got dtype {y.dtype}.")
+    return X, y
+
+
+def _identity(cache: LayerCache) -> dict:
+    m = cache.manifest
+    return {"model": m.model.get("name"), "fingerprint": m.model.get("fingerprint"), "hidden_size": m.hidden_size}
+
+
+def _check_identity(fitted: dict | None, other: dict) -> None:
+    if fitted is None:
+        return
+    if fitted["hidden_size"] != other["hidden_size"] or (
+            fitted["fingerprint"] and other["fingerprint"] and fitted["fingerprint"] != other["fingerprint"]):
+        raise CacheError(f"The probes were fitted on states of {fitted['model']!r}, not of this cache's "
+                         f"{other['model']!r}; score them on a cache of the same backbone.")

@@ -1,0 +1,61 @@
+"""Selectivity (Hewitt & Liang 2019): how much of a probe's score the states, not the probe, earn.
+
+``selectivity = task score - control score``, per layer, for the same probe family fitted on the
+task and on its control task (:mod:`.control`). A layer whose probe scores high on the task and
+low on the control holds the property; a high control score means the probe can memorise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..store.reader import LayerCache
+from .linear import LinearProbes
+
+
+@dataclass
+class Selectivity:
+    """Per-layer task and control scores of two fitted probes, and their difference."""
+
+    layer_names: list[str]
+    task_scores: np.ndarray
+    """(L,) the task probes' scores."""
+    control_scores: np.ndarray
+    """(L,) the control probes' scores on the control labels."""
+    split: str
+    """Where the scores come from (a split name, or ``validation``: each probe's validation scores)."""
+    task_probe: LinearProbes = field(repr=False)
+    control_probe: LinearProbes = field(repr=False)
+
+    @property
+    def selectivity(self) -> np.ndarray:
+        """(L,) task score - control score."""
+        return self.task_scores - self.control_scores
+
+    def to_json(self) -> dict:
+        return {"split": self.split, "layers": list(self.layer_names),
+                "task": [float(x) for x in self.task_scores],
+                "control": [float(x) for x in self.control_scores],
+                "selectivity": [float(x) for x in self.selectivity]}
+
+
+def selectivity(cache: LayerCache, task: str | None = None, *, split: str = "train", val_split: str | None = None,
+                eval_split: str | None = None, **params) -> Selectivity:
+    """Fit :class:`LinearProbes` on ``task`` and on its control task, and compare them layer by layer.
+
+    Both are fitted on ``split`` with the same parameters (``params``: ``C_grid``, ``seed``, ...),
+    each choosing its ``C`` on its own validation labels. Scores come from ``eval_split`` when
+    given (the held-out split you report), else from the validation data.
+    """
+    params.pop("control", None)
+    probe = LinearProbes(task=task, control=False, **params).fit(cache, split, val_split)
+    control = LinearProbes(task=probe.task_, control=True, **params).fit(cache, split, val_split)
+    if eval_split is None:
+        task_scores, control_scores, where = probe.scores_, control.scores_, "validation"
+    else:
+        task_scores, control_scores = probe.score(cache, eval_split), control.score(cache, eval_split)
+        where = eval_split
+    return Selectivity(list(probe.layer_names_), np.asarray(task_scores), np.asarray(control_scores), where,
+                       probe, control)
