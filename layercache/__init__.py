@@ -1,22 +1,68 @@
 """layercache: run a frozen transformer once, cache every layer's states, learn from the cache.
 
-The public API; everything else is an implementation detail.
+The public API; everything else is an implementation detail. Names are imported on first use
+(PEP 562), so ``import layercache`` loads neither torch's model zoo, transformers nor the
+extractor: a head or a probe trained from a cache never pays for them.
 """
 
-__version__ = "0.1.0"
+from __future__ import annotations
 
-from .errors import (CacheError, CacheMismatchError, ConfigError, DatasetError,  # noqa: E402
-                     InsufficientDiskError, LayercacheError, ModelLoadError)
-from .extraction.run import ExtractResult, extract  # noqa: E402
-from .heads import LayerHead, TrainResult, evaluate_run, train_head  # noqa: E402
-from .sources.backbone import DEFAULT_MODEL, Backbone, load_backbone  # noqa: E402
-from .sources.records import DatasetRecords, LabelTask, SplitRecords  # noqa: E402
-from .store.manifest import Manifest, read_manifest  # noqa: E402
-from .store.reader import CacheBatch, LayerCache  # noqa: E402
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from .core.version import __version__
+from .errors import (
+    CacheError,
+    CacheMismatchError,
+    ConfigError,
+    DatasetError,
+    InsufficientDiskError,
+    LayercacheError,
+    ModelLoadError,
+)
+
+# public name -> the module that defines it
+_LAZY = {
+    "extract": "layercache.extraction.run", "ExtractResult": "layercache.extraction.run",
+    "train_head": "layercache.heads.runs", "evaluate_run": "layercache.heads.runs",
+    "TrainResult": "layercache.heads.runs", "LayerHead": "layercache.heads.estimator",
+    "LayerCache": "layercache.store.reader", "CacheBatch": "layercache.store.reader",
+    "Manifest": "layercache.store.manifest", "read_manifest": "layercache.store.manifest",
+    "load_backbone": "layercache.backbone.loader", "Backbone": "layercache.backbone.loader",
+    "DEFAULT_MODEL": "layercache.backbone.loader",
+    "DatasetRecords": "layercache.sources.records", "SplitRecords": "layercache.sources.records",
+    "LabelTask": "layercache.core.tasks", "LinearProbes": "layercache.probes.linear",
+}
+
+if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerly
+    from .backbone.loader import DEFAULT_MODEL, Backbone, load_backbone
+    from .core.tasks import LabelTask
+    from .extraction.run import ExtractResult, extract
+    from .heads.estimator import LayerHead
+    from .heads.runs import TrainResult, evaluate_run, train_head
+    from .probes.linear import LinearProbes
+    from .sources.records import DatasetRecords, SplitRecords
+    from .store.manifest import Manifest, read_manifest
+    from .store.reader import CacheBatch, LayerCache
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'layercache' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # the next lookup is a plain attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_LAZY])
+
 
 __all__ = [
-    "__version__", "extract", "ExtractResult", "train_head", "evaluate_run", "TrainResult", "LayerHead", "LayerCache", "CacheBatch", "Manifest", "read_manifest",
-    "load_backbone", "Backbone", "DEFAULT_MODEL", "DatasetRecords", "SplitRecords", "LabelTask",
+    "__version__", "extract", "ExtractResult", "train_head", "evaluate_run", "TrainResult", "LayerHead",
+    "LayerCache", "CacheBatch", "Manifest", "read_manifest", "load_backbone", "Backbone", "DEFAULT_MODEL",
+    "DatasetRecords", "SplitRecords", "LabelTask", "LinearProbes",
     "LayercacheError", "ConfigError", "ModelLoadError", "DatasetError", "CacheError", "CacheMismatchError",
     "InsufficientDiskError",
 ]

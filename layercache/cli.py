@@ -186,7 +186,7 @@ def info(
 @friendly
 def list_caches():
     """List the caches under $LAYERCACHE_HOME; a broken one is listed too, with what is wrong."""
-    from .paths import cache_home, latest_cache
+    from .store.paths import cache_home, latest_cache
 
     home = cache_home()
     try:

@@ -18,9 +18,11 @@ from tiny_models import BPE_KINDS, make_model, make_subword_tokenizer
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
 import layercache as lc
+import layercache.backbone.loader as loader
+import layercache.backbone.words as words_module
 import layercache.extraction.tokenize as tokenize
 from layercache.errors import DatasetError
-from layercache.sources.backbone import load_backbone, tokenizer_fingerprint
+from layercache.backbone.loader import load_backbone, tokenizer_fingerprint
 from layercache.sources.datasets import load_dataset_records
 from layercache.sources.records import SplitRecords
 
@@ -173,7 +175,7 @@ def test_wordpiece_and_prefix_space_tokenizers_are_unchanged(tiny_models, bpe_mo
     for folder in (tiny_models["bert"], tiny_models["gpt2"], tiny_models["roberta"], bpe_models["gpt2-bpe"]):
         backbone = load_backbone(str(folder), device="cpu", words_input=True)
         tok = backbone.tokenizer
-        assert tokenize.word_prefix(tok) == ""
+        assert words_module.word_prefix(tok) == ""
         assert backbone.tokenizer_fingerprint == tokenizer_fingerprint(tok)  # as before the fix
         (example,) = tokenize.encode_split(tok, SplitRecords(words=[words]), max_length=backbone.max_length,
                                            stride=None, causal=backbone.is_causal)
@@ -189,11 +191,11 @@ def test_word_prefix_is_found_per_tokenizer(tmp_path):
         make_subword_tokenizer(folder, kind, **options)
         return transformers.AutoTokenizer.from_pretrained(folder)
 
-    assert tokenize.word_prefix(loaded("llama-bpe")) == " "
-    assert tokenize.word_prefix(loaded("llama-sp")) == " "  # SentencePiece without a dummy prefix
-    assert tokenize.word_prefix(loaded("llama-sp", add_prefix_space=True)) == ""  # Llama 2: ▁ on every word
-    assert tokenize.word_prefix(loaded("gpt2-bpe", add_prefix_space=True)) == ""
-    assert tokenize.word_prefix(loaded("gpt2-bpe")) == " "  # GPT-2-type tokenizers outside the model-type list
+    assert words_module.word_prefix(loaded("llama-bpe")) == " "
+    assert words_module.word_prefix(loaded("llama-sp")) == " "  # SentencePiece without a dummy prefix
+    assert words_module.word_prefix(loaded("llama-sp", add_prefix_space=True)) == ""  # Llama 2: ▁ on every word
+    assert words_module.word_prefix(loaded("gpt2-bpe", add_prefix_space=True)) == ""
+    assert words_module.word_prefix(loaded("gpt2-bpe")) == " "  # GPT-2-type tokenizers outside the model-type list
 
 
 def test_fingerprint_records_the_prefix_deterministically(bpe_models):
@@ -204,7 +206,8 @@ def test_fingerprint_records_the_prefix_deterministically(bpe_models):
 
 
 def test_guard_refuses_when_the_fix_is_taken_away(bpe_models, conll, tmp_path, monkeypatch):
-    monkeypatch.setattr(tokenize, "word_prefix", lambda tokenizer: "", raising=False)  # old code: no such thing
+    for module in (loader, tokenize):  # old code: no prefix anywhere
+        monkeypatch.setattr(module, "word_prefix", lambda tokenizer: "")
     result = invoke("extract", bpe_models["llama-bpe"], conll, "--out", tmp_path / "cache")
     assert_refused(result, "TokenizersBackend tokenizer", "joined by spaces", "'Ġ", "text column")
     assert not (tmp_path / "cache" / "train").exists()
@@ -231,9 +234,9 @@ def test_guard_refuses_a_tokenizer_whose_pieces_span_words(bpe_models, conll, tm
 def test_check_names_the_first_differing_word(bpe_models):
     tok = transformers.AutoTokenizer.from_pretrained(bpe_models["llama-bpe"])
     words = conll_words(WEST_INDIAN)
-    tokenize.check_words_as_text(tok, [words], " ")
+    words_module.check_words_as_text(tok, [words], " ")
     with pytest.raises(DatasetError, match=r"source row 7, word 1 'Indian': \[.*\] as a word but \['ĠIndian'\]"):
-        tokenize.check_words_as_text(tok, [words], "", source_rows=[7])
+        words_module.check_words_as_text(tok, [words], "", source_rows=[7])
 
 
 def test_real_conll_sentences_tokenize_as_text(bpe_models, shared_data, tmp_path):

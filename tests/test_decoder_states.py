@@ -22,7 +22,7 @@ from cli_support import assert_refused, invoke
 from layercache.extraction.forward import pool, token_index
 from layercache.extraction.packing import StatePacker, storage_array, storage_tensor
 from layercache.extraction.tokenize import EncodedExample
-from layercache.sources.backbone import Backbone, load_backbone
+from layercache.backbone.loader import Backbone, load_backbone
 from layercache.store.dtypes import FP16_MAX
 from layercache.store.schema import ManifestSchemaError, validate_manifest
 

@@ -8,7 +8,7 @@ import torch
 
 import layercache as lc
 from layercache.extraction.forward import pool
-from layercache.sources.backbone import load_backbone
+from layercache.backbone.loader import load_backbone
 from layercache.sources.builtin import load_builtin
 
 SIZES = {"train": 24, "validation": 8}

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import layercache as lc
-from layercache.sources.backbone import load_backbone
+from layercache.backbone.loader import load_backbone
 
 from conftest import minilm_path
 

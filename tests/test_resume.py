@@ -105,7 +105,7 @@ def _shard_files(cache: Path) -> set[str]:
 
 def _assert_only_committed_shards(cache: Path) -> None:
     """What an interrupted run must leave: no temp file, and every shard on disk listed with its hash."""
-    from layercache.store.checksum import file_checksum
+    from layercache.core.checksum import file_checksum
 
     manifest = lc.read_manifest(cache)
     assert not manifest.complete

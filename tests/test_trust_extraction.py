@@ -20,8 +20,8 @@ import layercache as lc
 import layercache.extraction.run as run
 from cli_support import assert_refused, invoke
 from layercache.errors import NonFiniteStatesError
-from layercache.sources.backbone import Backbone
-from layercache.sources.records import LabelTask
+from layercache.backbone.loader import Backbone
+from layercache.core.tasks import LabelTask
 from layercache.store.writer import ExtractedBatch, ShardWriter
 
 MARKER = "7"  # a vocabulary piece used by one row only: the row the tests poison

@@ -15,7 +15,7 @@ from safetensors.torch import load_file, save_file
 import layercache as lc
 from cli_support import assert_refused, invoke
 from layercache.errors import DatasetError, ModelLoadError
-from layercache.sources.backbone import load_backbone, model_fingerprint, tokenizer_fingerprint
+from layercache.backbone.loader import load_backbone, model_fingerprint, tokenizer_fingerprint
 from layercache.sources.conll import read_conll
 from layercache.sources.datasets import load_dataset_records
 from tiny_models import HIDDEN

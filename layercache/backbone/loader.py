@@ -23,7 +23,8 @@ import torch
 import xxhash
 
 from ..errors import ConfigError, ModelLoadError
-from ..store.checksum import file_checksum
+from ..core.checksum import file_checksum
+from .words import word_prefix
 
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 
@@ -154,7 +155,7 @@ def load_backbone(name: str = DEFAULT_MODEL, *, device: str = "auto", dtype: str
 
     ``words_input`` prepares the tokenizer for pre-split words: RoBERTa-like tokenizers load with
     ``add_prefix_space`` as before, and any tokenizer whose words would still lose their leading
-    space gets it back at encoding (see :func:`~layercache.extraction.tokenize.word_prefix`), which
+    space gets it back at encoding (see :func:`~layercache.backbone.words.word_prefix`), which
     the tokenizer fingerprint then records. Weights load from safetensors files; a model that only
     has pickle weights (``pytorch_model.bin``) is refused unless ``allow_pickle``.
     """
@@ -215,8 +216,6 @@ def load_backbone(name: str = DEFAULT_MODEL, *, device: str = "auto", dtype: str
                               f"({tokenizer.num_special_tokens_to_add() + 1} to {limit}).")
         limit = max_length
     revision = getattr(config, "_commit_hash", None)
-    from ..extraction.tokenize import word_prefix  # here: extraction imports this module
-
     words_prefix = word_prefix(tokenizer) if words_input else ""
     backbone = Backbone(
         name=name, source=source, model=model, tokenizer=tokenizer, kind=kind, device=torch_device,
@@ -368,7 +367,7 @@ def tokenizer_fingerprint(tokenizer, word_prefix: str = "") -> str:
     state is left out: every call sets it anew from layercache's own options (the maximum
     length is recorded beside the fingerprint), and it changes once the tokenizer has been used.
     ``word_prefix`` is what pre-split words get before them (``" "`` where they would lose their
-    space, see :func:`~layercache.extraction.tokenize.word_prefix`); it is hashed only when set,
+    space, see :func:`~layercache.backbone.words.word_prefix`); it is hashed only when set,
     so text input and tokenizers that need nothing keep their fingerprints, while a cache of
     words made before the prefix existed (tokens of the wrong text) no longer matches.
     """

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from ..errors import NonFiniteStatesError
-from ..sources.backbone import Backbone
+from ..backbone.loader import Backbone
 from ..sources.records import LabelTask, SplitRecords
 from ..store.writer import ExtractedBatch
 from .packing import NonFiniteStates, StatePacker, storage_array

@@ -32,16 +32,17 @@ import h5py
 import numpy as np
 import torch
 
-from .. import __version__
+from ..core.units import human_bytes
+from ..core.version import __version__
 from ..errors import (CacheError, CacheMismatchError, CacheWriteError, ConfigError, InsufficientDiskError,
                       LayercacheError)
-from ..paths import default_cache_path, record_latest
+from ..store.paths import default_cache_path, record_latest
 from ..progress import checking_progress, extraction_progress
-from ..sources.backbone import DEFAULT_MODEL, Backbone, load_backbone
+from ..backbone.loader import DEFAULT_MODEL, Backbone, load_backbone
 from ..sources.datasets import load_dataset_records
 from ..sources.records import DatasetRecords
 from ..store.dtypes import AUTO, BYTES_PER_VALUE, FP16_MAX, check_storage_dtype
-from ..store.checksum import checksum_matches
+from ..core.checksum import checksum_matches
 from ..store.manifest import (FORMAT_VERSION, MANIFEST_NAME, Manifest, SplitInfo, confined_path, read_manifest,
                               stable_hash, write_manifest)
 from ..store.lock import LOCK_NAME, CacheLock
@@ -84,7 +85,7 @@ class _ProbeStates:
 
     split: str
     hidden: tuple | None
-    """L+1 x (R, W, D) states, as :meth:`~layercache.sources.backbone.Backbone.hidden_states` returns them."""
+    """L+1 x (R, W, D) states, as :meth:`~layercache.backbone.loader.Backbone.hidden_states` returns them."""
 
     def take(self, split: str, b: int) -> tuple | None:
         if split != self.split or b != 0:
@@ -143,7 +144,7 @@ def extract(
     ``overwrite`` deletes the cache's files and starts afresh (whatever its configuration), and
     ``repair`` re-extracts only the shards of a cache (complete or not) whose checksums fail.
     ``allow_pickle`` lets a model with only pickle weights (``pytorch_model.bin``) load; see
-    :func:`~layercache.sources.backbone.load_backbone`.
+    :func:`~layercache.backbone.loader.load_backbone`.
 
     ``storage_dtype="auto"`` stores float16 unless one probe batch (the longest examples of the
     first split) has states beyond the float16 range, then bfloat16 (see the module docstring);
@@ -449,14 +450,6 @@ def _check_disk(out: Path, manifest: Manifest, plans: dict[str, _SplitPlan] | No
             f"at {_nearest_existing(out)}; free space, choose another --out, keep fewer --layers, "
             "or use --store pooled."
         )
-
-
-def human_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
-        n /= 1024
-    return f"{n} B"
 
 
 def resolve_layers(layers: Sequence[int | str] | None, names: list[str]) -> list[int]:

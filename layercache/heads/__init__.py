@@ -2,7 +2,6 @@
 
 from layercache.heads.estimator import LayerHead
 from layercache.heads.feed import CacheFeed
-from layercache.heads.live import LiveFeed
 from layercache.heads.mixers import (
     MIXERS,
     LayerMixer,
@@ -15,6 +14,6 @@ from layercache.heads.model import HeadModel
 from layercache.heads.runs import TrainResult, evaluate_run, read_run, train_head
 from layercache.heads.trainer import TrainConfig, TrainHistory, train_model
 
-__all__ = ["LayerHead", "CacheFeed", "LiveFeed", "HeadModel", "TrainConfig", "TrainHistory", "TrainResult", "train_model",
+__all__ = ["LayerHead", "CacheFeed", "HeadModel", "TrainConfig", "TrainHistory", "TrainResult", "train_model",
            "train_head", "evaluate_run", "read_run", "MIXERS", "LayerMixer", "MixOutput", "make_mixer",
            "mixer_from_config", "mixer_names"]

@@ -29,9 +29,9 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from sklearn.base import BaseEstimator
 
-from .. import __version__
+from ..core.version import __version__
 from ..errors import CacheMismatchError, ConfigError, LayercacheError
-from ..sources.records import LabelTask
+from ..core.tasks import LabelTask
 from ..store.manifest import utc_now
 from ..store.reader import LayerCache
 from .attention import SelfAttention

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from ..sources.records import LabelTask
+from ..core.tasks import LabelTask
 from . import metrics as M
 from .feed import CacheFeed
 from .finite import check_outputs

@@ -36,7 +36,8 @@ import torch
 from ..errors import CacheError, ConfigError
 from ..store.buffers import populated_empty
 from ..store.dtypes import BYTES_PER_VALUE, as_torch
-from ..store.reader import IGNORE_INDEX, CacheBatch, LayerCache, translate_read_errors
+from ..core.tasks import IGNORE_INDEX
+from ..store.reader import CacheBatch, LayerCache, translate_read_errors
 
 #: Batches per length bucket when shuffling: large enough to cut padding, small enough to stay random.
 BUCKET_BATCHES = 16

@@ -22,7 +22,7 @@ import torch
 from torch import Tensor, nn
 
 from ..errors import ConfigError
-from ..sources.records import LabelTask
+from ..core.tasks import LabelTask
 from .mixers import LayerMixer, make_mixer
 from .normalize import StateNorm
 from .tasks import default_head_options, make_task_head, task_loss

@@ -20,8 +20,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..errors import ConfigError
-from ..sources.records import LabelTask
-from ..store.reader import IGNORE_INDEX
+from ..core.tasks import IGNORE_INDEX, LabelTask
 from .attention import EncoderLayer, SelfAttention, fit_heads
 from .dropout import Dropout
 from .mixers import mean_mask

@@ -39,17 +39,18 @@ import torch
 from ..errors import CacheMismatchError, ConfigError, DatasetError
 from ..extraction.forward import pad_windows, token_index
 from ..extraction.tokenize import EncodedExample, encode_split
-from ..sources.backbone import Backbone
+from ..backbone.loader import Backbone
 from ..sources.records import DatasetRecords, LabelTask
 from ..store.dtypes import STORAGE_DTYPES, check_storage_dtype
-from ..store.reader import IGNORE_INDEX, CacheBatch, LayerCache, state_positions
+from ..core.tasks import IGNORE_INDEX
+from ..store.reader import CacheBatch, LayerCache, state_positions
 
 
 class LiveFeed:
     """Padded minibatches of one dataset split, computed by a frozen backbone for every batch.
 
     Args:
-        backbone: the frozen model (:func:`~layercache.sources.backbone.load_backbone`; load it with
+        backbone: the frozen model (:func:`~layercache.backbone.loader.load_backbone`; load it with
             ``words_input=True`` for pre-split words, as extraction does).
         records: the dataset (:func:`~layercache.sources.datasets.load_dataset_records`).
         split: the split of ``records`` to serve.

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from ..extraction.run import human_bytes
+from ..core.units import human_bytes
 from ..store.reader import LayerCache
 
 

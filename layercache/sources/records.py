@@ -9,46 +9,10 @@ a source never touches the extractor.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
 
-TaskKind = Literal["sequence", "token", "regression"]
-TASK_KINDS: tuple[str, ...] = ("sequence", "token", "regression")
+from ..core.tasks import TASK_KINDS, LabelTask, TaskKind
 
-
-@dataclass(frozen=True)
-class LabelTask:
-    """One label column and how to read it.
-
-    ``sequence``: one class id per example; ``token``: one class id per word (labels sit on the
-    first sub-token of each word); ``regression``: one float per example.
-    """
-
-    name: str
-    kind: TaskKind
-    label_names: tuple[str, ...] | None = None
-    """Class names in id order (``None`` for regression)."""
-
-    def __post_init__(self) -> None:
-        if self.kind not in TASK_KINDS:
-            raise ValueError(f"task kind {self.kind!r} is not one of {', '.join(TASK_KINDS)}")
-        if self.kind == "regression" and self.label_names is not None:
-            raise ValueError("a regression task has no label names")
-        if self.kind != "regression" and not self.label_names:
-            raise ValueError(f"classification task {self.name!r} needs label names")
-
-    @property
-    def num_classes(self) -> int | None:
-        return None if self.label_names is None else len(self.label_names)
-
-    def to_json(self) -> dict:
-        return {"name": self.name, "kind": self.kind,
-                "label_names": None if self.label_names is None else list(self.label_names)}
-
-    @classmethod
-    def from_json(cls, data: dict) -> "LabelTask":
-        names = data.get("label_names")
-        return cls(name=data["name"], kind=data["kind"], label_names=None if names is None else tuple(names))
-
+__all__ = ["TASK_KINDS", "LabelTask", "TaskKind", "SplitRecords", "DatasetRecords"]
 
 @dataclass
 class SplitRecords:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import CacheError
-from ..sources.records import LabelTask
+from ..core.tasks import LabelTask
 from .schema import ManifestSchemaError, validate_manifest
 
 FORMAT_VERSION = 1
@@ -55,7 +55,7 @@ class ShardInfo:
     n_batches: int
     bytes: int
     checksum: str
-    """``"xxh3_128:<hex>"`` of the file (see :mod:`layercache.store.checksum`)."""
+    """``"xxh3_128:<hex>"`` of the file (see :mod:`layercache.core.checksum`)."""
 
 
 @dataclass

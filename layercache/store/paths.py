@@ -14,7 +14,7 @@ import os
 import re
 from pathlib import Path
 
-from .errors import CacheError
+from ..errors import CacheError
 
 LATEST_FILE = "latest"
 LATEST_MAX_BYTES = 8192

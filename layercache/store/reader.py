@@ -20,14 +20,11 @@ import numpy as np
 import torch
 
 from ..errors import CacheError, ConfigError, LayercacheError
-from ..sources.records import LabelTask
-from .checksum import checksum_matches
+from ..core.tasks import IGNORE_INDEX, LabelTask
+from ..core.checksum import checksum_matches
 from .dtypes import from_storage
 from .manifest import Manifest, ShardInfo, SplitInfo, confined_path, read_manifest
 from .mapped import MappedStates
-
-IGNORE_INDEX = -100
-"""Label value for positions a loss must skip (padding, special tokens, non-first sub-tokens)."""
 
 LayerSpec = int | str
 
@@ -135,7 +132,7 @@ class LayerCache:
         An unfinished cache is refused unless ``allow_incomplete`` (then only its committed
         shards are visible), because training on part of a split silently would be wrong.
         """
-        from ..paths import resolve_cache_path
+        from .paths import resolve_cache_path
 
         path = resolve_cache_path(path)
         manifest = read_manifest(path)

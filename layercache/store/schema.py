@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .checksum import ALGORITHM
+from ..core.checksum import ALGORITHM
 
 STORAGE_DTYPE_NAMES = ("float16", "bfloat16", "float32")
 POOLING_MODES = ("mean", "first", "last")

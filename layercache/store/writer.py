@@ -39,8 +39,8 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from ..sources.records import LabelTask
-from .checksum import fsync_and_checksum
+from ..core.tasks import LabelTask
+from ..core.checksum import fsync_and_checksum
 from .dtypes import BYTES_PER_VALUE, h5_dtype
 from .manifest import ShardInfo
 

@@ -10,8 +10,8 @@ import layercache as lc
 from layercache.errors import CacheMismatchError, ConfigError, DatasetError
 from layercache.heads import CacheFeed, HeadModel, TrainConfig, train_model
 from layercache.heads.evaluation import evaluate, primary_metric
-from layercache.heads.live import LiveFeed
-from layercache.sources.backbone import load_backbone
+from layercache.live.feed import LiveFeed
+from layercache.backbone.loader import load_backbone
 from layercache.sources.builtin import load_builtin
 
 SIZES = {"train": 24, "validation": 8}

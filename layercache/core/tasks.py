@@ -1,0 +1,48 @@
+"""Label tasks: what a label column means, shared by every layer from the sources up to the heads."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+#: Target of a position no loss or metric reads (padding, continuation sub-tokens, special tokens);
+#: the value ``torch.nn.functional.cross_entropy`` ignores by default.
+IGNORE_INDEX = -100
+
+TaskKind = Literal["sequence", "token", "regression"]
+TASK_KINDS: tuple[str, ...] = ("sequence", "token", "regression")
+
+
+@dataclass(frozen=True)
+class LabelTask:
+    """One label column and how to read it.
+
+    ``sequence``: one class id per example; ``token``: one class id per word (labels sit on the
+    first sub-token of each word); ``regression``: one float per example.
+    """
+
+    name: str
+    kind: TaskKind
+    label_names: tuple[str, ...] | None = None
+    """Class names in id order (``None`` for regression)."""
+
+    def __post_init__(self) -> None:
+        if self.kind not in TASK_KINDS:
+            raise ValueError(f"task kind {self.kind!r} is not one of {', '.join(TASK_KINDS)}")
+        if self.kind == "regression" and self.label_names is not None:
+            raise ValueError("a regression task has no label names")
+        if self.kind != "regression" and not self.label_names:
+            raise ValueError(f"classification task {self.name!r} needs label names")
+
+    @property
+    def num_classes(self) -> int | None:
+        return None if self.label_names is None else len(self.label_names)
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "kind": self.kind,
+                "label_names": None if self.label_names is None else list(self.label_names)}
+
+    @classmethod
+    def from_json(cls, data: dict) -> "LabelTask":
+        names = data.get("label_names")
+        return cls(name=data["name"], kind=data["kind"], label_names=None if names is None else tuple(names))
