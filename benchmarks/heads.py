@@ -7,7 +7,7 @@ Measures, on real data from ``../shared/data`` (see benchmarks/README.md):
    dataset: SST-2 dev accuracy and CoNLL-2003 valid entity (span) F1, with training times.
    Target: ``adaptive`` at least as good as the best single layer on both.
 2. live   - the same adaptive head on SST-2 trained for a fixed number of epochs from the cache and
-   with the live backbone (a forward pass per batch, :class:`layercache.heads.live.LiveFeed`):
+   with the live backbone (a forward pass per batch, :class:`layercache.live.feed.LiveFeed`):
    training times, extraction time and dev accuracy of both. Targets: cache >= 20x faster
    excluding the one extraction, >= 4x including it, equal accuracy within 1 point.
 
@@ -275,7 +275,7 @@ def bench_live(cache_path: Path, extract_info: dict, files: dict, limit: int | N
     from layercache import LayerCache, load_backbone
     from layercache.heads.evaluation import evaluate
     from layercache.heads.feed import CacheFeed
-    from layercache.heads.live import LiveFeed
+    from layercache.live.feed import LiveFeed
     from layercache.sources.datasets import load_dataset_records
 
     cache = LayerCache.open(cache_path)
