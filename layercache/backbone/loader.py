@@ -24,6 +24,7 @@ import xxhash
 
 from ..errors import ConfigError, ModelLoadError
 from ..core.checksum import file_checksum
+from ..core.devices import resolve_device
 from .words import word_prefix
 
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
@@ -121,17 +122,6 @@ def resolve_model_source(name: str) -> str:
     except ImportError:
         return name  # fall back to the hub id; a user with hub access still gets the model
     return str(module.get_model_path())
-
-
-def resolve_device(device: str) -> torch.device:
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise ConfigError("--device cuda was asked for but no CUDA GPU is visible; use --device cpu or auto.")
-    try:
-        return torch.device(device)
-    except RuntimeError:
-        raise ConfigError(f"Device {device!r} is not understood; use auto, cpu or cuda[:N].") from None
 
 
 def resolve_forward_dtype(dtype: str, device: torch.device) -> torch.dtype:

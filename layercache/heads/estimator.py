@@ -29,6 +29,8 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from sklearn.base import BaseEstimator
 
+from ..core.files import write_text_atomic
+from ..core.devices import resolve_device
 from ..core.version import __version__
 from ..errors import CacheMismatchError, ConfigError, LayercacheError
 from ..core.tasks import LabelTask
@@ -404,16 +406,6 @@ def default_lr(model: HeadModel) -> float:
     return 1e-3 if deep or model.mixer_spec == "adaptive" else 1e-2
 
 
-def resolve_device(device: str) -> str:
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise ConfigError("--device cuda was asked for, but torch sees no CUDA GPU; use --device cpu.")
-    if device != "cpu" and not device.startswith("cuda"):
-        raise ConfigError(f"Unknown device {device!r}; use auto, cpu or cuda.")
-    return device
-
-
 def pooled_equivalent(model: HeadModel) -> bool:
     """Whether ``model`` gives the same outputs on mean-pooled vectors as on all token states.
 
@@ -555,6 +547,4 @@ def _jsonable(value):
 
 
 def _write_json(path: Path, payload) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(_jsonable(payload), indent=2, default=str) + "\n")
-    tmp.replace(path)
+    write_text_atomic(path, json.dumps(_jsonable(payload), indent=2, default=str) + "\n")

@@ -16,13 +16,13 @@ import dataclasses
 import hashlib
 import json
 import os
-import tempfile
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from ..errors import CacheError
+from ..core.files import write_text_atomic
 from ..core.tasks import LabelTask
 from .schema import ManifestSchemaError, validate_manifest
 
@@ -194,32 +194,12 @@ def write_manifest(cache_dir: str | os.PathLike, manifest: Manifest) -> None:
 
     The file gets the permissions of any new file (``0666`` less the umask), the same as the
     shards, so a cache shared by a team can be opened by everyone who can read its shards;
-    ``mkstemp`` alone would leave it ``0600``.
+    ``mkstemp`` alone would leave it ``0600`` (:func:`~layercache.core.files.write_text_atomic`).
     """
     manifest.updated_at = utc_now()
     target = manifest_path(cache_dir)
     text = json.dumps(manifest.to_json(), indent=2, sort_keys=False)
-    fd, tmp = tempfile.mkstemp(prefix=".manifest-", suffix=".json.tmp", dir=target.parent)
-    try:
-        os.fchmod(fd, NEW_FILE_MODE)
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def _new_file_mode() -> int:
-    """``0o666`` less this process's umask: the mode ``open()`` gives a new file."""
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return 0o666 & ~mask
-
-
-NEW_FILE_MODE = _new_file_mode()
+    write_text_atomic(target, text)
 
 
 def read_manifest(cache_dir: str | os.PathLike) -> Manifest:

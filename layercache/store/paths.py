@@ -14,6 +14,7 @@ import os
 import re
 from pathlib import Path
 
+from ..core.files import write_text_atomic
 from ..errors import CacheError
 
 LATEST_FILE = "latest"
@@ -47,9 +48,7 @@ def record_latest(cache_dir: Path) -> None:
     home = cache_home()
     try:
         home.mkdir(parents=True, exist_ok=True)
-        tmp = home / f".{LATEST_FILE}.{os.getpid()}"
-        tmp.write_text(str(Path(cache_dir).resolve()) + "\n")
-        os.replace(tmp, home / LATEST_FILE)
+        write_text_atomic(home / LATEST_FILE, str(Path(cache_dir).resolve()) + "\n", fsync=False)
     except OSError:
         pass  # an unwritable home only costs the default; the cache itself is fine
 

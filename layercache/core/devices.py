@@ -1,0 +1,25 @@
+"""The one reading of a ``--device`` value, for the backbone and the heads alike."""
+
+from __future__ import annotations
+
+from ..errors import ConfigError
+
+
+def resolve_device(device: str):
+    """``auto`` -> ``cuda`` when torch sees a GPU, else ``cpu``; ``cpu`` and ``cuda[:N]`` as given.
+
+    Returns a ``torch.device``. A CUDA device that torch cannot see, or anything else, is a
+    :class:`~layercache.errors.ConfigError` naming the values that work.
+    """
+    import torch  # here, so that importing layercache.core never loads torch
+
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device != "cpu" and not device.startswith("cuda"):
+        raise ConfigError(f"Device {device!r} is not understood; use auto, cpu or cuda[:N].")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError("--device cuda was asked for, but torch sees no CUDA GPU; use --device cpu or auto.")
+    try:
+        return torch.device(device)
+    except RuntimeError:
+        raise ConfigError(f"Device {device!r} is not understood; use auto, cpu or cuda[:N].") from None
