@@ -26,7 +26,7 @@ from layercache.sources.builtin import (
 from layercache.sources.records import DatasetRecords
 
 TASK_NAMES = ["agreement", "sentiment", "negation_scope", "intensity"]
-O, CUE, SCOPE = 0, 1, 2
+OUT, CUE, SCOPE = 0, 1, 2
 CUE_WORDS = {"not", "never", "no", "longer", "hardly"}
 # The words that can carry the number of a main verb, spelled out here independently of the module.
 SINGULAR_VERBS = {"is", "was", "seems", "looks", "feels", "sounds", "does"}
@@ -87,7 +87,7 @@ def _rule_tags(words: list[str]) -> list[int]:
         seen_cue = False
         for word in words[start:end]:
             seen_cue |= word in CUE_WORDS
-            tags.append(CUE if word in CUE_WORDS else SCOPE if seen_cue else O)
+            tags.append(CUE if word in CUE_WORDS else SCOPE if seen_cue else OUT)
     return tags
 
 
@@ -202,7 +202,7 @@ def test_label_lengths_and_ranges(records):
         assert set(split.labels["sentiment"]) == {0, 1}
         for words, tags in zip(split.words, split.labels["negation_scope"]):
             assert len(tags) == len(words)
-            assert set(tags) <= {O, CUE, SCOPE}
+            assert set(tags) <= {OUT, CUE, SCOPE}
         assert all(isinstance(value, float) for value in split.labels["intensity"])
 
 
@@ -265,7 +265,7 @@ def test_sentiment_is_the_last_adjective_flipped_by_negation_in_scope(records):
     train = records.splits["train"]
     polarity = {}
     for words, tags, label in zip(train.words, train.labels["negation_scope"], train.labels["sentiment"]):
-        if tags[-1] == O:
+        if tags[-1] == OUT:
             assert polarity.setdefault(words[-1], label) == label
     test = records.splits["test"]
     for words, tags, label in zip(test.words, test.labels["negation_scope"], test.labels["sentiment"]):
@@ -318,5 +318,5 @@ def test_per_word_majority_tagger_cannot_solve_negation_scope(records):
             counts[word][tag] += 1
     pairs = [(word, tag) for words, tags in zip(test.words, test.labels["negation_scope"])
              for word, tag in zip(words, tags)]
-    correct = sum((counts[word].most_common(1)[0][0] if word in counts else O) == tag for word, tag in pairs)
+    correct = sum((counts[word].most_common(1)[0][0] if word in counts else OUT) == tag for word, tag in pairs)
     assert correct / len(pairs) < MAJORITY_TAGGER_CEILING

@@ -34,7 +34,7 @@ def write(path: Path, text: str) -> Path:
 
 def test_csv_with_header(tmp_path):
     path = write(tmp_path / "reviews.csv", "review,sentiment,label\n" +
-                 "\n".join(f'"{t}",x,{l}' for t, l in REVIEWS) + "\n")
+                 "\n".join(f'"{t}",x,{y}' for t, y in REVIEWS) + "\n")
     records = load_dataset_records(str(path))
     assert list(records.splits) == ["train"]
     assert records.columns == ["review", "sentiment", "label"]
@@ -49,7 +49,7 @@ def test_csv_with_header(tmp_path):
 
 
 def test_tsv_headerless_is_detected(tmp_path):
-    path = write(tmp_path / "train.tsv", "".join(f"{int(l == 'pos')}\t{t}\n" for t, l in REVIEWS))
+    path = write(tmp_path / "train.tsv", "".join(f"{int(y == 'pos')}\t{t}\n" for t, y in REVIEWS))
     records = load_dataset_records(str(path))
     # Positional columns get the names a header would have given them, once label and text are told apart.
     assert records.columns == ["label", "text"]
@@ -79,7 +79,7 @@ def test_tsv_headerless_text_first_with_string_labels_and_quotes(tmp_path):
 
 def test_unknown_header_names_are_still_a_header(tmp_path):
     path = write(tmp_path / "sms.csv", "message,spam\n" + "".join(
-        f"{t},{'spam' if l == 'neg' else 'ham'}\n" for t, l in REVIEWS if "," not in t))
+        f"{t},{'spam' if y == 'neg' else 'ham'}\n" for t, y in REVIEWS if "," not in t))
     records = load_dataset_records(str(path), text_columns=["message"], label_columns=["spam"])
     assert records.columns == ["message", "spam"]
     assert len(records.splits["train"]) == 5
@@ -87,7 +87,7 @@ def test_unknown_header_names_are_still_a_header(tmp_path):
 
 
 def test_jsonl_and_json_array(tmp_path):
-    lines = [json.dumps({"text": t, "label": int(l == "pos"), "id": i}) for i, (t, l) in enumerate(REVIEWS)]
+    lines = [json.dumps({"text": t, "label": int(y == "pos"), "id": i}) for i, (t, y) in enumerate(REVIEWS)]
     jsonl = write(tmp_path / "data.jsonl", "\n".join(lines) + "\n\n")
     records = load_dataset_records(str(jsonl))
     assert records.text_columns == ["text"]
@@ -105,7 +105,7 @@ def test_parquet(tmp_path):
     pd = pytest.importorskip("pandas")
     pytest.importorskip("pyarrow")
     path = tmp_path / "data.parquet"
-    pd.DataFrame({"content": [t for t, _ in REVIEWS], "category": [l for _, l in REVIEWS]}).to_parquet(path)
+    pd.DataFrame({"content": [t for t, _ in REVIEWS], "category": [y for _, y in REVIEWS]}).to_parquet(path)
     records = load_dataset_records(str(path))
     assert records.text_columns == ["content"]
     assert records.task("category").label_names == ("neg", "neutral", "pos")
@@ -400,6 +400,31 @@ def test_bad_sources(tmp_path):
     with pytest.raises(DatasetError, match="line 2"):
         load_dataset_records(str(write(tmp_path / "broken.jsonl", '{"text": "a", "label": 1}\n{oops\n')))
 
+
+def test_one_registry_drives_every_list_of_files_and_the_reading(tmp_path, monkeypatch):
+    from layercache.sources import datasets, registry
+    from layercache.sources.splits import FileTable, MemorySplit
+
+    assert datasets.SUPPORTED_EXTENSIONS == registry.SUPPORTED_EXTENSIONS == (
+        ".csv", ".tsv", ".jsonl", ".json", ".parquet", ".conll", ".txt", ".iob", ".bio")
+    assert registry.SUPPORTED_FILES == "csv, tsv, jsonl, json, parquet, or a CoNLL token file (.conll/.txt/.iob/.bio)"
+    assert registry.SUPPORTED_FORMATS == "csv/tsv/jsonl/parquet/CoNLL"
+    for extension in registry.SUPPORTED_EXTENSIONS:
+        assert extension in registry.source_for(f"x{extension.upper()}").extensions
+    with pytest.raises(DatasetError, match=r"unsupported extension '\.lines'; use csv, tsv"):
+        load_dataset_records(str(write(tmp_path / "d.lines", "a sentence\n")))
+    with pytest.raises(DatasetError, match=r"not a CoNLL token file .* save tables as \.csv, \.tsv, \.jsonl or "):
+        load_dataset_records(str(write(tmp_path / "d.txt", "one two three\nfour five six seven\n")))
+
+    def read_lines(split_name, path):  # a new format: one text per line, all labelled "x"
+        texts = Path(path).read_text().splitlines()
+        return FileTable(MemorySplit(split_name, f"file '{path}'", {"text": texts, "label": ["x"] * len(texts)}))
+
+    lines = registry.FileSource("lines", (".lines",), read_lines)
+    monkeypatch.setattr(registry, "_BY_EXTENSION", {**registry._BY_EXTENSION, ".lines": lines})
+    with pytest.warns(UserWarning, match="single class"):
+        records = load_dataset_records(str(tmp_path / "d.lines"))
+    assert records.splits["train"].texts == ["a sentence"] and records.tasks[0].label_names == ("x",)
 
 def test_builtin_is_delegated_and_limited(monkeypatch):
     import sys

@@ -10,15 +10,15 @@ import warnings
 import pytest
 import torch
 import transformers
+from cli_support import assert_refused, invoke
 from safetensors.torch import load_file, save_file
+from tiny_models import HIDDEN
 
 import layercache as lc
-from cli_support import assert_refused, invoke
-from layercache.errors import DatasetError, ModelLoadError
 from layercache.backbone.loader import load_backbone, model_fingerprint, tokenizer_fingerprint
+from layercache.errors import DatasetError, ModelLoadError
 from layercache.sources.conll import read_conll
 from layercache.sources.datasets import load_dataset_records
-from tiny_models import HIDDEN
 
 MIDDLE = "encoder.layer.0.attention.self.query.weight"
 """A weight of the tiny BERT's first block: neither among its first nor its last tensors."""

@@ -9,8 +9,8 @@ only separate documents and are skipped. Columns are named by their count:
 - otherwise: ``tokens``, ``col1``, ``col2``, ... and the last column ``tags``.
 
 The last column is the default label column. CoNLL-U (``.conllu``) is a different format and is
-not read here. A file with no blank line at all reads as one example; when that example looks
-like several sentences, a warning says so.
+refused with a hint (:func:`refuse_conllu`). A file with no blank line at all reads as one
+example; when that example looks like several sentences, a warning says so.
 """
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from layercache.errors import DatasetError
+
+from .splits import FileTable, MemorySplit
 
 DOCSTART = "-DOCSTART-"
 SENTENCE_ENDS = frozenset({".", "!", "?"})
@@ -76,7 +78,8 @@ def _read_lines(path: Path, max_lines: int | None = None) -> list[str]:
         raise DatasetError(f"{path} is not UTF-8 text ({exc.reason} at byte {exc.start}); "
                            f"save it with UTF-8 encoding.") from exc
     except OSError as exc:
-        raise DatasetError(f"Could not read {path}: {exc.strerror or exc}; check the path and its permissions.") from exc
+        raise DatasetError(f"Could not read {path}: {exc.strerror or exc}; check the path and its "
+                           f"permissions.") from exc
 
 
 def looks_like_conll(path: str | Path, max_lines: int = 2000) -> bool:
@@ -143,3 +146,18 @@ def read_conll(path: str | Path) -> ConllFile:
     names = conll_column_names(width or 1)
     columns = {name: [[row[i] for row in sentence] for sentence in sentences] for i, name in enumerate(names)}
     return ConllFile(path=path, column_names=names, columns=columns, line_numbers=starts)
+
+
+def read_conll_table(split_name: str, path: Path) -> FileTable:
+    """A CoNLL token file as a table: one row per sentence, its last column the default labels."""
+    conll = read_conll(path)
+    table = MemorySplit(split_name, f"file '{path}'", dict(conll.columns), num_rows=len(conll),
+                        lines=conll.line_numbers)
+    default = conll.default_label_column
+    return FileTable(table, default_labels=[default] if default else [], default_words="tokens")
+
+
+def refuse_conllu(split_name: str, path: Path) -> FileTable:
+    """CoNLL-U is not read: refuse it, saying what to convert it to."""
+    raise DatasetError(f"{path} is CoNLL-U, which layercache does not read; convert it to one "
+                       f"'token tag' pair per line (.conll) or to jsonl with tokens and tags lists.")
