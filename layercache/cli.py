@@ -133,18 +133,20 @@ def extract(
 ):
     """Run MODEL frozen over DATASET once and cache every layer's states (resumable)."""
     from .extraction.run import extract as run_extract
+    from .extraction.specs import BatchSpec, DataSpec, StorageSpec
 
     splits, split_files = parse_splits(split)
-    result = run_extract(
-        model, dataset or ("" if split_files else "builtin"), out, dataset_config=config, splits=splits,
-        split_files=split_files, text_columns=split_list(text_column) or None,
-        label_columns=split_list(label_column) or None, no_labels=no_labels, task_kind=task_kind, limit=limit,
-        layers=split_list(layers) or None, store=store, pooling=split_list(pooling) or ["mean"],
-        storage_dtype=storage_dtype, mean_skip_first=mean_skip_first, dtype=dtype, device=device,
-        max_length=max_length, stride=stride,
-        batch_tokens=batch_tokens, batch_size=batch_size, shard_bytes=parse_size(shard_size),
-        overwrite=overwrite, repair=repair, allow_pickle=allow_pickle, progress=not quiet,
-    )
+    data = DataSpec(dataset or ("" if split_files else "builtin"), config=config, splits=splits,
+                    split_files=split_files, text_columns=split_list(text_column) or None,
+                    label_columns=split_list(label_column) or None, no_labels=no_labels, task_kind=task_kind,
+                    limit=limit)
+    storage = StorageSpec(layers=_layer_specs(split_list(layers)) or None, store=store,
+                          pooling=split_list(pooling) or ["mean"], storage_dtype=storage_dtype,
+                          mean_skip_first=mean_skip_first, shard_bytes=parse_size(shard_size))
+    batching = BatchSpec(batch_tokens=batch_tokens, batch_size=batch_size, max_length=max_length, stride=stride,
+                         dtype=dtype, device=device)
+    result = run_extract(model, out=out, data=data, storage=storage, batching=batching, overwrite=overwrite,
+                         repair=repair, allow_pickle=allow_pickle, progress=not quiet)
     if result.repaired:
         verb = f"repaired ({len(result.repaired)} shard(s) re-extracted)"
     elif result.already_complete:
@@ -317,7 +319,10 @@ def train_head(
 
 
 def _layer_specs(values: list[str]) -> list[int | str]:
-    return [int(v) if re.fullmatch(r"-?\d+", v) else v for v in values]
+    """``--layers`` values as layer specs: ``"-1"`` -> ``-1``, names stay names (see :mod:`layercache.core.layers`)."""
+    from .core.layers import parse_layer_spec
+
+    return [parse_layer_spec(v) for v in values]
 
 
 @app.command("eval")

@@ -21,8 +21,8 @@ import layercache as lc
 import layercache.backbone.loader as loader
 import layercache.backbone.words as words_module
 import layercache.extraction.tokenize as tokenize
-from layercache.errors import DatasetError
 from layercache.backbone.loader import load_backbone, tokenizer_fingerprint
+from layercache.errors import DatasetError
 from layercache.sources.datasets import load_dataset_records
 from layercache.sources.records import SplitRecords
 

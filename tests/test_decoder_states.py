@@ -16,13 +16,13 @@ import h5py
 import numpy as np
 import pytest
 import torch
+from cli_support import assert_refused, invoke
 
 import layercache as lc
-from cli_support import assert_refused, invoke
+from layercache.backbone.loader import Backbone, load_backbone
 from layercache.extraction.forward import pool, token_index
 from layercache.extraction.packing import StatePacker, storage_array, storage_tensor
 from layercache.extraction.tokenize import EncodedExample
-from layercache.backbone.loader import Backbone, load_backbone
 from layercache.store.dtypes import FP16_MAX
 from layercache.store.schema import ManifestSchemaError, validate_manifest
 

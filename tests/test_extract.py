@@ -7,8 +7,8 @@ import pytest
 import torch
 
 import layercache as lc
-from layercache.extraction.forward import pool
 from layercache.backbone.loader import load_backbone
+from layercache.extraction.forward import pool
 from layercache.sources.builtin import load_builtin
 
 SIZES = {"train": 24, "validation": 8}
@@ -179,6 +179,45 @@ def test_layer_subset_and_pooled_only(tiny_models, tmp_path, small_builtin):
     with pytest.raises(lc.ConfigError, match="does not exist"):
         lc.extract(str(tiny_models["roberta"]), "builtin", tmp_path / "bad", progress=False, layers=["layer_9"])
 
+
+
+def test_one_layer_resolver_sorts_for_the_extractor_and_keeps_order_for_readers():
+    from layercache.core.layers import DOES_NOT_EXIST, parse_layer_spec, resolve_layers
+
+    names = ["embeddings", "layer_1", "layer_2", "layer_3"]
+    assert resolve_layers(None, names) == [0, 1, 2, 3]
+    assert resolve_layers(["layer_3", "0", -1, np.int64(1)], names, sort=True) == [0, 1, 3]
+    assert resolve_layers(["layer_3", "0", -1, "layer_3"], names) == [3, 0, 3, 3]
+    assert resolve_layers("layer_2", names) == [2] and resolve_layers(-4, names) == [0]
+    assert [parse_layer_spec(v) for v in ["-1", "3", "layer_2", "+1"]] == [-1, 3, "layer_2", "+1"]
+    with pytest.raises(lc.ConfigError, match=r"Layer 'layer_9' is not in this cache, which has embeddings, layer_1, "
+                                             r"layer_2, layer_3 \(or give an index from -4 to 3\)\.$"):
+        resolve_layers(["layer_9"], names, "this cache")
+    with pytest.raises(lc.ConfigError, match=r"^Layer 4 does not exist; the model has embeddings, layer_1, layer_2, "
+                                             r"layer_3 \(or indices -4 to 3\)\.$"):
+        resolve_layers([4], names, sort=True, refusal=DOES_NOT_EXIST)
+    with pytest.raises(lc.ConfigError, match="layers is empty"):
+        resolve_layers([], names)
+    with pytest.raises(lc.ConfigError, match="not in the states"):
+        resolve_layers([True], names)
+
+
+def test_grouped_specs_make_the_same_cache_as_flat_keywords(tiny_models, tmp_path, small_builtin):
+    from layercache.extraction.specs import BatchSpec, DataSpec, StorageSpec
+
+    flat = lc.extract(str(tiny_models["bert"]), "builtin", tmp_path / "flat", progress=False, limit=10,
+                      layers=["0", "layer_2"], store="pooled", pooling=["mean", "last"], batch_size=4)
+    grouped = lc.extract(str(tiny_models["bert"]), out=tmp_path / "grouped", progress=False,
+                         data=DataSpec("builtin", limit=10),
+                         storage=StorageSpec(layers=[0, "layer_2"], store="pooled", pooling=("mean", "last")),
+                         batching=BatchSpec(batch_size=4))
+    assert grouped.manifest.config_hash == flat.manifest.config_hash
+    assert grouped.manifest.storage["layers"] == [0, 2]
+    with pytest.raises(lc.ConfigError, match=r"Pass limit inside data=DataSpec\(...\), not beside it"):
+        lc.extract(str(tiny_models["bert"]), out=tmp_path / "both", data=DataSpec("builtin"), limit=3)
+    with pytest.raises(lc.ConfigError, match="storage= takes a StorageSpec"):
+        lc.extract(str(tiny_models["bert"]), out=tmp_path / "wrong", storage=BatchSpec())
+    assert not (tmp_path / "both").exists() and not (tmp_path / "wrong").exists()
 
 def test_stats_match_the_stored_tokens(tiny_models, tmp_path, small_builtin):
     result = lc.extract(str(tiny_models["bert"]), "builtin", tmp_path / "cache", progress=False,

@@ -5,11 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from conftest import minilm_path
 
 import layercache as lc
 from layercache.backbone.loader import load_backbone
-
-from conftest import minilm_path
 
 pytestmark = pytest.mark.slow
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
 import textwrap
 import threading
-import time
 from pathlib import Path
 
 import h5py
@@ -18,24 +18,40 @@ import pytest
 
 import layercache as lc
 
-# The child runs the real CLI; appends are slowed so the kill lands mid-run, with a shard half written.
+# The child runs the real CLI. Once 3 shards are committed and the next one is half written (its
+# .tmp on disk), it tells the parent through a pipe and blocks in that append: the parent's SIGKILL
+# then always lands mid-shard, with no timing to tune.
 CHILD = textwrap.dedent("""
-    import sys, time
+    import json, os, sys, time
+    from pathlib import Path
     import layercache.sources.builtin as builtin
     from layercache.store.writer import ShardWriter
     original, append = builtin.load_builtin, ShardWriter.append
     builtin.load_builtin = lambda seed=0, sizes=None: original(seed, {"train": 60, "validation": 20})
-    def slow_append(self, batch):
+    ready = int(sys.argv[1])
+    def committed(cache):
+        try:
+            manifest = json.loads((cache / "manifest.json").read_text())
+        except (FileNotFoundError, json.JSONDecodeError):
+            return 0
+        return sum(len(s["shards"]) for s in manifest["splits"].values())
+    def append_then_wait(self, batch):
         append(self, batch)
-        time.sleep(float(sys.argv[1]))
-    ShardWriter.append = slow_append
+        cache = Path(self.tmp_path).parent.parent
+        if ready >= 0 and committed(cache) >= 3 and Path(self.tmp_path).exists():
+            os.write(ready, b"x")
+            while True:
+                time.sleep(60)  # until killed
+    ShardWriter.append = append_then_wait
     from layercache.cli import app
     app(sys.argv[2:])
 """)
 
 
-def run_cli(args: list[str], delay: float, env: dict) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", CHILD, str(delay), *args], env=env,
+def run_cli(args: list[str], env: dict, ready_fd: int = -1) -> subprocess.Popen:
+    """The CLI in a child process; with ``ready_fd`` it stops mid-shard and writes one byte there."""
+    fds = (ready_fd,) if ready_fd >= 0 else ()
+    return subprocess.Popen([sys.executable, "-c", CHILD, str(ready_fd), *args], env=env, pass_fds=fds,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
 
@@ -62,27 +78,28 @@ def test_sigkill_then_resume_matches_an_uninterrupted_run(tiny_models, tmp_path)
             "--batch-tokens", "96", "--pooling", "mean,last"]
     killed, clean = tmp_path / "killed", tmp_path / "clean"
 
-    child = run_cli(args + ["--out", str(killed)], delay=0.15, env=env)
-    deadline = time.time() + 120
-    # Kill while a shard is half written (its .tmp exists), after a few shards were committed.
-    while time.time() < deadline and child.poll() is None:
-        if committed_shards(killed) >= 3 and list(killed.glob("*/*.tmp")):
-            break
-        time.sleep(0.01)
+    read_end, write_end = os.pipe()
+    child = run_cli(args + ["--out", str(killed)], env, ready_fd=write_end)
+    os.close(write_end)
+    # Kill while a shard is half written, after a few were committed: the child says when.
+    readable, _, _ = select.select([read_end], [], [], 120)
+    signalled = bool(readable) and os.read(read_end, 1) == b"x"
+    os.close(read_end)
     child.send_signal(signal.SIGKILL)
     child.wait()
-    assert child.returncode == -signal.SIGKILL, "the child finished before it could be killed"
+    assert signalled, child.stdout.read().decode()[-2000:]
+    assert child.returncode == -signal.SIGKILL
     before = lc.read_manifest(killed)
     assert not before.complete and committed_shards(killed) >= 3
     assert list(killed.glob("*/*.tmp")), "the kill should interrupt a shard being written"
     with pytest.raises(lc.CacheError, match="incomplete"):
         lc.LayerCache.open(killed)
 
-    resumed = run_cli(args + ["--out", str(killed)], delay=0, env=env)
+    resumed = run_cli(args + ["--out", str(killed)], env)
     out, _ = resumed.communicate(timeout=300)
     assert resumed.returncode == 0, out.decode()
     assert b"resumed" in out
-    fresh = run_cli(args + ["--out", str(clean)], delay=0, env=env)
+    fresh = run_cli(args + ["--out", str(clean)], env)
     out, _ = fresh.communicate(timeout=300)
     assert fresh.returncode == 0, out.decode()
 
@@ -220,7 +237,7 @@ def test_background_writer_runs_jobs_in_order_and_reraises_the_first_error():
     writer.submit(lambda: done.append("queued"))
     canceller = threading.Thread(target=writer.cancel)
     canceller.start()
-    time.sleep(0.2)  # cancel() has set its flag and waits for the running job
+    assert writer._cancelled.wait(10)  # cancel() has set its flag and now waits for the running job
     gate.set()
     canceller.join()
     assert "queued" not in done  # a cancelled writer finishes the running job and drops the rest

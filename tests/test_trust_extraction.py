@@ -14,14 +14,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from cli_support import assert_refused, invoke
 from rich.console import Console
 
 import layercache as lc
 import layercache.extraction.run as run
-from cli_support import assert_refused, invoke
-from layercache.errors import NonFiniteStatesError
 from layercache.backbone.loader import Backbone
 from layercache.core.tasks import LabelTask
+from layercache.errors import NonFiniteStatesError
 from layercache.store.writer import ExtractedBatch, ShardWriter
 
 MARKER = "7"  # a vocabulary piece used by one row only: the row the tests poison

@@ -22,9 +22,9 @@ from pathlib import Path
 import torch
 import xxhash
 
-from ..errors import ConfigError, ModelLoadError
 from ..core.checksum import file_checksum
 from ..core.devices import resolve_device
+from ..errors import ConfigError, ModelLoadError
 from .words import word_prefix
 
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
@@ -80,10 +80,12 @@ class Backbone:
 
     @property
     def layer_names(self) -> list[str]:
+        """State names in ``hidden_states`` order: ``embeddings``, then ``layer_1`` ... ``layer_L``."""
         return ["embeddings"] + [f"layer_{i}" for i in range(1, self.n_layers + 1)]
 
     @property
     def is_causal(self) -> bool:
+        """Whether each token sees only the tokens before it (decoder-only backbones)."""
         return self.kind == "decoder"
 
     @torch.inference_mode()
@@ -107,6 +109,7 @@ class Backbone:
         }
 
     def describe_tokenizer(self) -> dict:
+        """The manifest's ``tokenizer`` entry (class, fingerprint, maximum length, padding)."""
         return {"class": type(self.tokenizer).__name__, "fingerprint": self.tokenizer_fingerprint,
                 "max_length": self.max_length, "pad_from": self.pad_from,
                 "padding_side": "right"}
@@ -125,6 +128,7 @@ def resolve_model_source(name: str) -> str:
 
 
 def resolve_forward_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    """The torch dtype of the forward pass; ``auto``: float32 off CUDA, else bfloat16 where supported, else float16."""
     if dtype == "auto":
         if device.type != "cuda":
             return torch.float32

@@ -137,6 +137,7 @@ class BufferPool:
                 continue
 
     def give_back(self, buffer: torch.Tensor) -> None:
+        """Return a buffer taken with :meth:`take`, once its data is written."""
         self._free.put(buffer)
 
 

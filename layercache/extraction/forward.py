@@ -13,8 +13,8 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from ..errors import NonFiniteStatesError
 from ..backbone.loader import Backbone
+from ..errors import NonFiniteStatesError
 from ..sources.records import LabelTask, SplitRecords
 from ..store.writer import ExtractedBatch
 from .packing import NonFiniteStates, StatePacker, storage_array

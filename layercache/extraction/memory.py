@@ -68,6 +68,7 @@ class HeapTrimmer:
         self.trims = 0
 
     def batch_done(self) -> None:
+        """Note a batch boundary; trim the heap when it has grown ``slack`` bytes since the last trim."""
         if not self.enabled:
             return
         now = resident_bytes()

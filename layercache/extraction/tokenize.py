@@ -8,10 +8,11 @@ earliest window (most left context) for causal decoders.
 
 Pre-split words (CoNLL-style input) are tokenized with ``is_split_into_words``, which hands each
 word to the tokenizer on its own: a tokenizer that marks a word's leading space in its pieces
-(byte-level BPE ``Ġ``, SentencePiece ``▁``) then never sees the space. :func:`~layercache.backbone.words.word_prefix`
-finds what each word after the first needs so that its pieces are those of running text, and
-:func:`~layercache.backbone.words.check_words_as_text` refuses a tokenizer for which the words still differ from the same
-words joined by spaces, rather than cache states of text the model was never meant to read.
+(byte-level BPE ``Ġ``, SentencePiece ``▁``) then never sees the space.
+:func:`~layercache.backbone.words.word_prefix` finds what each word after the first needs so that
+its pieces are those of running text, and :func:`~layercache.backbone.words.check_words_as_text`
+refuses a tokenizer for which the words still differ from the same words joined by spaces, rather
+than cache states of text the model was never meant to read.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ class EncodedExample:
 
     @property
     def n_tokens(self) -> int:
+        """Tokens stored for this example (after stitching its windows)."""
         return len(self.windows[0]) if self.take is None else len(self.take)
 
     @property
@@ -65,6 +67,7 @@ class EncodedExample:
 
     @property
     def n_rows(self) -> int:
+        """Windows (forward rows) this example takes."""
         return len(self.windows)
 
 

@@ -1,0 +1,115 @@
+"""How many bytes a cache will take on disk, and how many are free for it."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+
+from ..store.dtypes import BYTES_PER_VALUE
+from ..store.manifest import Manifest
+from ..store.writer import CHUNK_TOKENS, IDS_CHUNK, INDEX_CHUNK, POOLED_CHUNK
+from .housekeeping import nearest_existing
+from .plan import SplitPlan
+
+DISK_MARGIN = 1.05  # slack on top of the estimate, which already counts chunk padding and HDF5 metadata
+
+
+def free_disk_bytes(path: Path) -> int:
+    """Free bytes on the disk that holds (or will hold) ``path``."""
+    return shutil.disk_usage(nearest_existing(path)).free
+
+
+# What a shard file holds beyond its values, fitted on shards from 1 to 100k tokens (within ~1 %
+# of their real size together with the chunk rounding below): a fixed part, each dataset's object
+# header and first chunk-index node, and each chunk's index entry.
+SHARD_FILE_METADATA = 1024
+DATASET_METADATA = 2700
+CHUNK_METADATA = 64
+MANIFEST_BYTES, MANIFEST_SHARD_BYTES = 8192, 400  # manifest.json: header, and one entry per shard
+
+
+def estimate_bytes(manifest: Manifest, plans: dict[str, SplitPlan] | None = None) -> int:
+    """Bytes the finished cache will take on disk: every shard file as written, and the manifest.
+
+    A shard's size is its values plus what the format adds: every chunk is stored whole, so the
+    last chunk of each dataset is padded (``hidden`` by up to 511 tokens, each pooled mode by up to
+    63 examples, the id and label datasets by up to 4-8k entries), and HDF5 metadata per dataset
+    and chunk. Small shards are mostly that overhead, so the shard count matters; it follows from
+    the batch plan and ``shard_bytes`` exactly as :class:`~.shards.SplitShards` draws the
+    boundaries. Without ``plans`` every batch counts as its split's average batch.
+    """
+    sizes = [size for name in manifest.splits for size in _shard_estimates(manifest, name, plans, 0)]
+    return sum(sizes) + MANIFEST_BYTES + MANIFEST_SHARD_BYTES * len(sizes)
+
+
+def remaining_bytes(manifest: Manifest, plans: dict[str, SplitPlan] | None = None) -> int:
+    """Bytes a resumed run still writes: the shards from each split's first unwritten batch on.
+
+    A resumed split opens a new shard at that batch, so this is the same sum as
+    :func:`estimate_bytes` over the shards not committed yet; it is positive while any work remains.
+    """
+    sizes = [size for name, split in manifest.splits.items() if not split.complete
+             for size in _shard_estimates(manifest, name, plans, split.batches_written)]
+    return sum(sizes) + (MANIFEST_BYTES + MANIFEST_SHARD_BYTES * len(sizes) if sizes else 0)
+
+
+def _shard_estimates(manifest: Manifest, name: str, plans: dict[str, SplitPlan] | None, start: int) -> list[int]:
+    """Estimated file size of each shard a split writes from planned batch ``start`` to its end."""
+    split, storage = manifest.splits[name], manifest.storage
+    plan = plans.get(name) if plans else None
+    if plan is not None:
+        lengths = np.fromiter((ex.n_tokens for ex in plan.examples), np.int64, len(plan.examples))  # (n,)
+        batches = [(len(batch), int(lengths[batch].sum())) for batch in plan.batches]
+        word_ids = bool(plan.examples) and plan.examples[0].word_ids is not None
+    else:  # the split's average batch, repeated
+        n_batches = max(split.n_batches, 1)
+        batches = [(split.n_examples / n_batches, split.n_tokens / n_batches)] * split.n_batches
+        word_ids = any(task.kind == "token" for task in manifest.tasks)
+    vector = len(storage["layers"]) * manifest.hidden_size * BYTES_PER_VALUE[storage["dtype"]]
+    per_token = vector if storage["store"] == "tokens" else 0
+    per_example = vector * len(storage["pooling"])
+    sizes, n, t = [], 0, 0
+    for b in range(start, len(batches)):
+        n, t = n + batches[b][0], t + batches[b][1]
+        if per_token * t + per_example * n >= storage["shard_bytes"] or b == len(batches) - 1:  # as SplitShards.append
+            sizes.append(_shard_file_bytes(manifest, round(n), round(t), word_ids))
+            n = t = 0
+    return sizes
+
+
+def _shard_file_bytes(manifest: Manifest, n: int, t: int, word_ids: bool) -> int:
+    """Bytes of one shard file of ``n`` examples and ``t`` tokens, chunk padding and metadata included.
+
+    Mirrors :meth:`~layercache.store.writer.ShardWriter._open`; per-word labels are counted as one
+    per token (an upper bound that only matters in 4096-entry chunks).
+    """
+    storage = manifest.storage
+    S, D = len(storage["layers"]), manifest.hidden_size
+    vector = S * D * BYTES_PER_VALUE[storage["dtype"]]
+    token_tasks = any(task.kind == "token" for task in manifest.tasks)
+    chunks = {  # dataset -> (chunks, bytes per chunk)
+        "offsets": (_n_chunks(n + 1, INDEX_CHUNK), 8 * INDEX_CHUNK),
+        "input_ids": (_n_chunks(t, IDS_CHUNK), 4 * IDS_CHUNK),
+        "example_index": (_n_chunks(n, INDEX_CHUNK), 8 * INDEX_CHUNK),
+    }
+    if storage["store"] == "tokens":
+        chunks["hidden"] = (S * _n_chunks(t, CHUNK_TOKENS), CHUNK_TOKENS * D * BYTES_PER_VALUE[storage["dtype"]])
+    for mode in storage["pooling"]:
+        chunks[f"pooled/{mode}"] = (S * _n_chunks(n, POOLED_CHUNK), POOLED_CHUNK * vector // S)
+    if word_ids:
+        chunks["word_ids"] = (_n_chunks(t, IDS_CHUNK), 4 * IDS_CHUNK)
+    if token_tasks:
+        chunks["word_offsets"] = (_n_chunks(n + 1, INDEX_CHUNK), 8 * INDEX_CHUNK)
+    for task in manifest.tasks:
+        chunks[f"labels/{task.name}"] = (_n_chunks(t if task.kind == "token" else n, INDEX_CHUNK),
+                                         (4 if task.kind == "regression" else 8) * INDEX_CHUNK)
+    stats = 2 * S * D * 8  # stats/sum, stats/sumsq: float64, contiguous
+    n_datasets = len(chunks) + 2
+    return (sum(count * size for count, size in chunks.values()) + stats + SHARD_FILE_METADATA
+            + DATASET_METADATA * n_datasets + CHUNK_METADATA * sum(count for count, _ in chunks.values()))
+
+
+def _n_chunks(count: int, chunk: int) -> int:
+    return -(-count // chunk)

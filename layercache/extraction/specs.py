@@ -1,0 +1,90 @@
+"""The options of an extraction, grouped: what data, how it is stored, how it is batched.
+
+:func:`~layercache.extraction.run.extract` takes them as three small frozen specs, or as the flat
+keyword arguments it always took (which build the same specs). Defaults are the command line's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
+from typing import Any
+
+from ..core.layers import LayerSpec
+from ..errors import ConfigError
+from ..store.dtypes import AUTO
+
+DEFAULT_SHARD_BYTES = 256 * 2**20
+"""Target bytes of states per shard file (``--shard-size 256MiB``)."""
+
+
+@dataclass(frozen=True)
+class DataSpec:
+    """Which data to run: see :func:`~layercache.sources.datasets.load_dataset_records` for every option."""
+
+    dataset: str | None = "builtin"
+    """``builtin``, a hub id, a local file or a saved datasets folder; ``None`` with ``split_files``."""
+    config: str | None = None
+    """Hub dataset configuration (``cola`` for ``glue``)."""
+    splits: Sequence[str] | None = None
+    split_files: Mapping[str, str] | None = None
+    """One local file per split: ``{"train": path, ...}``."""
+    text_columns: Sequence[str] | None = None
+    label_columns: Sequence[str] | None = None
+    no_labels: bool = False
+    task_kind: str | None = None
+    limit: int | None = None
+    """Keep the first ``limit`` examples of each split."""
+
+
+@dataclass(frozen=True)
+class StorageSpec:
+    """What the cache keeps of each example, and how it is laid out on disk."""
+
+    layers: LayerSpec | Sequence[LayerSpec] | None = None
+    """States to keep, names or indices (``0`` = embeddings, ``-1`` = last); ``None`` = all."""
+    store: str = "tokens"
+    """``tokens`` (every token's states, and the pooled vectors) or ``pooled`` (pooled vectors only)."""
+    pooling: Sequence[str] = ("mean",)
+    storage_dtype: str = AUTO
+    mean_skip_first: bool = False
+    """Leave each example's first token out of mean pooling (a decoder's BOS / attention sink)."""
+    shard_bytes: int = DEFAULT_SHARD_BYTES
+
+
+@dataclass(frozen=True)
+class BatchSpec:
+    """How the backbone runs: forward batches, token windows, dtype and device."""
+
+    batch_tokens: int = 8192
+    """Padded tokens per forward batch."""
+    batch_size: int = 256
+    """Most sequences per forward batch."""
+    max_length: int | None = None
+    """Token limit per window (default: the model's)."""
+    stride: int | None = None
+    """Split long texts into windows overlapping by this many tokens instead of truncating."""
+    dtype: str = "auto"
+    """Forward-pass dtype."""
+    device: str = "auto"
+
+
+def merged_spec(cls: type, spec: Any, flat: dict[str, Any], argument: str) -> Any:
+    """``spec`` itself, or a ``cls`` built from the flat keyword values when ``spec`` is ``None``.
+
+    A flat value that differs from its default next to a spec is refused: the two would disagree.
+    """
+    if spec is None:
+        return cls(**flat)
+    if not isinstance(spec, cls):
+        raise ConfigError(f"{argument}= takes a {cls.__name__}, not {type(spec).__name__}.")
+    defaults = {f.name: f.default for f in fields(cls)}
+    given = [name for name, value in flat.items() if _comparable(value) != _comparable(defaults[name])]
+    if given:
+        raise ConfigError(f"Pass {', '.join(given)} inside {argument}={cls.__name__}(...), not beside it.")
+    return spec
+
+
+def _comparable(value: Any) -> Any:
+    """Lists and tuples compare by their items: ``["mean"]`` is the default ``("mean",)``."""
+    return tuple(value) if isinstance(value, (list, tuple)) else value
