@@ -116,3 +116,30 @@ def test_feeds_over_mapped_and_copied_shards_agree(tiny_models, tmp_path, small_
                 assert np.array_equal(a.rows, b.rows)
                 assert a.states.dtype == b.states.dtype and np.array_equal(a.states.numpy(), b.states.numpy())
                 assert np.array_equal(a.mask.numpy(), b.mask.numpy())
+
+
+def test_the_cache_hands_feeds_its_shards_through_public_methods(tiny_models, tmp_path, small_builtin):
+    result = lc.extract(str(tiny_models["bert"]), "builtin", tmp_path / "cache", progress=False, pooling=["mean"])
+    with lc.LayerCache.open(result.path) as cache:
+        shards = cache.split_info("train").shards
+        lengths = cache.lengths("train")
+        for shard, info in enumerate(shards):
+            offsets = cache.shard_offsets("train", shard)
+            assert offsets.shape == (info.n_examples + 1,) and offsets[0] == 0
+            np.testing.assert_array_equal(np.diff(offsets),
+                                          lengths[info.first_row:info.first_row + info.n_examples])
+            hidden = cache.shard_dataset("train", shard, "hidden")
+            assert isinstance(hidden, h5py.Dataset) and hidden.shape[0] == offsets[-1]
+            assert cache.shard_dataset("train", shard, "labels/sentiment").shape == (info.n_examples,)
+            assert cache.shard_dataset("train", shard, "no such data") is None
+            assert cache.shard_dataset("train", shard, "labels") is None  # a group, not a dataset
+            for name in ("hidden", "pooled/mean"):
+                stored = cache.shard_dataset("train", shard, name)[:]  # (N, S, D)
+                mapped = cache.mapped_states("train", shard, name)
+                assert mapped is cache.mapped_states("train", shard, name)  # one mapping per dataset
+                rows = np.array([len(stored) - 1, 0])
+                np.testing.assert_array_equal(mapped.gather(rows, [1, 0]).numpy(), stored[rows][:, [1, 0]])
+        cache.require_tokens()  # a token cache: no refusal
+    pooled = lc.extract(str(tiny_models["bert"]), "builtin", tmp_path / "pooled", progress=False, store="pooled")
+    with lc.LayerCache.open(pooled.path) as cache, pytest.raises(lc.CacheError, match="pooled vectors only"):
+        cache.require_tokens()

@@ -17,9 +17,9 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
+from cli_support import assert_refused, invoke
 
 import layercache as lc
-from cli_support import assert_refused, invoke
 from layercache.store.lock import LOCK_NAME, CacheLock
 
 

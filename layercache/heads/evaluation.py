@@ -14,8 +14,9 @@ import numpy as np
 import torch
 
 from ..core.tasks import LabelTask
+from ..store.batches import CacheBatch, first_subtokens
+from ..store.feed import Feed
 from . import metrics as M
-from .feed import CacheFeed
 from .finite import check_outputs
 from .model import HeadModel
 
@@ -58,7 +59,7 @@ def primary_metric(task: LabelTask) -> str:
 
 
 @torch.no_grad()
-def predict(model: HeadModel, feed: CacheFeed, device: str | torch.device = "cpu") -> PassResult:
+def predict(model: HeadModel, feed: Feed, device: str | torch.device = "cpu") -> PassResult:
     """Run ``model`` over every batch of ``feed`` (eval mode) and collect predictions.
 
     Refuses non-finite outputs (see :mod:`layercache.heads.finite`): NaN or inf states are named by
@@ -104,7 +105,8 @@ def predict(model: HeadModel, feed: CacheFeed, device: str | torch.device = "cpu
     return PassResult(result, usage)
 
 
-def _batch_predictions(model: HeadModel, task: LabelTask, output: torch.Tensor, batch, feed: CacheFeed):
+def _batch_predictions(model: HeadModel, task: LabelTask, output: torch.Tensor, batch: CacheBatch, feed: Feed):
+    """One batch's predictions of ``task``: (values, None), (class ids, probabilities), or (per-word ids, None)."""
     if task.kind == "regression":
         return model.regression_values(task.name, output).cpu().numpy(), None
     if task.kind == "sequence":
@@ -113,14 +115,13 @@ def _batch_predictions(model: HeadModel, task: LabelTask, output: torch.Tensor, 
     # Token task: per-word predictions from the first sub-token of each word.
     pred = output.argmax(-1).cpu().numpy()  # (B, T)
     wid = batch.word_ids.numpy()  # (B, T)
+    n_words = feed.n_words(batch.rows)  # (B,)
+    first = first_subtokens(wid, n_words)  # (B, T) the token that carries each word's label
     fill = task.label_names.index("O") if "O" in task.label_names else 0
     words = []
-    for i, n_words in enumerate(feed.n_words(batch.rows)):
-        out = np.full(n_words, fill, dtype=np.int64)
-        w = wid[i]
-        prev = np.concatenate([[-2], w[:-1]])
-        first = (w >= 0) & (w != prev) & (w < n_words)
-        out[w[first]] = pred[i][first]
+    for i, n in enumerate(n_words):
+        out = np.full(n, fill, dtype=np.int64)  # (n,)
+        out[wid[i][first[i]]] = pred[i][first[i]]
         words.append(out)
     return words, None
 
@@ -152,7 +153,7 @@ def score(task: LabelTask, gold, predictions: Predictions) -> dict:
             "report": M.classification_report(gold, pred, task.label_names)["per_class"]}
 
 
-def evaluate(model: HeadModel, feed: CacheFeed, device="cpu") -> tuple[dict[str, dict], PassResult]:
+def evaluate(model: HeadModel, feed: Feed, device="cpu") -> tuple[dict[str, dict], PassResult]:
     """Predict over ``feed`` and score every task against the feed's gold labels."""
     result = predict(model, feed, device)
     metrics = {}

@@ -1,8 +1,9 @@
 """Minibatches for training and evaluation, read straight from a cache's shards.
 
 A :class:`CacheFeed` serves one split (or a subset of its rows) as padded
-:class:`~layercache.store.reader.CacheBatch` objects, without ever holding the split's states in
-memory. Per epoch it
+:class:`~layercache.store.batches.CacheBatch` objects (the layout every feed shares, so it is a
+:class:`~layercache.store.feed.Feed`), without ever holding the split's states in memory. Per
+epoch it
 
 1. cuts the chosen rows into *blocks*: runs of rows inside one shard whose states fit a byte
    budget, the unit of locality (a block's rows lie close together in its shard);
@@ -34,10 +35,10 @@ import numpy as np
 import torch
 
 from ..errors import CacheError, ConfigError
+from ..store.batches import CacheBatch, example_labels, first_subtoken_labels, padded_positions
 from ..store.buffers import populated_empty
 from ..store.dtypes import BYTES_PER_VALUE, as_torch
-from ..core.tasks import IGNORE_INDEX
-from ..store.reader import CacheBatch, LayerCache, translate_read_errors
+from ..store.reader import LayerCache, translate_read_errors
 
 #: Batches per length bucket when shuffling: large enough to cut padding, small enough to stay random.
 BUCKET_BATCHES = 16
@@ -99,7 +100,7 @@ class CacheFeed:
         self.layer_names = [cache.layer_names[i] for i in self.index]  # what batch state s is, for messages
         self.batch_size = batch_size
         if source == "tokens":
-            cache._require_tokens()
+            cache.require_tokens()
             self.pooled_mode = None
         elif source.startswith("pooled:"):
             mode = source.split(":", 1)[1]
@@ -125,7 +126,8 @@ class CacheFeed:
         self._kept_bytes = 0
         self._stream: np.ndarray | None = None  # reused by blocks that are not kept
         name = "hidden" if self.pooled_mode is None else f"pooled/{self.pooled_mode}"
-        self._maps = [cache._mapped(shard.file, name) if memory_map else None for shard in self.info.shards]
+        self._maps = [cache.mapped_states(split, shard, name) if memory_map else None
+                      for shard in range(len(self.info.shards))]
 
     # --- set-up -----------------------------------------------------------------------
     @translate_read_errors
@@ -139,20 +141,21 @@ class CacheFeed:
         need_words = any(k == "token" for k in kinds.values())
         if need_words and self.pooled_mode is not None:
             raise CacheError("Token tasks need token states; train them with source 'tokens'.")
-        for shard, info in enumerate(self.info.shards):
-            h = self.cache._handle(info.file)
-            self._offsets.append(self.cache._shard_offsets(self.split, shard))
+        for shard in range(len(self.info.shards)):
+            dataset = partial(self.cache.shard_dataset, self.split, shard)
+            self._offsets.append(self.cache.shard_offsets(self.split, shard))
             if need_words:
-                if "word_ids" not in h:
+                word_ids, word_offsets = dataset("word_ids"), dataset("word_offsets")
+                if word_ids is None or word_offsets is None:
                     raise CacheError("This cache stores no word ids (its text was not split into words), "
                                      "so token labels cannot be aligned; extract a word-level dataset.")
-                self._word_ids.append(h["word_ids"][:].astype(np.int64))
-                self._word_offsets.append(h["word_offsets"][:].astype(np.int64))
-            for task, kind in kinds.items():
-                key = f"labels/{task}"
-                if key not in h:
+                self._word_ids.append(word_ids[:].astype(np.int64))
+                self._word_offsets.append(word_offsets[:].astype(np.int64))
+            for task in kinds:
+                labels = dataset(f"labels/{task}")
+                if labels is None:
                     raise CacheError(f"The cache split {self.split!r} holds no labels for task {task!r}.")
-                self._labels[task].append(h[key][:])
+                self._labels[task].append(labels[:])
         self.lengths = np.concatenate([np.diff(o) for o in self._offsets])  # (n,)
 
     def _plan_blocks(self, block_bytes: int) -> list[_Block]:
@@ -186,6 +189,7 @@ class CacheFeed:
     # --- iteration ----------------------------------------------------------------------
     @property
     def n_examples(self) -> int:
+        """Examples served per epoch."""
         return len(self.rows)
 
     def __len__(self) -> int:
@@ -251,8 +255,8 @@ class CacheFeed:
         would otherwise be faulted in one by one while it is read); one that will not reuses
         the feed's streaming buffer.
         """
-        h = self.cache._handle(self.info.shards[block.shard].file)
-        ds = h["hidden"] if self.pooled_mode is None else h[f"pooled/{self.pooled_mode}"]
+        name = "hidden" if self.pooled_mode is None else f"pooled/{self.pooled_mode}"
+        ds = self.cache.shard_dataset(self.split, block.shard, name)  # present: the shard's layout was checked
         local, runs, offsets = self._runs(block)
         spans = [(int(offsets[local[r[0]]]), int(offsets[local[r[-1]] + 1])) for r in runs]
         shape = (sum(hi - lo for lo, hi in spans), len(self.index), ds.shape[2])
@@ -304,19 +308,13 @@ class CacheFeed:
             return CacheBatch(states=states, mask=mask, rows=rows, labels=labels)
         offsets = self._offsets[shard]
         starts = offsets[local]  # (B,) first token of each row in the shard
-        lengths = offsets[local + 1] - starts  # (B,)
-        T = int(lengths.max())
-        pos = np.arange(T)  # (T,)
-        real = pos[None, :] < lengths[:, None]  # (B, T)
-        token = np.where(real, starts[:, None] + pos[None, :], starts[:, None])  # (B, T) shard token index
+        at = padded_positions(starts, offsets[local + 1] - starts)  # (B, T) shard token of each position
         # Padded positions repeat the row's first token; mixers and heads ignore them through the mask.
         # Kept in the stored precision: a mixer widens it to float32 in the same pass as its own
         # re-layout, and a GPU receives half the bytes.
-        states = take(token)  # (B, T, S, D)
-        mask = torch.from_numpy(real)
-        word_ids = None
-        if self._word_ids:
-            word_ids = torch.from_numpy(np.where(real, self._word_ids[shard][token], -1))  # (B, T)
+        states = take(at.token)  # (B, T, S, D)
+        mask = at.mask  # (B, T)
+        word_ids = at.word_ids(self._word_ids[shard]) if self._word_ids else None  # (B, T)
         labels = {}
         for task in self.tasks:
             if self.kinds[task] == "token":
@@ -326,22 +324,14 @@ class CacheFeed:
         return CacheBatch(states=states, mask=mask, rows=rows, labels=labels, word_ids=word_ids)
 
     def _sequence_labels(self, task: str, shard: int, local: np.ndarray) -> torch.Tensor:
-        values = self._labels[task][shard][local]
-        dtype = np.float32 if self.kinds[task] == "regression" else np.int64
-        return torch.from_numpy(values.astype(dtype))  # (B,)
+        """(B,) labels of a sequence or regression task for shard rows ``local (B,)``."""
+        return example_labels(self._labels[task][shard][local], self.kinds[task])
 
     def _token_labels(self, task: str, shard: int, local: np.ndarray, word_ids: torch.Tensor) -> torch.Tensor:
         """(B, T) word labels on the first sub-token of each word, IGNORE_INDEX elsewhere."""
-        wid = word_ids.numpy()  # (B, T)
-        prev = np.concatenate([np.full((len(local), 1), -2), wid[:, :-1]], axis=1)
-        first = (wid >= 0) & (wid != prev)  # (B, T)
-        word_start = self._word_offsets[shard][local]  # (B,)
+        word_start = self._word_offsets[shard][local]  # (B,) first word of each row in the shard's labels
         n_words = self._word_offsets[shard][local + 1] - word_start  # (B,)
-        first &= wid < n_words[:, None]
-        flat = self._labels[task][shard]
-        where = np.where(first, word_start[:, None] + wid, 0)
-        out = np.where(first, flat[where], IGNORE_INDEX)
-        return torch.from_numpy(out.astype(np.int64))
+        return first_subtoken_labels(word_ids.numpy(), self._labels[task][shard], word_start, n_words)
 
     def n_words(self, rows: np.ndarray) -> np.ndarray:
         """(B,) words per row (token tasks); words cut off at the maximum length count too."""

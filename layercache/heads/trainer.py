@@ -20,6 +20,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ..errors import ConfigError
+from ..store.feed import Feed
 from .evaluation import evaluate, primary_metric, summary_score
 from .finite import DivergedError, NonFiniteOutputsError, check_loss, first_non_finite_input
 from .model import HeadModel
@@ -153,10 +154,11 @@ def _schedule(optimizer, config: TrainConfig, total_steps: int):
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
 
-def train_model(model: HeadModel, train_feed, val_feed, config: TrainConfig, *, device: str = "cpu",
+def train_model(model: HeadModel, train_feed: Feed, val_feed: Feed, config: TrainConfig, *, device: str = "cpu",
                 progress: bool = True, log=None) -> TrainHistory:
     """Fit ``model`` on ``train_feed``, select the best epoch on ``val_feed``, restore its weights.
 
+    Either feed is a :class:`~layercache.store.feed.Feed` (a cache's or a live backbone's):
     ``train_feed`` yields batches through ``epoch(shuffle=True, seed=...)`` and has ``len()``;
     ``val_feed`` is scored with :func:`~layercache.heads.evaluation.evaluate`.
     """

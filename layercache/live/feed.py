@@ -9,8 +9,10 @@ It yields the same token positions as the cache would hold, because it reuses th
 own steps: :func:`~layercache.extraction.tokenize.encode_split` (same truncation, same windows with
 ``stride``, word ids ``-1`` on special tokens), :func:`~layercache.extraction.forward.pad_windows`
 and :func:`~layercache.extraction.forward.token_index` (the stored tokens: real positions only,
-windows stitched back), then the cache feed's batch layout: ``(B, T, S, D)`` float32 states padded on the right, padded positions
-repeating the row's first token, labels on the first sub-token of each word.
+windows stitched back), then the batch layout every feed shares (:mod:`layercache.store.batches`):
+``(B, T, S, D)`` float32 states padded on the right, padded positions repeating the row's first
+token, labels on the first sub-token of each word. It is a :class:`~layercache.store.feed.Feed`,
+so the trainer and evaluation take it wherever they take a cache feed.
 
 Rows are numbered like the records of the split (row ``i`` = ``records.splits[split]`` example
 ``i``), or like a cache's rows with :meth:`LiveFeed.matching_cache`, so that the rows of a cache
@@ -36,14 +38,14 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 import torch
 
+from ..backbone.loader import Backbone
 from ..errors import CacheMismatchError, ConfigError, DatasetError
 from ..extraction.forward import pad_windows, token_index
 from ..extraction.tokenize import EncodedExample, encode_split
-from ..backbone.loader import Backbone
 from ..sources.records import DatasetRecords, LabelTask
+from ..store.batches import CacheBatch, consecutive_starts, example_labels, first_subtoken_labels, padded_positions
 from ..store.dtypes import STORAGE_DTYPES, check_storage_dtype
-from ..core.tasks import IGNORE_INDEX
-from ..store.reader import CacheBatch, LayerCache, state_positions
+from ..store.reader import LayerCache, state_positions
 
 
 class LiveFeed:
@@ -159,9 +161,10 @@ class LiveFeed:
         return cls(backbone, records, split, tasks=tasks, layers=cache.layer_names if layers is None else layers,
                    stride=m.tokenizer.get("stride"), row_order=order, **options)
 
-    # --- the CacheFeed interface ---------------------------------------------------------
+    # --- the Feed protocol (layercache.store.feed) --------------------------------------------
     @property
     def n_examples(self) -> int:
+        """Examples served per epoch."""
         return len(self.rows)
 
     def __len__(self) -> int:
@@ -198,7 +201,6 @@ class LiveFeed:
         rows = np.asarray(rows, dtype=np.int64)
         examples = [self._encoded[r] for r in rows]
         lengths = self.lengths[rows]  # (B,)
-        B, T = len(rows), int(lengths.max())
         ids, attn = pad_windows(examples, self.backbone.tokenizer.pad_token_id)  # (R, W) each
         started = time.perf_counter()
         hidden = self.backbone.hidden_states(ids, attn)  # L+1 x (R, W, D), inference tensors
@@ -210,43 +212,33 @@ class LiveFeed:
         with torch.no_grad():
             # Cache layout: row after row, each row's stored tokens (windows stitched), padded on the
             # right with the row's first token.
-            starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])  # (B,) first token of each row
-            pos = np.arange(T)  # (T,)
-            real = pos[None, :] < lengths[:, None]  # (B, T)
-            token = np.where(real, starts[:, None] + pos[None, :], starts[:, None])  # (B, T) stored token
+            at = padded_positions(consecutive_starts(lengths), lengths)  # (B, T) stored token of each position
             device = hidden[0].device
-            where = token_index(examples, attn).to(device)[torch.from_numpy(token).to(device)]  # (B, T) in R*W
+            where = token_index(examples, attn).to(device)[torch.from_numpy(at.token).to(device)]  # (B, T) in R*W
             states = torch.stack([hidden[i].flatten(0, 1)[where] for i in self.index], dim=2)  # (B, T, S, D)
             if self.storage_dtype is not None:
                 states = states.to(STORAGE_DTYPES[self.storage_dtype])
             states = states.float()
             if states.is_inference():  # plain tensors only: a head's autograd must be able to save them
                 states = states.clone()
-        mask = torch.from_numpy(real)  # (B, T)
+        mask = at.mask  # (B, T)
         word_ids = None
         if self._has_words:
             wid = np.concatenate([ex.word_ids for ex in examples]).astype(np.int64)  # (t,)
-            word_ids = torch.from_numpy(np.where(real, wid[token], -1))  # (B, T), -1 on specials and padding
+            word_ids = at.word_ids(wid)  # (B, T), -1 on specials and padding
         labels = {}
         for task in self.tasks:
             if self.kinds[task] == "token":
                 labels[task] = self._token_labels(task, rows, word_ids)
             else:
-                dtype = np.float32 if self.kinds[task] == "regression" else np.int64
-                labels[task] = torch.from_numpy(np.array([self._labels[task][r] for r in rows], dtype=dtype))  # (B,)
+                labels[task] = example_labels(np.array([self._labels[task][r] for r in rows]), self.kinds[task])  # (B,)
         return CacheBatch(states=states, mask=mask, rows=rows, labels=labels, word_ids=word_ids)
 
     def _token_labels(self, task: str, rows: np.ndarray, word_ids: torch.Tensor) -> torch.Tensor:
         """(B, T) word labels on the first sub-token of each word, IGNORE_INDEX elsewhere."""
-        wid = word_ids.numpy()  # (B, T)
-        prev = np.concatenate([np.full((len(rows), 1), -2), wid[:, :-1]], axis=1)
-        first = (wid >= 0) & (wid != prev)  # (B, T)
-        out = np.full(wid.shape, IGNORE_INDEX, dtype=np.int64)
-        for i, r in enumerate(rows):
-            words = np.asarray(self._labels[task][r], dtype=np.int64)  # (W,)
-            keep = first[i] & (wid[i] < len(words))
-            out[i, keep] = words[wid[i, keep]]
-        return torch.from_numpy(out)
+        words = [np.asarray(self._labels[task][r], dtype=np.int64) for r in rows]  # (W_i,) per row
+        n_words = np.array([len(w) for w in words], dtype=np.int64)  # (B,)
+        return first_subtoken_labels(word_ids.numpy(), np.concatenate(words), consecutive_starts(n_words), n_words)
 
     def n_words(self, rows: np.ndarray) -> np.ndarray:
         """(B,) words per row (token tasks); words cut off at the maximum length count too."""

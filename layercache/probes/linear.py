@@ -29,8 +29,16 @@ from sklearn.utils.validation import check_is_fitted
 from ..errors import CacheError, ConfigError
 from ..store.reader import LayerCache
 from .control import ControlTask
-from .features import (ProbeInputs, check_split, find_validation_split, holdout, read_inputs, read_parts,
-                       resolve_source, resolve_task)
+from .features import (
+    ProbeInputs,
+    check_split,
+    find_validation_split,
+    holdout,
+    read_inputs,
+    read_parts,
+    resolve_source,
+    resolve_task,
+)
 from .solver import fit_logistic, fit_ridge, outputs_to_predictions
 
 DEFAULT_C_GRID = (0.01, 0.1, 1.0, 10.0)

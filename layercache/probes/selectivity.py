@@ -35,6 +35,7 @@ class Selectivity:
         return self.task_scores - self.control_scores
 
     def to_json(self) -> dict:
+        """Per-layer task, control and selectivity scores as plain lists, with the split and layer names."""
         return {"split": self.split, "layers": list(self.layer_names),
                 "task": [float(x) for x in self.task_scores],
                 "control": [float(x) for x in self.control_scores],

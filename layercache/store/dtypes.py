@@ -30,6 +30,7 @@ float16 range. Never recorded in a manifest."""
 
 
 def check_storage_dtype(name: str, *, allow_auto: bool = False) -> str:
+    """Return ``name`` if it is a storage dtype (or ``auto`` when allowed), else raise :class:`ConfigError`."""
     choices = ((AUTO,) if allow_auto else ()) + tuple(STORAGE_DTYPES)
     if name not in choices:
         raise ConfigError(f"Storage dtype {name!r} is not supported; choose one of {', '.join(choices)}.")
@@ -47,6 +48,7 @@ def to_storage(values: torch.Tensor, dtype: str) -> np.ndarray:
 
 
 def h5_dtype(dtype: str) -> np.dtype:
+    """The numpy dtype of the HDF5 dataset for ``dtype`` (``uint16`` bit patterns for bfloat16)."""
     return np.dtype(np.uint16) if dtype == "bfloat16" else np.dtype(dtype)
 
 

@@ -37,6 +37,7 @@ class CacheLock:
         self._fd: int | None = None
 
     def acquire(self) -> "CacheLock":
+        """Take the lock without waiting and record this process in the file; returns ``self``."""
         try:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
         except OSError as err:
@@ -60,6 +61,7 @@ class CacheLock:
         return self
 
     def release(self) -> None:
+        """Give the lock up (closes the file); does nothing when not held."""
         if self._fd is not None:
             fd, self._fd = self._fd, None
             os.close(fd)  # closing the last descriptor releases the flock

@@ -21,9 +21,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from ..errors import CacheError
 from ..core.files import write_text_atomic
 from ..core.tasks import LabelTask
+from ..errors import CacheError
 from .schema import ManifestSchemaError, validate_manifest
 
 FORMAT_VERSION = 1
@@ -32,6 +32,7 @@ MANIFEST_NAME = "manifest.json"
 
 
 def utc_now() -> str:
+    """The current UTC time as ISO 8601 to the second, e.g. ``2024-05-01T12:00:00+00:00``."""
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
@@ -79,14 +80,17 @@ class SplitInfo:
 
     @property
     def rows_written(self) -> int:
+        """Examples in the committed shards."""
         return sum(s.n_examples for s in self.shards)
 
     @property
     def batches_written(self) -> int:
+        """Forward-pass batches in the committed shards."""
         return sum(s.n_batches for s in self.shards)
 
     @property
     def bytes_written(self) -> int:
+        """Size of the committed shard files in bytes."""
         return sum(s.bytes for s in self.shards)
 
 
@@ -117,17 +121,21 @@ class Manifest:
 
     @property
     def hidden_size(self) -> int:
+        """Width D of every stored state vector."""
         return int(self.model["hidden_size"])
 
     @property
     def stores_tokens(self) -> bool:
+        """Whether shards hold per-token states (not only pooled vectors)."""
         return self.storage["store"] == "tokens"
 
     @property
     def pooling(self) -> list[str]:
+        """Pooled vectors stored per example (``mean``, ``first``, ``last``)."""
         return list(self.storage["pooling"])
 
     def task(self, name: str) -> LabelTask:
+        """The label task called ``name``; a :class:`CacheError` naming the known tasks if there is none."""
         for task in self.tasks:
             if task.name == name:
                 return task
@@ -136,6 +144,7 @@ class Manifest:
 
     # --- (de)serialisation ------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
+        """The manifest as the JSON-ready dict written to ``manifest.json``."""
         data = asdict(self)
         data["tasks"] = [t.to_json() for t in self.tasks]
         return data
@@ -186,6 +195,7 @@ def confined_path(cache_dir: str | os.PathLike, relative: str, what: str = "Shar
 
 
 def manifest_path(cache_dir: str | os.PathLike) -> Path:
+    """``<cache_dir>/manifest.json``."""
     return Path(cache_dir) / MANIFEST_NAME
 
 

@@ -39,6 +39,7 @@ def slug(text: str) -> str:
 
 
 def default_cache_path(model_name: str, dataset_name: str, config: str | None = None) -> Path:
+    """``<cache home>/<model>__<dataset>[__<config>]``, each part made folder-safe by :func:`slug`."""
     parts = [slug(model_name), slug(dataset_name)] + ([slug(config)] if config else [])
     return cache_home() / "__".join(parts)
 

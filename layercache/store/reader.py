@@ -3,6 +3,9 @@
 Rows are numbered per split in cache order (the order extraction wrote them, longest examples
 first); ``example_index(split)`` maps a row back to its row in the source dataset. Layers can be
 named (``"layer_3"``, ``"embeddings"``) or indexed among the kept states (``-1`` = last).
+
+Batches have the layout of :mod:`layercache.store.batches` (where :class:`CacheBatch` is defined;
+it stays importable from here).
 """
 
 from __future__ import annotations
@@ -12,21 +15,21 @@ import functools
 import inspect
 import os
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import h5py
 import numpy as np
 import torch
 
-from ..errors import CacheError, ConfigError, LayercacheError
-from ..core.tasks import IGNORE_INDEX, LabelTask
 from ..core.checksum import checksum_matches
+from ..core.layers import LayerSpec, resolve_layers
+from ..core.tasks import LabelTask
+from ..errors import CacheError, ConfigError, LayercacheError
+from .batches import CacheBatch, consecutive_starts, example_labels, padded_positions, zero_padding
+from .batches import first_subtoken_labels as align_word_labels
 from .dtypes import from_storage
 from .manifest import Manifest, ShardInfo, SplitInfo, confined_path, read_manifest
 from .mapped import MappedStates
-
-LayerSpec = int | str
 
 
 def state_positions(layers: LayerSpec | Sequence[LayerSpec] | None, names: Sequence[str],
@@ -34,41 +37,9 @@ def state_positions(layers: LayerSpec | Sequence[LayerSpec] | None, names: Seque
     """Positions in ``names`` of state names or (negative) indices, in the order given; None = all.
 
     ``owner`` names what holds the states in the refusal: "Layer 'x' is not in this cache, ...".
+    The rules are :func:`layercache.core.layers.resolve_layers`'s.
     """
-    if layers is None:
-        return list(range(len(names)))
-    if isinstance(layers, (int, str)):
-        layers = [layers]
-    out = []
-    for layer in layers:
-        if isinstance(layer, str) and layer in names:
-            out.append(names.index(layer))
-        elif (isinstance(layer, (int, np.integer)) and not isinstance(layer, bool)
-              and -len(names) <= layer < len(names)):
-            out.append(int(layer) % len(names))
-        else:
-            raise ConfigError(f"Layer {layer!r} is not in {owner}, which has {', '.join(names)} "
-                              f"(or give an index from {-len(names)} to {len(names) - 1}).")
-    if not out:
-        raise ConfigError("layers is empty; name at least one state.")
-    return out
-
-
-@dataclass
-class CacheBatch:
-    """A padded minibatch read from the cache, float32, ready for a head."""
-
-    states: torch.Tensor
-    """(B, T, S, D) token states, or (B, 1, S, D) for pooled vectors: float32 from
-    :meth:`LayerCache.batch`, the stored precision (float16 by default) from a head's ``CacheFeed``."""
-    mask: torch.Tensor
-    """(B, T) bool, True on real tokens."""
-    rows: np.ndarray
-    """(B,) rows within the split."""
-    labels: dict[str, torch.Tensor]
-    """task -> (B,) for sequence / regression tasks, (B, T) for token tasks (IGNORE_INDEX where no label)."""
-    word_ids: torch.Tensor | None = None
-    """(B, T) int64 word index per token, -1 for special tokens and padding (token states only)."""
+    return resolve_layers(layers, names, owner)
 
 
 def translate_read_errors(method):
@@ -144,6 +115,7 @@ class LayerCache:
         return cls(path, manifest)
 
     def close(self) -> None:
+        """Close every open shard; the cache can still be read afterwards (shards reopen on demand)."""
         for handle in self._handles.values():
             handle.close()
         self._handles.clear()
@@ -162,25 +134,31 @@ class LayerCache:
     # --- metadata ---------------------------------------------------------------------
     @property
     def splits(self) -> list[str]:
+        """Split names, in the manifest's order."""
         return list(self.manifest.splits)
 
     @property
     def layer_names(self) -> list[str]:
+        """Names of the kept states, in stored order (``"embeddings"``, ``"layer_1"``, …)."""
         return self.manifest.layer_names
 
     @property
     def hidden_size(self) -> int:
+        """D, the width of every state."""
         return self.manifest.hidden_size
 
     @property
     def tasks(self) -> list[LabelTask]:
+        """The label tasks the cache holds labels for."""
         return list(self.manifest.tasks)
 
     @property
     def stores_tokens(self) -> bool:
+        """Whether token states are stored (False for a cache of pooled vectors only)."""
         return self.manifest.stores_tokens
 
     def split_info(self, split: str) -> SplitInfo:
+        """The manifest entry of ``split`` (its shards and counts); refuses an unknown split."""
         try:
             return self.manifest.splits[split]
         except KeyError:
@@ -189,11 +167,12 @@ class LayerCache:
             ) from None
 
     def num_examples(self, split: str) -> int:
+        """Rows of ``split`` in the cache (committed rows only, for an unfinished cache)."""
         return self.split_info(split).rows_written
 
     def layer_index(self, layers: LayerSpec | Sequence[LayerSpec] | None) -> list[int]:
-        """Positions among the kept states for names or (negative) indices; None = all."""
-        return state_positions(layers, self.layer_names, "this cache")
+        """Positions among the kept states for names or (negative) indices, in the order given; None = all."""
+        return resolve_layers(layers, self.layer_names, "this cache")
 
     def damaged_shards(self) -> list[str]:
         """Listed shards whose file is missing or no longer has the checksum the manifest recorded.
@@ -237,6 +216,26 @@ class LayerCache:
             self._maps[key] = MappedStates.open(self.path / file, self._handle(file)[name])
         return self._maps[key]
 
+    # Shards one at a time, for readers that plan their own reads (a head's CacheFeed). Shard
+    # ``shard`` of a split is ``split_info(split).shards[shard]``; it holds the split's rows
+    # ``first_row … first_row + n_examples - 1``, and every shard is checked against its manifest
+    # entry when it is first opened.
+    def shard_dataset(self, split: str, shard: int, name: str) -> h5py.Dataset | None:
+        """The HDF5 dataset ``name`` of shard ``shard`` of ``split`` (e.g. ``"hidden"``, ``"word_ids"``,
+        ``"labels/<task>"``), or None when the shard has no such dataset.
+
+        Read-only: a committed shard is never written in place.
+        """
+        found = self._handle(self.split_info(split).shards[shard].file).get(name)
+        return found if isinstance(found, h5py.Dataset) else None
+
+    def mapped_states(self, split: str, shard: int, name: str = "hidden") -> MappedStates | None:
+        """State dataset ``name`` (``"hidden"`` or ``"pooled/<mode>"``) of a shard, memory-mapped
+        (:mod:`layercache.store.mapped`); None when its layout cannot be mapped (read it through
+        :meth:`shard_dataset` then). One mapping per dataset, shared by every caller.
+        """
+        return self._mapped(self.split_info(split).shards[shard].file, name)
+
     def _shard_starts(self, split: str) -> list[int]:
         return [s.first_row for s in self.split_info(split).shards]
 
@@ -248,7 +247,11 @@ class LayerCache:
         shard = bisect.bisect_right(self._shard_starts(split), row) - 1
         return shard, row - self.split_info(split).shards[shard].first_row
 
-    def _shard_offsets(self, split: str, shard: int) -> np.ndarray:
+    def shard_offsets(self, split: str, shard: int) -> np.ndarray:
+        """(n + 1,) token offsets of a shard's rows: row ``i`` of the shard holds tokens ``[o[i], o[i + 1])``.
+
+        Read once per shard and kept; do not modify the array.
+        """
         info = self.split_info(split).shards[shard]
         if info.file not in self._offsets:
             self._offsets[info.file] = self._handle(info.file)["offsets"][:]
@@ -260,7 +263,7 @@ class LayerCache:
     @translate_read_errors
     def lengths(self, split: str) -> np.ndarray:
         """(n,) tokens per example."""
-        return np.concatenate([np.diff(self._shard_offsets(split, i))
+        return np.concatenate([np.diff(self.shard_offsets(split, i))
                                for i in range(len(self.split_info(split).shards))])
 
     @translate_read_errors
@@ -325,13 +328,13 @@ class LayerCache:
     def tokens(self, split: str, rows: Sequence[int], layers: LayerSpec | Sequence[LayerSpec] | None = None
                ) -> list[np.ndarray]:
         """Token states of the given rows: one float32 array (t_i, S', D) per row."""
-        self._require_tokens()
+        self.require_tokens()
         index = self.layer_index(layers)
         dtype = self.manifest.storage["dtype"]
         rows = np.asarray(rows, dtype=np.int64)
         out: list[np.ndarray | None] = [None] * len(rows)
         for shard, local, where in self._group_by_shard(split, rows):
-            offsets = self._shard_offsets(split, shard)
+            offsets = self.shard_offsets(split, shard)
             ds = self._handle(self.split_info(split).shards[shard].file)["hidden"]
             # One read per run of consecutive rows: far fewer HDF5 calls than one per example.
             order = np.argsort(local)
@@ -346,7 +349,7 @@ class LayerCache:
     @translate_read_errors
     def layer_tokens(self, split: str, layer: LayerSpec) -> Iterator[np.ndarray]:
         """Stream one layer across all tokens of a split: yields float32 (t_shard, D) per shard."""
-        self._require_tokens()
+        self.require_tokens()
         (index,) = self.layer_index(layer)
         dtype = self.manifest.storage["dtype"]
         for info in self.split_info(split).shards:
@@ -358,14 +361,15 @@ class LayerCache:
         out = []
         for row in rows:
             shard, local = self._locate(split, int(row))
-            offsets = self._shard_offsets(split, shard)
+            offsets = self.shard_offsets(split, shard)
             h = self._handle(self.split_info(split).shards[shard].file)
             if name not in h:
                 raise CacheError(f"The cache stores no {name} (words were unknown at extraction).")
             out.append(h[name][offsets[local]:offsets[local + 1]])
         return out
 
-    def _require_tokens(self) -> None:
+    def require_tokens(self) -> None:
+        """Refuse (:class:`CacheError`) a cache that holds pooled vectors only, before token states are read."""
         if not self.stores_tokens:
             raise CacheError("This cache holds pooled vectors only; re-extract with --store tokens "
                              "for token states.")
@@ -399,7 +403,13 @@ class LayerCache:
     @translate_read_errors
     def batch(self, split: str, rows: Sequence[int], *, layers=None, source: str = "tokens",
               tasks: Sequence[str] | None = None) -> CacheBatch:
-        """Read the given rows as one padded :class:`CacheBatch`."""
+        """Read the given rows as one padded float32 :class:`CacheBatch`, zeros at padded positions.
+
+        The layout is :mod:`layercache.store.batches`'s (word ids -1 and labels ``IGNORE_INDEX`` at
+        padded positions), except for the fill: the feeds that serve heads repeat each row's first
+        token there, while this reader has always returned zeros (a plain sum over ``T`` is then a
+        masked sum), and keeps doing so.
+        """
         rows = np.asarray(rows, dtype=np.int64)
         tasks = [t.name for t in self.tasks] if tasks is None else list(tasks)
         if source == "tokens":
@@ -411,32 +421,24 @@ class LayerCache:
             per_row, word_ids = [p[None] for p in pooled], None
         else:
             raise ConfigError(f"source must be 'tokens' or 'pooled:<mode>', got {source!r}.")
-        B, T = len(rows), max(len(x) for x in per_row)
-        S, D = per_row[0].shape[1:]
-        states = torch.zeros(B, T, S, D)  # (B, T, S, D)
-        mask = torch.zeros(B, T, dtype=torch.bool)  # (B, T)
-        for i, x in enumerate(per_row):
-            states[i, : len(x)] = torch.from_numpy(x)
-            mask[i, : len(x)] = True
-        wid = None
-        if word_ids is not None:
-            wid = torch.full((B, T), -1, dtype=torch.int64)
-            for i, w in enumerate(word_ids):
-                wid[i, : len(w)] = torch.from_numpy(w.astype(np.int64))
-        labels = {t: self._batch_labels(split, t, rows, wid, T) for t in tasks}
-        return CacheBatch(states=states, mask=mask, rows=rows, labels=labels, word_ids=wid)
+        lengths = np.array([len(x) for x in per_row], dtype=np.int64)  # (B,) tokens of each row
+        at = padded_positions(consecutive_starts(lengths), lengths)  # (B, T) rows' tokens one after another
+        flat = torch.from_numpy(np.concatenate(per_row))  # (t, S, D) float32
+        states = zero_padding(flat[torch.from_numpy(at.token)], at.mask)  # (B, T, S, D), zeros at padding
+        wid = None if word_ids is None else at.word_ids(np.concatenate(word_ids))  # (B, T)
+        labels = {t: self._batch_labels(split, t, rows, wid) for t in tasks}
+        return CacheBatch(states=states, mask=at.mask, rows=rows, labels=labels, word_ids=wid)
 
-    def _batch_labels(self, split, task, rows, word_ids, T) -> torch.Tensor:
+    def _batch_labels(self, split, task, rows, word_ids: torch.Tensor | None) -> torch.Tensor:
+        """(B,) labels of a sequence or regression task, or (B, T) token labels (first sub-token of each word)."""
         spec = self.manifest.task(task)
         if spec.kind != "token":
-            values = np.concatenate([self._label_slice(split, task, r) for r in rows])
-            return torch.from_numpy(values.astype(np.float32 if spec.kind == "regression" else np.int64))
+            return example_labels(np.concatenate([self._label_slice(split, task, r) for r in rows]), spec.kind)
         if word_ids is None:
             raise CacheError(f"Token task {task!r} needs token states with word ids; this cache has none.")
-        out = torch.full((len(rows), T), IGNORE_INDEX, dtype=torch.int64)
-        for i, r in enumerate(rows):
-            out[i] = first_subtoken_labels(torch.from_numpy(self._label_slice(split, task, r)), word_ids[i])
-        return out
+        words = [self._label_slice(split, task, r) for r in rows]  # (W_i,) word labels of each row
+        n_words = np.array([len(w) for w in words], dtype=np.int64)  # (B,)
+        return align_word_labels(word_ids.numpy(), np.concatenate(words), consecutive_starts(n_words), n_words)
 
     def _label_slice(self, split: str, task: str, row: int) -> np.ndarray:
         shard, local = self._locate(split, int(row))
@@ -493,21 +495,20 @@ class CacheDataset(torch.utils.data.Dataset):
         return row
 
     def collate(self, rows: list[int]) -> CacheBatch:
+        """Read a list of rows as one padded :class:`CacheBatch` (a DataLoader's ``collate_fn``)."""
         return self.cache.batch(self.split, rows, layers=self.layers, source=self.source, tasks=self.tasks)
 
 
 def first_subtoken_labels(word_labels: torch.Tensor, word_ids: torch.Tensor) -> torch.Tensor:
-    """Spread per-word labels onto tokens: the first sub-token of each word carries the word's label.
+    """Spread one row's per-word labels onto its tokens: the first sub-token of each word carries the word's label.
 
-    word_labels: (W,); word_ids: (T,) with -1 for special tokens and padding. Returns (T,) with
-    IGNORE_INDEX on special tokens, padding and continuation sub-tokens.
+    word_labels: (W,); word_ids: (T,) with -1 for special tokens and padding. Returns (T,) int64 with
+    IGNORE_INDEX on special tokens, padding and continuation sub-tokens. The one-row form of
+    :func:`layercache.store.batches.first_subtoken_labels`, which every batch producer uses.
     """
-    prev = torch.cat([torch.tensor([-2]), word_ids[:-1]])  # (T,)
-    first = (word_ids >= 0) & (word_ids != prev)  # (T,)
-    out = torch.full_like(word_ids, IGNORE_INDEX)
-    valid = first & (word_ids < len(word_labels))
-    out[valid] = word_labels[word_ids[valid]]
-    return out
+    labels = np.asarray(word_labels)  # (W,)
+    n_words = np.array([len(labels)], dtype=np.int64)  # (1,)
+    return align_word_labels(np.asarray(word_ids)[None], labels, np.zeros(1, dtype=np.int64), n_words)[0]  # (T,)
 
 
 def _read_states(ds: h5py.Dataset, rows, index: list[int]) -> np.ndarray:

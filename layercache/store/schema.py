@@ -65,6 +65,7 @@ def _type_name(value: Any) -> str:
 
 
 def integer(minimum: int | None = 0) -> Spec:
+    """A spec for an int (not a bool) of at least ``minimum`` (no bound when ``None``)."""
     def check(value: Any, where: str) -> None:
         if not isinstance(value, int) or isinstance(value, bool):
             _fail(where, f"should be an integer, found {_type_name(value)} {value!r:.40}")
@@ -74,6 +75,7 @@ def integer(minimum: int | None = 0) -> Spec:
 
 
 def number() -> Spec:
+    """A spec for an int or float (not a bool)."""
     def check(value: Any, where: str) -> None:
         if not isinstance(value, (int, float)) or isinstance(value, bool):
             _fail(where, f"should be a number, found {_type_name(value)} {value!r:.40}")
@@ -81,6 +83,7 @@ def number() -> Spec:
 
 
 def boolean() -> Spec:
+    """A spec for ``true`` or ``false``."""
     def check(value: Any, where: str) -> None:
         if not isinstance(value, bool):
             _fail(where, f"should be true or false, found {_type_name(value)} {value!r:.40}")
@@ -88,6 +91,7 @@ def boolean() -> Spec:
 
 
 def text(choices: tuple[str, ...] | None = None, pattern: re.Pattern | None = None, what: str = "") -> Spec:
+    """A spec for a string, optionally one of ``choices`` and/or fully matching ``pattern`` (``what`` describes it)."""
     def check(value: Any, where: str) -> None:
         if not isinstance(value, str):
             _fail(where, f"should be a string, found {_type_name(value)} {value!r:.40}")
@@ -99,6 +103,7 @@ def text(choices: tuple[str, ...] | None = None, pattern: re.Pattern | None = No
 
 
 def optional(spec: Spec) -> Spec:
+    """A spec that accepts ``null`` and otherwise applies ``spec``."""
     def check(value: Any, where: str) -> None:
         if value is not None:
             spec(value, where)
@@ -106,6 +111,7 @@ def optional(spec: Spec) -> Spec:
 
 
 def list_of(spec: Spec, *, non_empty: bool = False) -> Spec:
+    """A spec for a list (non-empty if asked) whose every item passes ``spec``."""
     def check(value: Any, where: str) -> None:
         if not isinstance(value, list):
             _fail(where, f"should be a list, found {_type_name(value)}")
@@ -117,6 +123,7 @@ def list_of(spec: Spec, *, non_empty: bool = False) -> Spec:
 
 
 def dict_of(spec: Spec, key: Spec | None = None) -> Spec:
+    """A spec for an object whose values pass ``spec`` (and keys pass ``key``, when given)."""
     def check(value: Any, where: str) -> None:
         if not isinstance(value, dict):
             _fail(where, f"should be an object, found {_type_name(value)}")
@@ -135,6 +142,7 @@ class Record:
     optional: Mapping[str, Spec] | None = None
 
     def __call__(self, value: Any, where: str) -> None:
+        """Check ``value`` (found at ``where``); raises :class:`ManifestSchemaError` at the first violation."""
         if not isinstance(value, dict):
             _fail(where, f"should be an object, found {_type_name(value)}")
         for key, spec in self.required.items():

@@ -39,8 +39,8 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from ..core.tasks import LabelTask
 from ..core.checksum import fsync_and_checksum
+from ..core.tasks import LabelTask
 from .dtypes import BYTES_PER_VALUE, h5_dtype
 from .manifest import ShardInfo
 
@@ -83,10 +83,12 @@ class ExtractedBatch:
 
     @property
     def n_examples(self) -> int:
+        """Examples in the batch (b)."""
         return int(len(self.lengths))
 
     @property
     def n_tokens(self) -> int:
+        """Real tokens in the batch (t), all examples together."""
         return int(self.lengths.sum())
 
 
@@ -122,14 +124,17 @@ class ShardWriter:
 
     @property
     def tmp_path(self) -> Path:
+        """Where the shard is written until :meth:`commit`: ``<path>.tmp``."""
         return self.path.with_name(self.path.name + ".tmp")
 
     @property
     def n_examples(self) -> int:
+        """Examples appended so far."""
         return self._n_examples
 
     @property
     def n_batches(self) -> int:
+        """Batches appended so far."""
         return self._n_batches
 
     @property
@@ -184,7 +189,10 @@ class ShardWriter:
         try:
             self._append_batch(batch)
         except (OSError, RuntimeError) as err:
-            raise _system_error(err, self.tmp_path)
+            error = _system_error(err, self.tmp_path)
+            if error is err:
+                raise
+            raise error from err
 
     def _append_batch(self, batch: ExtractedBatch) -> None:
         if self._file is None:
@@ -228,7 +236,10 @@ class ShardWriter:
         try:
             return self._commit()
         except (OSError, RuntimeError) as err:
-            raise _system_error(err, self.tmp_path)
+            error = _system_error(err, self.tmp_path)
+            if error is err:
+                raise
+            raise error from err
 
     def _commit(self) -> ShardInfo:
         f = self._file
@@ -325,6 +336,7 @@ class _TokenChunks:
 
 
 def shard_name(index: int) -> str:
+    """File name of the ``index``-th shard of a split: ``shard-00007.h5``."""
     return f"shard-{index:05d}.h5"
 
 

@@ -7,12 +7,13 @@ import pytest
 import torch
 
 import layercache as lc
+from layercache.backbone.loader import load_backbone
 from layercache.errors import CacheMismatchError, ConfigError, DatasetError
 from layercache.heads import CacheFeed, HeadModel, TrainConfig, train_model
 from layercache.heads.evaluation import evaluate, primary_metric
 from layercache.live.feed import LiveFeed
-from layercache.backbone.loader import load_backbone
 from layercache.sources.builtin import load_builtin
+from layercache.store.feed import Feed
 
 SIZES = {"train": 24, "validation": 8}
 TASKS = ["agreement", "sentiment", "negation_scope", "intensity"]  # sequence, sequence, token, regression
@@ -149,6 +150,7 @@ def test_train_model_runs_on_a_live_feed_and_scores_like_the_cache(caches, tiny_
     torch.manual_seed(0)
     model = HeadModel(len(cache.layer_names), cache.hidden_size, tasks, mixer="scalar")
     before = {k: v.clone() for k, v in model.state_dict().items()}
+    assert isinstance(train, Feed) and isinstance(val, Feed)  # what train_model and evaluate take
     history = train_model(model, train, val, TrainConfig(epochs=2, lr=1e-2, patience=0), progress=False)
     assert len(history.epochs) == 2
     assert all(np.isfinite(e.train_loss) for e in history.epochs)

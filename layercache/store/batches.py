@@ -1,0 +1,138 @@
+"""The padded-batch layout every producer of minibatches shares: the cache reader, a head's cache feed, the live feed.
+
+A batch of B examples of lengths ``t_1 … t_B`` is laid out as
+
+- ``states (B, T, S, D)``, ``T = max t_i``: example i's tokens at positions ``0 … t_i - 1``,
+  padded on the right; pooled vectors are ``(B, 1, S, D)`` with no padding;
+- ``mask (B, T)`` bool, True on real tokens;
+- ``word_ids (B, T)`` int64: the word each token belongs to, :data:`NO_WORD` (-1) on special
+  tokens and padding;
+- ``labels``: task -> ``(B,)`` (int64 class ids, float32 regression values) or, for a token task,
+  ``(B, T)`` int64 with each word's label on its first sub-token and ``IGNORE_INDEX`` everywhere
+  else (:func:`first_subtoken_labels`).
+
+Every producer builds that layout from the same position table (:func:`padded_positions`): the
+index of the stored token each batch position reads, where a padded position reads its row's
+first token. Gathering states through it pads by repeating a real token, which is what the feeds
+hand to heads: one gather builds the batch (no second pass to write a fill value), and every
+padded value is a real, finite state of the stored precision, so nothing a head computes on the
+padded positions before its mask applies (a norm, a float16 product) can overflow or turn NaN.
+
+The one exception is :meth:`~layercache.store.reader.LayerCache.batch` (and what is built on it:
+``iter_batches``, ``torch_dataset``), the public float32 reader: it has always returned zeros at
+padded positions, and code outside this package may rely on that (a plain ``states.sum(1)`` is
+then a masked sum), so it keeps them (:func:`zero_padding`). Heads never read through it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from ..core.tasks import IGNORE_INDEX
+
+#: Word id of a token that belongs to no word: special tokens and padding.
+NO_WORD = -1
+
+
+@dataclass
+class CacheBatch:
+    """A padded minibatch of one split, ready for a head (layout: :mod:`layercache.store.batches`)."""
+
+    states: torch.Tensor
+    """(B, T, S, D) token states, or (B, 1, S, D) for pooled vectors: float32 from
+    :meth:`LayerCache.batch` (zeros at padded positions), the stored precision (float16 by default)
+    from a head's ``CacheFeed`` and float32 from a ``LiveFeed`` (padded positions repeat the row's
+    first token)."""
+    mask: torch.Tensor
+    """(B, T) bool, True on real tokens."""
+    rows: np.ndarray
+    """(B,) rows within the split."""
+    labels: dict[str, torch.Tensor]
+    """task -> (B,) for sequence / regression tasks, (B, T) for token tasks (IGNORE_INDEX where no label)."""
+    word_ids: torch.Tensor | None = None
+    """(B, T) int64 word index per token, -1 for special tokens and padding (token states only)."""
+
+
+@dataclass(frozen=True)
+class PaddedPositions:
+    """Where each position of a padded ``(B, T)`` batch reads from among its rows' stored tokens."""
+
+    token: np.ndarray
+    """(B, T) int64 index of the stored token each position reads; a padded position reads its row's first token."""
+    real: np.ndarray
+    """(B, T) bool, True on real tokens."""
+
+    @property
+    def mask(self) -> torch.Tensor:
+        """(B, T) bool tensor of :attr:`real` (shares its memory)."""
+        return torch.from_numpy(self.real)
+
+    def word_ids(self, word_ids: np.ndarray) -> torch.Tensor:
+        """(B, T) int64 word ids from the stored tokens' ``word_ids (t,)``, :data:`NO_WORD` at padded positions."""
+        return torch.from_numpy(np.where(self.real, np.asarray(word_ids, dtype=np.int64)[self.token], NO_WORD))
+
+
+def padded_positions(starts: np.ndarray, lengths: np.ndarray) -> PaddedPositions:
+    """The position table of a batch whose row i holds stored tokens ``starts[i] … starts[i] + lengths[i] - 1``.
+
+    ``starts``, ``lengths``: ``(B,)``; ``T = max(lengths)``. This is the one padding rule: real
+    positions read their own token, padded ones repeat the row's first token (every stored row
+    has one: extraction refuses an input with no tokens).
+    """
+    starts, lengths = np.asarray(starts), np.asarray(lengths)
+    T = int(lengths.max())
+    pos = np.arange(T)  # (T,)
+    real = pos[None, :] < lengths[:, None]  # (B, T)
+    token = np.where(real, starts[:, None] + pos[None, :], starts[:, None])  # (B, T)
+    return PaddedPositions(token=token, real=real)
+
+
+def consecutive_starts(lengths: np.ndarray) -> np.ndarray:
+    """(B,) first token of each row when the rows' tokens ``lengths (B,)`` are stored one after another."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    return np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+
+
+def zero_padding(states: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``states (B, T, ...)`` with every padded position (``mask (B, T)`` False) set to 0, in place.
+
+    Only :meth:`~layercache.store.reader.LayerCache.batch` pads with zeros; see the module's docstring.
+    """
+    states[~mask] = 0
+    return states
+
+
+def first_subtokens(word_ids: np.ndarray, n_words: np.ndarray) -> np.ndarray:
+    """(B, T) bool: True on the first sub-token of each word that has a label.
+
+    ``word_ids (B, T)`` as in a batch (-1 on special tokens and padding); ``n_words (B,)``: words
+    of each row, so a word id at or past it (a word with no label) is never marked.
+    """
+    word_ids = np.asarray(word_ids)
+    prev = np.concatenate([np.full((len(word_ids), 1), -2), word_ids[:, :-1]], axis=1)  # (B, T)
+    return (word_ids >= 0) & (word_ids != prev) & (word_ids < np.asarray(n_words)[:, None])
+
+
+def first_subtoken_labels(word_ids: np.ndarray, labels: np.ndarray, word_starts: np.ndarray,
+                          n_words: np.ndarray) -> torch.Tensor:
+    """(B, T) int64 token labels: each word's label on its first sub-token, ``IGNORE_INDEX`` elsewhere.
+
+    ``word_ids (B, T)``: the batch's word ids; ``labels (w,)``: word labels of several rows one
+    after another, row i's words at ``word_starts[i] … word_starts[i] + n_words[i] - 1``
+    (``word_starts``, ``n_words``: ``(B,)``). Special tokens, padding, continuation sub-tokens and
+    words past ``n_words`` get ``IGNORE_INDEX``.
+    """
+    word_ids = np.asarray(word_ids, dtype=np.int64)
+    first = first_subtokens(word_ids, n_words)  # (B, T)
+    out = np.full(word_ids.shape, IGNORE_INDEX, dtype=np.int64)  # (B, T)
+    where = np.asarray(word_starts, dtype=np.int64)[:, None] + word_ids  # (B, T) index into labels
+    out[first] = np.asarray(labels)[where[first]]
+    return torch.from_numpy(out)
+
+
+def example_labels(values: np.ndarray, kind: str) -> torch.Tensor:
+    """(B,) labels of a sequence or regression task: float32 for ``regression``, int64 class ids otherwise."""
+    return torch.from_numpy(np.asarray(values).astype(np.float32 if kind == "regression" else np.int64))
