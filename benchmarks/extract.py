@@ -27,8 +27,16 @@ from pathlib import Path
 
 if str(Path(__file__).resolve().parent) not in sys.path:  # _common.py, when imported from elsewhere
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import (DEFAULT_DATA, HERE, loadavg, machine_meta, print_table, quiet_transformers,  # noqa: E402
-                     work_folder, write_results)
+from _common import (  # noqa: E402
+    DEFAULT_DATA,
+    HERE,
+    loadavg,
+    machine_meta,
+    print_table,
+    quiet_transformers,
+    work_folder,
+    write_results,
+)
 
 MODEL = "minilm"
 DEVICE = "cpu"
@@ -165,11 +173,11 @@ class PhaseTimer:
 
         self._wrap(run_mod, "load_dataset_records", "load_data")
         self._wrap(run_mod, "load_backbone", "load_model", post=self._wrap_backbone)
-        self._wrap(run_mod, "_plan_split", "tokenize_plan")
+        self._wrap(run_mod, "plan_split", "tokenize_plan")
         self._wrap(run_mod, "_check_disk", "check_disk")
         self._wrap(run_mod, "run_batch", "run_batch")
         self._wrap(run_mod, "write_manifest", "write_manifest")
-        self._wrap(run_mod, "_split_stats", "split_stats")
+        self._wrap(run_mod, "split_stats", "split_stats")
         self._wrap(memory_mod.HeapTrimmer, "batch_done", "heap_trim")
         # main thread waiting for the writer thread: a free buffer, room in its queue, the split's last jobs
         self._wrap(background_mod.BufferPool, "take", "wait_writer")
@@ -382,7 +390,7 @@ def bench_padding(backbone, data: Path) -> dict:
 
 def cache_size(path: Path) -> dict:
     from layercache import read_manifest
-    from layercache.extraction.run import estimate_bytes
+    from layercache.extraction.estimate import estimate_bytes
 
     manifest = read_manifest(path)
     apparent, allocated = dir_bytes(path)

@@ -54,7 +54,8 @@ def main(argv=None) -> int:
         if not _drop_from_page_cache(files):
             break
         cold.append(timed(lambda: model_fingerprint(backbone.model, files)))
-    tokenizer_s = statistics.median(timed(lambda: tokenizer_fingerprint(backbone.tokenizer)) for _ in range(args.repeats))
+    tokenizer_s = statistics.median(
+        timed(lambda: tokenizer_fingerprint(backbone.tokenizer)) for _ in range(args.repeats))
 
     rows, results = [], {"bytes": n_bytes, "files": [str(f) for f in files]}
     for name, times in (("warm (page cache)", warm), ("cold (disk)", cold)):

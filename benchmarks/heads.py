@@ -16,8 +16,8 @@ Protocol (both parts): train on the train split minus a seeded 10% validation sl
 report once on the held-out split (SST-2 ``dev.tsv``, CoNLL ``valid.txt``), which no choice sees.
 
 Run ``python benchmarks/heads.py`` (estimated 15-20 minutes on 2 idle CPU cores) or ``--quick`` (small
-subsets: under a minute on idle cores, a few minutes when other work shares them). Prints tables and writes JSON (default ``benchmarks/results/heads.json``,
-``heads-quick.json`` with ``--quick``).
+subsets: under a minute on idle cores, a few minutes when other work shares them). Prints tables and writes
+JSON (default ``benchmarks/results/heads.json``, ``heads-quick.json`` with ``--quick``).
 """
 
 from __future__ import annotations
@@ -35,8 +35,7 @@ from pathlib import Path
 if str(Path(__file__).resolve().parent) not in sys.path:  # _common.py, when imported from elsewhere
     sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common  # noqa: E402
-from _common import (DEFAULT_DATA, HERE, loadavg, machine_meta, quiet_transformers,  # noqa: E402
-                     work_folder, write_results)
+from _common import DEFAULT_DATA, HERE, loadavg, machine_meta, quiet_transformers, work_folder, write_results  # noqa: E402
 
 MODEL = "minilm"
 DEVICE = "cpu"
@@ -210,7 +209,7 @@ def profile_summary(profiler: cProfile.Profile, wall: float, top: int = 25) -> d
     """The functions where training spends its time (cProfile, by own time and by cumulative time)."""
     stats = pstats.Stats(profiler)
     rows = []
-    for (file, line, func), (cc, nc, tt, ct, _) in stats.stats.items():
+    for (file, line, func), (_, nc, tt, ct, _) in stats.stats.items():
         rows.append({"function": f"{Path(file).name}:{line}({func})", "calls": nc, "tottime_s": tt, "cumtime_s": ct})
     text = io.StringIO()
     pstats.Stats(profiler, stream=text).sort_stats("cumulative").print_stats(40)
@@ -233,22 +232,18 @@ def bench_mixers(caches: dict, sizes: dict, mixers: list[str], epochs: int, pati
         tasks = [t.name for t in cache.tasks]
         train_rows, val_rows = validation_split(cache, first_rows(cache, "train", sizes[name]["train"]), seed)
         test_rows = first_rows(cache, REPORT_SPLIT, sizes[name]["test"])
-        feeds = {}
-
-        def feeds_for(source: str):
+        feeds = {}  # one (train, val, test) triple of feeds per source, built the first time a head needs it
+        runs = {}
+        for mixer in mixers:
+            model, lr = build_model(cache, mixer, seed)
+            source = resolve_source(cache, "auto", list(cache.tasks), model)
             # As LayerHead.fit: heads that cannot tell mean-pooled vectors from token states read the former.
             if source not in feeds:
                 feeds[source] = (
                     CacheFeed(cache, "train", tasks=tasks, rows=train_rows, batch_size=TRAIN_BATCH, source=source),
                     CacheFeed(cache, "train", tasks=tasks, rows=val_rows, batch_size=VAL_BATCH, source=source),
                     CacheFeed(cache, REPORT_SPLIT, tasks=tasks, rows=test_rows, batch_size=EVAL_BATCH, source=source))
-            return feeds[source]
-
-        runs = {}
-        for mixer in mixers:
-            model, lr = build_model(cache, mixer, seed)
-            source = resolve_source(cache, "auto", list(cache.tasks), model)
-            runs[mixer] = fit_and_score(model, lr, *feeds_for(source), epochs=epochs, patience=patience, seed=seed)
+            runs[mixer] = fit_and_score(model, lr, *feeds[source], epochs=epochs, patience=patience, seed=seed)
             runs[mixer]["source"] = source
             r = runs[mixer]
             log(f"{name:5s} {mixer:10s} {r['metric']} {r['score']:.4f}  ({r['epochs_run']} epochs, best "
@@ -413,7 +408,8 @@ def main(argv=None) -> int:
     check_data(data)
     quick = args.quick
     sizes = {
-        "sst2": {"train": args.sst2_train or (400 if quick else None), "test": args.sst2_dev or (200 if quick else None)},
+        "sst2": {"train": args.sst2_train or (400 if quick else None),
+                 "test": args.sst2_dev or (200 if quick else None)},
         "conll": {"train": args.conll_train or (300 if quick else 4000),
                   "test": args.conll_valid or (200 if quick else None)},
     }
@@ -561,8 +557,9 @@ def report(results: dict) -> None:
              r["cache_head_on_live_states_accuracy"]],
         ]
         head = {k: v for k, v in r["head"].items() if k != "mixer"}
-        print_table(f"2. Cache vs live: adaptive head {head}, SST-2, {r['epochs']} epochs, no early stopping, same seed and "
-                    f"hyper-parameters (train {r['n_train']:,}, validation slice {r['n_val']:,}, dev {r['n_test']:,})",
+        print_table(f"2. Cache vs live: adaptive head {head}, SST-2, {r['epochs']} epochs, no early stopping, "
+                    f"same seed and hyper-parameters (train {r['n_train']:,}, validation slice {r['n_val']:,}, "
+                    f"dev {r['n_test']:,})",
                     ["what", "seconds", "dev accuracy"], rows,
                     note="Training times are train_model wall time: every epoch plus the validation pass after it "
                          "(the live side runs the backbone there too).\n"

@@ -85,7 +85,6 @@ def sklearn_probes(cache, warm: bool, seed: int) -> dict:
     """What LinearProbes does, with scikit-learn: per layer and C a LogisticRegression, best C on the slice."""
     import warnings
 
-    import numpy as np
     from sklearn.exceptions import ConvergenceWarning
     from sklearn.linear_model import LogisticRegression
 
@@ -268,7 +267,7 @@ def report(results: dict) -> None:
             note=f"LinearProbes runs: {', '.join(f'{s:.2f}' for s in r['ours_seconds_all_runs'])} s; "
                  f"{ours['n_iter']} L-BFGS iterations; phases of run 1: "
                  + ", ".join(f"{k} {v:.2f}s" for k, v in ours["timings"].items())
-                 + f".\nAt equal C (each of the 28 layer x C fits), max |diff| "
+                 + ".\nAt equal C (each of the 28 layer x C fits), max |diff| "
                  + ", ".join(f"{v:.2f} points vs {k}" for k, v in r["equal_C_max_abs_difference_points"].items())
                  + f".\nmax |diff| {r['max_abs_difference_points']:.2f} points (target <= "
                  f"{TARGETS['accuracy_difference_max_points']}); speed-up {r['speedup']:.1f}x vs the faster "

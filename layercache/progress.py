@@ -6,8 +6,16 @@ import sys
 from contextlib import contextmanager
 
 from rich.console import Console
-from rich.progress import (BarColumn, MofNCompleteColumn, Progress, ProgressColumn, Task, TextColumn,
-                           TimeElapsedColumn, TimeRemainingColumn)
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    ProgressColumn,
+    Task,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.text import Text
 
 
@@ -19,6 +27,7 @@ class RateColumn(ProgressColumn):
         self.field, self.unit = field, unit
 
     def render(self, task: Task) -> Text:
+        """The rate since the task's ``<field>_start`` value, averaged over its elapsed time."""
         elapsed = task.elapsed or 0.0
         value = task.completed if self.field is None else task.fields.get(self.field, 0)
         start = task.fields.get((self.field or "completed") + "_start", 0)

@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
+from cli_support import assert_refused, invoke
 
 import layercache as lc
-from cli_support import assert_refused, invoke
 from layercache.cli import parse_size
+
 
 @pytest.fixture
 def tsv(tmp_path):

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import matplotlib
 import pytest
-
 from conftest import minilm_path
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))

@@ -3,10 +3,10 @@
 Each committed shard is listed in the manifest with ``"<algorithm>:<hex digest>"`` of its
 bytes. The algorithm is XXH3-128, not sha256: the checksum guards against torn writes, disk
 errors and truncated copies, not against an adversary, and it is computed for every shard
-inside the extraction loop. On this project's 2-core machine XXH3-128 hashes ~27 GB/s in
-memory against ~1.7 GB/s for sha256 (with the CPU's SHA extensions), so a 256 MiB shard costs
-~10 ms instead of ~150 ms at commit, where the extraction loop waits for it. The algorithm
-name travels with the digest, so a later format can change it without ambiguity.
+inside the extraction loop, where an order of magnitude in hashing speed is time the loop waits
+(measured in ``benchmarks/README.md``). The algorithm name travels with the digest, so a later
+format can change it without ambiguity. Model fingerprints hash weight files with the same
+function.
 """
 
 from __future__ import annotations

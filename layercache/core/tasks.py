@@ -36,13 +36,16 @@ class LabelTask:
 
     @property
     def num_classes(self) -> int | None:
+        """Number of label classes; ``None`` for regression."""
         return None if self.label_names is None else len(self.label_names)
 
     def to_json(self) -> dict:
+        """The task as the manifest stores it (name, kind, label names)."""
         return {"name": self.name, "kind": self.kind,
                 "label_names": None if self.label_names is None else list(self.label_names)}
 
     @classmethod
     def from_json(cls, data: dict) -> "LabelTask":
+        """Rebuild a task from its :meth:`to_json` form."""
         names = data.get("label_names")
         return cls(name=data["name"], kind=data["kind"], label_names=None if names is None else tuple(names))

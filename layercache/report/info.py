@@ -30,8 +30,10 @@ def cache_summary(cache: LayerCache) -> dict:
 
 
 def render_summary(summary: dict, console: Console) -> None:
+    """Print a :func:`cache_summary` to ``console``: a key/value header, then one table row per split."""
     model, tok, data, storage = summary["model"], summary["tokenizer"], summary["dataset"], summary["storage"]
-    status = "[green]complete[/]" if summary["complete"] else "[yellow]incomplete: re-run the same extract command to resume[/]"
+    status = ("[green]complete[/]" if summary["complete"]
+              else "[yellow]incomplete: re-run the same extract command to resume[/]")
     head = Table.grid(padding=(0, 2))
     head.add_column(style="bold")
     head.add_column(overflow="fold")  # paths whole (wrapped), never cut short with an ellipsis
@@ -48,7 +50,8 @@ def render_summary(summary: dict, console: Console) -> None:
                     + f" (text: {', '.join(data['text_columns'])})"),
         *([("files", "; ".join(f"{split}: {path}" for split, path in data["files"].items()))]
           if len(data.get("files") or {}) > 1 else []),
-        ("tasks", "; ".join(f"{t['name']} ({t['kind']}" + (f", {len(t['label_names'])} classes)" if t["label_names"] else ")")
+        ("tasks", "; ".join(f"{t['name']} ({t['kind']}"
+                            + (f", {len(t['label_names'])} classes)" if t["label_names"] else ")")
                             for t in summary["tasks"]) or "none (unlabelled)"),
         ("storage", f"{storage['store']}, {storage['dtype']}"
                     + (f" ({summary['storage_dtype_auto']})" if summary.get("storage_dtype_auto") else "")
