@@ -394,7 +394,7 @@ def cache_size(path: Path) -> dict:
 
     manifest = read_manifest(path)
     apparent, allocated = dir_bytes(path)
-    states = len(manifest.storage["layers"])
+    states = len(manifest.storage.layers)
     hidden = manifest.hidden_size
     tokens = sum(s.n_tokens for s in manifest.splits.values())
     examples = sum(s.n_examples for s in manifest.splits.values())
@@ -749,10 +749,11 @@ def report(results: dict) -> None:
         print_table(
             "1. Extraction overhead (target: per-batch-min ratio <= 1.10)",
             ["dataset", "examples", "tokens", "batches", "bare fwd s", "extract loop s", "per-batch-min ratio",
-             "ratio loop", "min/min", "cpu ratio", "bare+tok s", "extract-load s", "ratio e2e", "bare tok/s", "extract tok/s",
-             "target"], rows,
-            note="per-batch-min ratio = sum over batches of the fastest rep's loop iteration inside extract() (forward, "
-                 "post-processing, shard writes and commits) / sum over batches of the fastest rep's bare forward\n"
+             "ratio loop", "min/min", "cpu ratio", "bare+tok s", "extract-load s", "ratio e2e", "bare tok/s",
+             "extract tok/s", "target"], rows,
+            note="per-batch-min ratio = sum over batches of the fastest rep's loop iteration inside extract() "
+                 "(forward, post-processing, shard writes and commits) / sum over batches of the fastest rep's "
+                 "bare forward\n"
                  "ratio loop = (extract() wall - data load - model load - tokenize/plan) / (pad_windows + "
                  "hidden_states over the same batches), medians; min/min = fastest loop / fastest bare pass;\n"
                  "cpu ratio = the same with process CPU time (all threads) instead of wall time\n"
@@ -761,7 +762,8 @@ def report(results: dict) -> None:
         for name, r in results["overhead"]["datasets"].items():
             total = r["breakdown_rep_loop_s"]
             rows = [[k, v, 100 * v / total] for k, v in r["breakdown_s"].items()]
-            rows.append(["bare forward (median, for reference)", r["bare_forward_s"], 100 * r["bare_forward_s"] / total])
+            rows.append(["bare forward (median, for reference)", r["bare_forward_s"],
+                         100 * r["bare_forward_s"] / total])
             rows += [[f"  of the writer's jobs: {k}", v, 100 * v / total]
                      for k, v in r.get("writer_thread_s", {}).items()]
             print_table(f"   where extract()'s loop time goes, {name}, median rep (s, % of loop; per-rep loop ratios "
@@ -777,7 +779,8 @@ def report(results: dict) -> None:
             ok = "PASS" if lb["ratio"] <= TARGETS["padding_ratio_max"] else "FAIL"
             rows.append([name, r["n_examples"], r["real_tokens"], r["mean_tokens"], r["max_width"], lb["n_batches"],
                          lb["padded_tokens"], lb["ratio"], fx["n_batches"], fx["padded_tokens"], fx["ratio"], ok])
-        print_table("2. Padding: padded / real tokens (full sst2 train, full agnews dev; target length-batched <= 1.10)",
+        print_table("2. Padding: padded / real tokens (full sst2 train, full agnews dev; "
+                    "target length-batched <= 1.10)",
                     ["dataset", "examples", "real tokens", "mean len", "max len", "plan batches", "plan padded",
                      "plan ratio", "fixed-32 batches", "fixed-32 padded", "fixed-32 ratio", "target"], rows,
                     note=f"plan = plan_batches(budget {BATCH_TOKENS} padded tokens, <= {BATCH_SIZE} rows); "
@@ -810,8 +813,8 @@ def report(results: dict) -> None:
                          f"large / small-with-the-same-longest-example: peak ratio "
                          f"{r['peak_ratio_same_longest']:.3f} (growth over imports: "
                          f"{r['growth_over_baseline_ratio_same_longest']:.3f})\n"
-                         f"within the large run: peak {mb(r['large_peak_at_half_the_batches']):.0f} MB after half of its "
-                         f"batches, +{mb(r['large_peak_growth_in_second_half']):.0f} MB over the second half\n"
+                         f"within the large run: peak {mb(r['large_peak_at_half_the_batches']):.0f} MB after half "
+                         f"of its batches, +{mb(r['large_peak_growth_in_second_half']):.0f} MB over the second half\n"
                          "peak RSS = VmHWM of the child (its own address space); ru_maxrss can carry the parent's "
                          "RSS across fork+exec, so it is shown for reference only.")
 

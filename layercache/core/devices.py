@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from ..errors import ConfigError
 
+FORWARD_DTYPE_NAMES = ("float32", "float16", "bfloat16")
+"""Dtypes the backbone's forward pass may run in (``--dtype``; ``auto`` picks one per device)."""
+
 
 def resolve_device(device: str):
     """``auto`` -> ``cuda`` when torch sees a GPU, else ``cpu``; ``cpu`` and ``cuda[:N]`` as given.

@@ -9,8 +9,9 @@ the order (and with the same crash guarantees) as if they ran inline.
 Overlap only pays when the writer has a core of its own: a forward pass on a GPU, or a CPU pass
 that leaves cores free. When torch's threads already use every core, a writer thread steals
 time slices from them, and because the forward pass's parallel regions wait for their slowest
-thread, a little stolen time costs a lot: on 2 cores the forward pass ran ~20 % slower with the
-writer thread than with the same writes done inline between batches (benchmarks/README.md).
+thread, a little stolen time costs a lot: with every core busy, the forward pass runs measurably
+slower with the writer thread than with the same writes done inline between batches (figures in
+``benchmarks/README.md``, "Why the code is shaped this way").
 :func:`writer_thread_helps` makes that call, and ``BackgroundWriter(threaded=False)`` runs each
 job at once in the caller, with the same interface.
 

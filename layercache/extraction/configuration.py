@@ -9,13 +9,8 @@ from __future__ import annotations
 from ..core.version import __version__
 from ..sources.records import DatasetRecords
 from ..store.manifest import FORMAT_VERSION, Manifest, SplitInfo, stable_hash
+from ..store.sections import DatasetSection, ExtractionSection, ModelSection, StorageSection, TokenizerSection
 from .batching import PLANNER
-
-
-def hashed_storage(storage: dict) -> dict:
-    """The storage section as the configuration hash sees it: ``mean_skip_first`` only when set, so caches
-    written before the option existed keep their hash (absent means false)."""
-    return {k: v for k, v in storage.items() if k != "mean_skip_first" or v}
 
 
 def new_manifest(backbone, records: DatasetRecords, plans, *, keep, store, pooling, storage_dtype, stride,
@@ -23,25 +18,25 @@ def new_manifest(backbone, records: DatasetRecords, plans, *, keep, store, pooli
                  dtype_choice: str | None = None) -> Manifest:
     """The manifest of a new cache: every option the run was given, and the hash of those that shape its states."""
     names = backbone.layer_names
-    model = backbone.describe()
-    tokenizer = {**backbone.describe_tokenizer(), "stride": stride}
-    dataset = {"name": records.name, "config": records.config, "fingerprint": records.fingerprint,
-               "columns": records.columns, "text_columns": records.text_columns, "limit": limit,
-               "files": records.files}
-    storage = {"dtype": storage_dtype, "layers": keep, "layer_names": [names[i] for i in keep],
-               "all_layer_names": names, "store": store, "pooling": pooling, "shard_bytes": shard_bytes,
-               "final_norm": backbone.final_norm, "mean_skip_first": mean_skip_first}
-    extraction = {"batch_tokens": batch_tokens, "batch_size": batch_size, "planner": PLANNER,
-                  "device": str(backbone.device),
-                  "forward_dtype": model["forward_dtype"]}
-    if dtype_choice is not None:  # not hashed: auto and the explicit dtype it resolved to are one configuration
-        extraction["storage_dtype_auto"] = dtype_choice
+    model = ModelSection.from_json(backbone.describe())
+    tokenizer = TokenizerSection.from_json({**backbone.describe_tokenizer(), "stride": stride})
+    dataset = DatasetSection(name=records.name, config=records.config, fingerprint=records.fingerprint,
+                             columns=records.columns, text_columns=records.text_columns, limit=limit,
+                             files=records.files)
+    storage = StorageSection(dtype=storage_dtype, layers=keep, layer_names=[names[i] for i in keep],
+                             all_layer_names=names, store=store, pooling=pooling, shard_bytes=shard_bytes,
+                             final_norm=backbone.final_norm, mean_skip_first=mean_skip_first)
+    # storage_dtype_auto is not hashed: auto and the explicit dtype it resolved to are one configuration
+    extraction = ExtractionSection(batch_tokens=batch_tokens, batch_size=batch_size, planner=PLANNER,
+                                   device=str(backbone.device), forward_dtype=model.forward_dtype,
+                                   storage_dtype_auto=dtype_choice)
     splits = {name: SplitInfo(n_examples=len(p.examples), n_tokens=p.n_tokens, n_batches=len(p.batches),
                               n_truncated=p.n_truncated, n_windowed=p.n_windowed,
                               n_skipped_empty=records.splits[name].n_skipped_empty) for name, p in plans.items()}
-    content = {"format": FORMAT_VERSION, "model": model["fingerprint"], "tokenizer": tokenizer,
-               "dataset": dataset, "tasks": [t.to_json() for t in records.tasks], "splits": list(plans),
-               "storage": hashed_storage(storage), "forward_dtype": model["forward_dtype"],
+    # The same JSON the manifest holds, so the hash of a configuration never depends on the types above.
+    content = {"format": FORMAT_VERSION, "model": model.fingerprint, "tokenizer": tokenizer.to_json(),
+               "dataset": dataset.to_json(), "tasks": [t.to_json() for t in records.tasks], "splits": list(plans),
+               "storage": storage.hashed(), "forward_dtype": model.forward_dtype,
                "batching": [batch_tokens, batch_size, PLANNER]}
     return Manifest(model=model, tokenizer=tokenizer, dataset=dataset, tasks=list(records.tasks), storage=storage,
                     extraction=extraction, splits=splits, config_hash=stable_hash(content),
@@ -50,17 +45,17 @@ def new_manifest(backbone, records: DatasetRecords, plans, *, keep, store, pooli
 
 def difference(old: Manifest, new: Manifest) -> str:
     """Name the first thing that differs between two caches' configurations, for the refusal."""
-    checks = [("model", old.model.get("fingerprint"), new.model.get("fingerprint")),
-              ("tokenizer or max length", old.tokenizer, new.tokenizer),
-              ("dataset", old.dataset, new.dataset),
+    checks = [("model", old.model.fingerprint, new.model.fingerprint),
+              ("tokenizer or max length", old.tokenizer.to_json(), new.tokenizer.to_json()),
+              ("dataset", old.dataset.to_json(), new.dataset.to_json()),
               ("set of splits", list(old.splits), list(new.splits)),
               ("storage (layers, dtype, store, pooling, --mean-skip-first or shard size)",
-               hashed_storage(old.storage), hashed_storage(new.storage)),
-              ("forward dtype", old.model.get("forward_dtype"), new.model.get("forward_dtype")),
+               old.storage.hashed(), new.storage.hashed()),
+              ("forward dtype", old.model.forward_dtype, new.model.forward_dtype),
               ("batching (--batch-tokens, --batch-size)",
-               [old.extraction.get("batch_tokens"), old.extraction.get("batch_size")],
-               [new.extraction.get("batch_tokens"), new.extraction.get("batch_size")]),
-              ("batch planner (an older layercache)", old.extraction.get("planner"), new.extraction.get("planner"))]
+               [old.extraction.batch_tokens, old.extraction.batch_size],
+               [new.extraction.batch_tokens, new.extraction.batch_size]),
+              ("batch planner (an older layercache)", old.extraction.planner, new.extraction.planner)]
     for what, a, b in checks:
         if a != b:
             return what

@@ -61,8 +61,8 @@ def resolve_storage_dtype(requested: str, existing: Manifest | None, backbone: B
     """
     if requested != AUTO:
         return requested, None, None
-    if existing is not None and existing.extraction.get("storage_dtype_auto"):
-        return existing.storage["dtype"], existing.extraction["storage_dtype_auto"], None
+    if existing is not None and existing.extraction.storage_dtype_auto:
+        return existing.storage.dtype, existing.extraction.storage_dtype_auto, None
     name = next((n for n, plan in plans.items() if plan.batches), None)
     if name is None:
         return "float16", "auto: no examples to probe", None

@@ -67,13 +67,13 @@ def _shard_estimates(manifest: Manifest, name: str, plans: dict[str, SplitPlan] 
         n_batches = max(split.n_batches, 1)
         batches = [(split.n_examples / n_batches, split.n_tokens / n_batches)] * split.n_batches
         word_ids = any(task.kind == "token" for task in manifest.tasks)
-    vector = len(storage["layers"]) * manifest.hidden_size * BYTES_PER_VALUE[storage["dtype"]]
-    per_token = vector if storage["store"] == "tokens" else 0
-    per_example = vector * len(storage["pooling"])
+    vector = len(storage.layers) * manifest.hidden_size * BYTES_PER_VALUE[storage.dtype]
+    per_token = vector if storage.stores_tokens else 0
+    per_example = vector * len(storage.pooling)
     sizes, n, t = [], 0, 0
     for b in range(start, len(batches)):
         n, t = n + batches[b][0], t + batches[b][1]
-        if per_token * t + per_example * n >= storage["shard_bytes"] or b == len(batches) - 1:  # as SplitShards.append
+        if per_token * t + per_example * n >= storage.shard_bytes or b == len(batches) - 1:  # as SplitShards.append
             sizes.append(_shard_file_bytes(manifest, round(n), round(t), word_ids))
             n = t = 0
     return sizes
@@ -86,17 +86,17 @@ def _shard_file_bytes(manifest: Manifest, n: int, t: int, word_ids: bool) -> int
     per token (an upper bound that only matters in 4096-entry chunks).
     """
     storage = manifest.storage
-    S, D = len(storage["layers"]), manifest.hidden_size
-    vector = S * D * BYTES_PER_VALUE[storage["dtype"]]
+    S, D = len(storage.layers), manifest.hidden_size
+    vector = S * D * BYTES_PER_VALUE[storage.dtype]
     token_tasks = any(task.kind == "token" for task in manifest.tasks)
     chunks = {  # dataset -> (chunks, bytes per chunk)
         "offsets": (_n_chunks(n + 1, INDEX_CHUNK), 8 * INDEX_CHUNK),
         "input_ids": (_n_chunks(t, IDS_CHUNK), 4 * IDS_CHUNK),
         "example_index": (_n_chunks(n, INDEX_CHUNK), 8 * INDEX_CHUNK),
     }
-    if storage["store"] == "tokens":
-        chunks["hidden"] = (S * _n_chunks(t, CHUNK_TOKENS), CHUNK_TOKENS * D * BYTES_PER_VALUE[storage["dtype"]])
-    for mode in storage["pooling"]:
+    if storage.stores_tokens:
+        chunks["hidden"] = (S * _n_chunks(t, CHUNK_TOKENS), CHUNK_TOKENS * D * BYTES_PER_VALUE[storage.dtype])
+    for mode in storage.pooling:
         chunks[f"pooled/{mode}"] = (S * _n_chunks(n, POOLED_CHUNK), POOLED_CHUNK * vector // S)
     if word_ids:
         chunks["word_ids"] = (_n_chunks(t, IDS_CHUNK), 4 * IDS_CHUNK)

@@ -20,8 +20,6 @@ from ..store.writer import ExtractedBatch
 from .packing import NonFiniteStates, StatePacker, storage_array
 from .tokenize import EncodedExample
 
-POOLING_MODES = ("mean", "first", "last")
-
 
 def pad_windows(examples: Sequence[EncodedExample], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(R, W) input ids and attention mask for every window of the batch, right-padded."""

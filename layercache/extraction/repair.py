@@ -38,7 +38,7 @@ def reextract_shard(backbone, records, name: str, plan: SplitPlan, manifest: Man
     info = manifest.splits[name]
     old = info.shards[index]
     writer = ShardWriter(confined_path(out, old.file), n_states=len(keep), dim=backbone.hidden_size,
-                         dtype=manifest.storage["dtype"], store_tokens=manifest.stores_tokens,
+                         dtype=manifest.storage.dtype, store_tokens=manifest.stores_tokens,
                          pooling=manifest.pooling, tasks=manifest.tasks, first_row=old.first_row,
                          first_batch=old.first_batch)
     try:

@@ -31,13 +31,13 @@ from ..sources.datasets import load_dataset_records
 from ..store.dtypes import AUTO, check_storage_dtype
 from ..store.manifest import Manifest, write_manifest
 from ..store.paths import default_cache_path, record_latest
-from ..store.schema import is_safe_name
+from ..store.schema import POOLING_MODES, STORE_MODES, is_safe_name
 from ..store.writer import ExtractedBatch
 from .background import BackgroundWriter, BufferPool, writer_thread_helps
 from .configuration import difference, new_manifest
 from .dtype_probe import ProbeStates, resolve_storage_dtype
 from .estimate import DISK_MARGIN, estimate_bytes, free_disk_bytes, remaining_bytes
-from .forward import POOLING_MODES, run_batch
+from .forward import run_batch
 from .housekeeping import (
     DAMAGED,
     clean_strays,
@@ -60,7 +60,6 @@ __all__ = ["extract", "ExtractResult", "DataSpec", "StorageSpec", "BatchSpec", "
 
 log = logging.getLogger("layercache")
 
-STORE_MODES = ("tokens", "pooled")
 IN_FLIGHT_BATCHES = 2  # token-state buffers: one being filled by the forward side, one being written
 
 
@@ -238,13 +237,13 @@ def _extract(model: str, data: DataSpec, storage: StorageSpec, batching: BatchSp
             write_manifest(out, manifest)
         record_latest(out)
         stored = manifest.storage
-        packer = StatePacker(len(keep), backbone.hidden_size, storage_dtype=stored["dtype"],
-                             pooling=stored["pooling"], device=backbone.device,
-                             mean_skip_first=stored.get("mean_skip_first", False))
+        packer = StatePacker(len(keep), backbone.hidden_size, storage_dtype=stored.dtype,
+                             pooling=stored.pooling, device=backbone.device,
+                             mean_skip_first=stored.skips_first_in_mean)
         threaded = writer_thread_helps(backbone.device)
-        buffers = (_storage_buffers(plans, len(keep), backbone.hidden_size, stored["dtype"],
+        buffers = (_storage_buffers(plans, len(keep), backbone.hidden_size, stored.dtype,
                                     IN_FLIGHT_BATCHES if threaded else 1)
-                   if stored["store"] == "tokens" else None)
+                   if stored.stores_tokens else None)
         for name, indices in damaged.items():
             for index in indices:
                 with write_errors(out):
@@ -257,7 +256,7 @@ def _extract(model: str, data: DataSpec, storage: StorageSpec, batching: BatchSp
         manifest.complete = True
         with write_errors(out):
             write_manifest(out, manifest)
-    overflow = manifest.extraction.get("fp16_overflow", 0)
+    overflow = manifest.extraction.overflow
     if overflow:
         log.warning("%s state values exceeded the float16 range and were clamped to ±65,504; re-extract with "
                     "--storage-dtype bfloat16 --overwrite to keep them.", f"{overflow:,}")
@@ -359,9 +358,9 @@ def _extract_split_batches(backbone, records, name, plan: SplitPlan, manifest: M
         raise
     info.stats, overflow = split_stats(out, info, manifest.layer_names)
     # Per split, then the total: a resume recomputes every split's count, so adding would double it.
-    by_split = manifest.extraction.setdefault("fp16_overflow_by_split", {})
-    by_split[name] = overflow
-    manifest.extraction["fp16_overflow"] = sum(by_split.values())
+    counts = manifest.extraction
+    counts.fp16_overflow_by_split = {**(counts.fp16_overflow_by_split or {}), name: overflow}
+    counts.fp16_overflow = sum(counts.fp16_overflow_by_split.values())
     info.complete = True
     write_manifest(out, manifest)
 

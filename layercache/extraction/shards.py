@@ -36,12 +36,12 @@ class SplitShards:
         storage = self.manifest.storage
         if self._writer is None:
             self._writer = ShardWriter(self.folder / shard_name(len(self.info.shards)), n_states=self.n_states,
-                                       dim=self.dim, dtype=storage["dtype"],
-                                       store_tokens=storage["store"] == "tokens", pooling=storage["pooling"],
+                                       dim=self.dim, dtype=storage.dtype,
+                                       store_tokens=storage.stores_tokens, pooling=storage.pooling,
                                        tasks=self.manifest.tasks, first_row=self.info.rows_written, first_batch=b)
         self._writer.append(batch)
         self._next_batch = b + 1
-        return self._writer.payload_bytes >= storage["shard_bytes"] or b == self.n_batches - 1
+        return self._writer.payload_bytes >= storage.shard_bytes or b == self.n_batches - 1
 
     def commit(self) -> None:
         """Commit the shard being written and list it in the manifest (rewritten atomically)."""

@@ -139,14 +139,14 @@ class LiveFeed:
         states, ``stride`` is the cache's, and ``tasks`` default to the cache's tasks.
         """
         m = cache.manifest
-        checks = (("weights", m.model.get("fingerprint"), backbone.fingerprint),
-                  ("tokenizer", m.tokenizer.get("fingerprint"), backbone.tokenizer_fingerprint),
-                  ("maximum length", m.tokenizer.get("max_length"), backbone.max_length))
+        checks = (("weights", m.model.fingerprint, backbone.fingerprint),
+                  ("tokenizer", m.tokenizer.fingerprint, backbone.tokenizer_fingerprint),
+                  ("maximum length", m.tokenizer.max_length, backbone.max_length))
         for what, theirs, mine in checks:
             if theirs != mine:
                 raise CacheMismatchError(
                     f"The backbone {backbone.name!r} has a different {what} than the one that extracted the cache "
-                    f"{cache.path} ({m.model.get('name')!r}); load that backbone (with the cache's max length).")
+                    f"{cache.path} ({m.model.name!r}); load that backbone (with the cache's max length).")
         if split not in records.splits:
             raise ConfigError(f"The dataset has no split {split!r}; its splits are: {', '.join(records.splits)}.")
         position = {int(s): i for i, s in enumerate(records.splits[split].source_index)}
@@ -159,7 +159,7 @@ class LiveFeed:
         if tasks is None:
             tasks = [t.name for t in cache.tasks]
         return cls(backbone, records, split, tasks=tasks, layers=cache.layer_names if layers is None else layers,
-                   stride=m.tokenizer.get("stride"), row_order=order, **options)
+                   stride=m.tokenizer.stride, row_order=order, **options)
 
     # --- the Feed protocol (layercache.store.feed) --------------------------------------------
     @property

@@ -25,7 +25,6 @@ from ..errors import CacheError, ConfigError
 from ..store.manifest import LabelTask
 from ..store.reader import LayerCache
 
-VALIDATION_NAMES = ("validation", "valid", "dev", "val")
 """Split names taken for the validation split, in this order (as the heads do)."""
 CHUNK_TOKENS = 1 << 14
 """Token states read per step when averaging token states: ~170 MB of float32 for 7 x 384 states."""
@@ -97,20 +96,6 @@ def resolve_source(cache: LayerCache, spec: LabelTask, source: str) -> str:
     return source
 
 
-def find_validation_split(cache: LayerCache, exclude: str) -> str | None:
-    """The cache's validation split (``validation``, ``valid``, ``dev`` or ``val``), if any."""
-    for name in VALIDATION_NAMES:
-        if name in cache.splits and name != exclude:
-            return name
-    return None
-
-
-def check_split(cache: LayerCache, split: str) -> None:
-    """Refuse a split the cache does not have."""
-    if split not in cache.splits:
-        raise ConfigError(f"The cache has no split {split!r}; its splits are: {', '.join(cache.splits)}.")
-
-
 def holdout(n: int, fraction: float, seed: int, strata: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(kept, held out) positions of ``n`` items: a seeded ``fraction``, stratified by ``strata``.
 
@@ -144,7 +129,7 @@ def labelled(y: np.ndarray) -> np.ndarray:
 def read_inputs(cache: LayerCache, split: str, spec: LabelTask, source: str, index: list[int],
                 rows: Sequence[int] | None = None, *, want_types: bool = False) -> ProbeInputs:
     """Features of ``rows`` of ``split`` (default: all) for task ``spec`` from ``source``."""
-    check_split(cache, split)
+    cache.require_split(split)
     rows = np.arange(cache.num_examples(split)) if rows is None else np.asarray(rows, np.int64)
     return read_parts(cache, split, spec, source, index, [rows], want_types=want_types)[0]
 
@@ -153,7 +138,7 @@ def read_parts(cache: LayerCache, split: str, spec: LabelTask, source: str, inde
                row_sets: Sequence[np.ndarray], *, want_types: bool = False) -> list[ProbeInputs]:
     """Features of several sets of rows of one split (a training part and a validation slice),
     read in one pass over the split."""
-    check_split(cache, split)
+    cache.require_split(split)
     row_sets = [np.asarray(r, np.int64) for r in row_sets]
     if spec.kind == "token":
         return _read_words(cache, split, spec, index, row_sets, want_types)

@@ -31,8 +31,6 @@ from ..store.reader import LayerCache
 from .control import ControlTask
 from .features import (
     ProbeInputs,
-    check_split,
-    find_validation_split,
     holdout,
     read_inputs,
     read_parts,
@@ -114,12 +112,12 @@ class LinearProbes(BaseEstimator):
         spec = resolve_task(cache, self.task)
         source = resolve_source(cache, spec, self.source)
         index = cache.layer_index(self.layers)
-        check_split(cache, split)
+        cache.require_split(split)
         if val_split is None:
-            val_split = find_validation_split(cache, exclude=split)
+            val_split = cache.validation_split(exclude=split)
         want_types = bool(self.control) and spec.kind == "token"
         if val_split is not None:
-            check_split(cache, val_split)
+            cache.require_split(val_split)
             train = read_inputs(cache, split, spec, source, index, want_types=want_types)
             val = read_inputs(cache, val_split, spec, source, index, want_types=want_types)
             self.validation_ = val_split
@@ -381,7 +379,7 @@ def _check_arrays(X, y, xname: str, yname: str) -> tuple[np.ndarray, np.ndarray]
 
 def _identity(cache: LayerCache) -> dict:
     m = cache.manifest
-    return {"model": m.model.get("name"), "fingerprint": m.model.get("fingerprint"), "hidden_size": m.hidden_size}
+    return {"model": m.model.name, "fingerprint": m.model.fingerprint, "hidden_size": m.hidden_size}
 
 
 def _check_identity(fitted: dict | None, other: dict) -> None:

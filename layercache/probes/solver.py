@@ -177,8 +177,9 @@ def fit_logistic(X: Tensor, y: Tensor, n_classes: int, Cs: Tensor, *, max_iter: 
 
     # Parameters: u (L, G*R, D) with w^T = Q (d * u) V^T (||w|| = ||d * u||: Q and V are
     # orthonormal), and the contrasts of the intercept of centred features. Rows of w^T: the
-    # (L, G*K, D) @ (L, D, N) product below, outputs (L, G*K, N), runs 1.5-2x faster on CPU than
-    # (L, N, D) @ (L, D, G*K), and its gradient product reads X in place.
+    # (L, G*K, D) @ (L, D, N) product below, outputs (L, G*K, N), is the faster orientation on CPU
+    # (a long inner dimension per output row; benchmarks/README.md), and its gradient product
+    # reads X in place.
     U = torch.zeros(L, GR, D)
     b = start.repeat(G).expand(L, GR).clone()  # the best intercept for w = 0
     if init is not None:

@@ -20,11 +20,11 @@ def cache_summary(cache: LayerCache) -> dict:
                         "bytes": s.bytes_written, "complete": s.complete}
     return {
         "path": str(cache.path), "complete": m.complete, "format_version": m.format_version,
-        "model": m.model, "tokenizer": m.tokenizer, "dataset": m.dataset,
-        "tasks": [t.to_json() for t in m.tasks], "storage": m.storage, "splits": splits,
+        "model": m.model.to_json(), "tokenizer": m.tokenizer.to_json(), "dataset": m.dataset.to_json(),
+        "tasks": [t.to_json() for t in m.tasks], "storage": m.storage.to_json(), "splits": splits,
         "total_bytes": sum(s["bytes"] for s in splits.values()),
-        "fp16_overflow": m.extraction.get("fp16_overflow", 0),
-        "storage_dtype_auto": m.extraction.get("storage_dtype_auto"),
+        "fp16_overflow": m.extraction.overflow,
+        "storage_dtype_auto": m.extraction.storage_dtype_auto,
         "created_at": m.created_at, "updated_at": m.updated_at,
     }
 

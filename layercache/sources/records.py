@@ -68,6 +68,7 @@ class DatasetRecords:
     """Local sources: the file each split was read from (empty for the hub and the built-in set)."""
 
     def task(self, name: str) -> LabelTask:
+        """The label task called ``name``."""
         for task in self.tasks:
             if task.name == name:
                 return task

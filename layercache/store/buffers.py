@@ -1,10 +1,9 @@
 """Large host buffers whose pages are mapped up front, for reads that fill them at once.
 
 A fresh ``np.empty`` of hundreds of MB costs one page fault per 4 KiB page the first time it is
-written, and on a virtual machine a fault is expensive. On this project's 2-core VM, reading the
-868 MB of SST-2's token states into fresh arrays from the page cache took 1.8-2.5 s, and 1.3-1.4 s
-with the pages mapped in one call first (Linux ``MAP_POPULATE``); into memory already touched the
-same read runs at ~3 GB/s. Elsewhere, and for small buffers, this is plain ``np.empty``.
+written, and on a virtual machine a fault is expensive: mapping the pages in one call first
+(Linux ``MAP_POPULATE``) makes a large read into fresh memory markedly faster (figures in
+``benchmarks/README.md``). Elsewhere, and for small buffers, this is plain ``np.empty``.
 """
 
 from __future__ import annotations

@@ -25,6 +25,7 @@ from ..core.files import write_text_atomic
 from ..core.tasks import LabelTask
 from ..errors import CacheError
 from .schema import ManifestSchemaError, validate_manifest
+from .sections import DatasetSection, ExtractionSection, ModelSection, StorageSection, TokenizerSection
 
 FORMAT_VERSION = 1
 """Bumped whenever a reader of the previous version would misread a new cache."""
@@ -98,12 +99,12 @@ class SplitInfo:
 class Manifest:
     """Everything a later step needs to trust (or refuse) a cache. See ``docs`` in the README."""
 
-    model: dict[str, Any]
-    tokenizer: dict[str, Any]
-    dataset: dict[str, Any]
+    model: ModelSection
+    tokenizer: TokenizerSection
+    dataset: DatasetSection
     tasks: list[LabelTask]
-    storage: dict[str, Any]
-    extraction: dict[str, Any]
+    storage: StorageSection
+    extraction: ExtractionSection
     splits: dict[str, SplitInfo]
     config_hash: str
     """Hash of every setting that determines the cache's content; resume requires it to match."""
@@ -117,22 +118,22 @@ class Manifest:
     @property
     def layer_names(self) -> list[str]:
         """Names of the kept states, in storage order (``embeddings``, ``layer_1`` ...)."""
-        return list(self.storage["layer_names"])
+        return list(self.storage.layer_names)
 
     @property
     def hidden_size(self) -> int:
         """Width D of every stored state vector."""
-        return int(self.model["hidden_size"])
+        return int(self.model.hidden_size)
 
     @property
     def stores_tokens(self) -> bool:
         """Whether shards hold per-token states (not only pooled vectors)."""
-        return self.storage["store"] == "tokens"
+        return self.storage.stores_tokens
 
     @property
     def pooling(self) -> list[str]:
         """Pooled vectors stored per example (``mean``, ``first``, ``last``)."""
-        return list(self.storage["pooling"])
+        return list(self.storage.pooling)
 
     def task(self, name: str) -> LabelTask:
         """The label task called ``name``; a :class:`CacheError` naming the known tasks if there is none."""
@@ -145,7 +146,9 @@ class Manifest:
     # --- (de)serialisation ------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
         """The manifest as the JSON-ready dict written to ``manifest.json``."""
-        data = asdict(self)
+        data = asdict(self)  # sections become plain dicts here; each then writes exactly its own keys
+        for name in _SECTIONS:
+            data[name] = getattr(self, name).to_json()
         data["tasks"] = [t.to_json() for t in self.tasks]
         return data
 
@@ -167,6 +170,8 @@ class Manifest:
         validate_manifest(data)
         fields = {f.name for f in dataclasses.fields(cls)}
         data = {k: v for k, v in data.items() if k in fields}
+        for name, section in _SECTIONS.items():
+            data[name] = section.from_json(data[name])
         data["tasks"] = [LabelTask.from_json(t) for t in data["tasks"]]
         split_fields = {f.name for f in dataclasses.fields(SplitInfo)}
         shard_fields = {f.name for f in dataclasses.fields(ShardInfo)}
@@ -177,6 +182,11 @@ class Manifest:
             splits[name] = SplitInfo(**split)
         data["splits"] = splits
         return cls(**data)
+
+
+_SECTIONS = {"model": ModelSection, "tokenizer": TokenizerSection, "dataset": DatasetSection,
+             "storage": StorageSection, "extraction": ExtractionSection}
+"""The manifest's typed sections, by key."""
 
 
 def confined_path(cache_dir: str | os.PathLike, relative: str, what: str = "Shard") -> Path:

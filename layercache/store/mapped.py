@@ -12,10 +12,10 @@ memory map of the file: no HDF5 call, no intermediate buffer, no copy of the sha
 memory. What a feed touches stays in the page cache (shared, reclaimable) instead of in private
 copies, so a cache larger than memory streams through the OS the same way.
 
-Why: reading SST-2's 868 MB of MiniLM token states (3 shards) through h5py into buffers took
-~1.1 s on this project's 2-core VM (0.08-0.1 s per shard to map fresh pages, 0.26 s per shard for
-HDF5 to scatter the per-state chunks into a ``(t, S, D)`` array); mapping the same shards takes
-~0.03 s each, and a batch gathered from the mapping costs the same as one gathered from a copy.
+Why: reading a shard through h5py into buffers pays twice, for the kernel to map fresh pages
+and for HDF5 to scatter the per-state chunks into a ``(t, S, D)`` array; mapping the same shard
+costs a small fraction of that, and a batch gathered from the mapping costs the same as one
+gathered from a copy (figures in ``benchmarks/README.md``).
 
 Only layouts where the formula is exact are mapped: chunked (or contiguous) storage, no filters,
 native byte order, every chunk present, all at one byte skew and inside the file. Anything else gets ``None``
@@ -137,7 +137,7 @@ class MappedStates:
     def gather(self, rows: np.ndarray, states: Sequence[int]) -> torch.Tensor:
         """Stored values of ``rows (...)`` for ``states``: a new ``(..., S', D)`` tensor in the stored precision."""
         at = self.positions(rows, states)  # (..., S')
-        # torch's index_select copies the rows on all threads: ~2x numpy's fancy indexing here.
+        # torch's index_select copies the rows on all threads; numpy's fancy indexing uses one.
         return self._rows.index_select(0, torch.from_numpy(at.reshape(-1))).view(*at.shape, self.shape[2])
 
     def will_need(self, lo: int, hi: int, states: Sequence[int]) -> None:

@@ -31,6 +31,9 @@ from .dtypes import from_storage
 from .manifest import Manifest, ShardInfo, SplitInfo, confined_path, read_manifest
 from .mapped import MappedStates
 
+VALIDATION_NAMES = ("validation", "valid", "dev", "val")
+"""Usual names of a validation split, in the order :meth:`LayerCache.validation_split` tries them."""
+
 
 def state_positions(layers: LayerSpec | Sequence[LayerSpec] | None, names: Sequence[str],
                     owner: str = "the states") -> list[int]:
@@ -128,7 +131,7 @@ class LayerCache:
         self.close()
 
     def __repr__(self) -> str:
-        return (f"LayerCache({str(self.path)!r}, model={self.manifest.model['name']!r}, "
+        return (f"LayerCache({str(self.path)!r}, model={self.manifest.model.name!r}, "
                 f"splits={self.splits}, layers={len(self.layer_names)})")
 
     # --- metadata ---------------------------------------------------------------------
@@ -136,6 +139,18 @@ class LayerCache:
     def splits(self) -> list[str]:
         """Split names, in the manifest's order."""
         return list(self.manifest.splits)
+
+    def validation_split(self, exclude: str | None = None) -> str | None:
+        """The split called ``validation``, ``valid``, ``dev`` or ``val`` (first found; not ``exclude``), or None."""
+        for name in VALIDATION_NAMES:
+            if name in self.manifest.splits and name != exclude:
+                return name
+        return None
+
+    def require_split(self, split: str) -> None:
+        """Refuse a split the cache does not have, listing those it has."""
+        if split not in self.manifest.splits:
+            raise ConfigError(f"The cache has no split {split!r}; its splits are: {', '.join(self.splits)}.")
 
     @property
     def layer_names(self) -> list[str]:
@@ -195,8 +210,8 @@ class LayerCache:
             try:
                 # No HDF5 chunk cache: shards are uncompressed, so a read can fetch exactly the bytes
                 # it selects. With the default 1 MiB cache, a read of a few rows pulls each whole
-                # (512-token) chunk through the cache first; reading a sparse 10 % of SST-2's rows
-                # (a validation slice) took 0.25-0.39 s that way and 0.13 s without it.
+                # (512-token) chunk through the cache first, which makes sparse row reads (a
+                # validation slice) several times slower (benchmarks/README.md).
                 handle = h5py.File(full, "r", rdcc_nbytes=0)
             except OSError as err:
                 raise CacheError(f"Shard {full} cannot be read ({_first_line(err)}); check it with "
@@ -295,7 +310,7 @@ class LayerCache:
             raise CacheError(f"The cache has no pooled {mode!r} vectors (it has: {have}); "
                              "re-extract with --pooling " + mode + ".")
         index = self.layer_index(layers)
-        dtype = self.manifest.storage["dtype"]
+        dtype = self.manifest.storage.dtype
         name = f"pooled/{mode}"
         if rows is None:
             parts = [_read_states(self._handle(s.file)[name], slice(None), index)
@@ -330,7 +345,7 @@ class LayerCache:
         """Token states of the given rows: one float32 array (t_i, S', D) per row."""
         self.require_tokens()
         index = self.layer_index(layers)
-        dtype = self.manifest.storage["dtype"]
+        dtype = self.manifest.storage.dtype
         rows = np.asarray(rows, dtype=np.int64)
         out: list[np.ndarray | None] = [None] * len(rows)
         for shard, local, where in self._group_by_shard(split, rows):
@@ -351,7 +366,7 @@ class LayerCache:
         """Stream one layer across all tokens of a split: yields float32 (t_shard, D) per shard."""
         self.require_tokens()
         (index,) = self.layer_index(layer)
-        dtype = self.manifest.storage["dtype"]
+        dtype = self.manifest.storage.dtype
         for info in self.split_info(split).shards:
             yield from_storage(self._handle(info.file)["hidden"][:, index, :], dtype)
 

@@ -26,11 +26,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core.checksum import ALGORITHM
+from ..core.tasks import TASK_KINDS
 
 STORAGE_DTYPE_NAMES = ("float16", "bfloat16", "float32")
+"""Dtypes a cache may store its states in (:mod:`layercache.store.dtypes` maps them to torch)."""
 POOLING_MODES = ("mean", "first", "last")
+"""Pooled vectors a cache may hold per example (mask-aware)."""
 STORE_MODES = ("tokens", "pooled")
-TASK_KINDS = ("sequence", "token", "regression")
+"""``tokens``: every real token's states (and pooled vectors); ``pooled``: pooled vectors only."""
 MODEL_KINDS = ("encoder", "decoder", "encoder-decoder")
 FINAL_NORMS = ("none", "applied", "not-applied")
 SHARD_FILE = re.compile(r"shard-(\d{5,})\.h5")
