@@ -223,8 +223,8 @@ def profile_summary(profiler: cProfile.Profile, wall: float, top: int = 25) -> d
 
 def bench_mixers(caches: dict, sizes: dict, mixers: list[str], epochs: int, patience: int, seed: int) -> dict:
     from layercache import LayerCache
-    from layercache.heads.estimator import resolve_source
     from layercache.heads.feed import CacheFeed
+    from layercache.heads.source import resolve_source
 
     out = {}
     for name, (path, _) in caches.items():

@@ -4,8 +4,8 @@ The math is that of ``torch.nn.MultiheadAttention`` and ``torch.nn.TransformerEn
 (``norm_first=True``, GELU): one packed q/k/v projection, scaled dot products, a softmax over the
 example's real tokens, an output projection. It is written as two batched matrix products
 because heads over cached states are narrow — the adalayers sequence head runs 16 heads of width
-4 — and on a CPU torch's fused attention kernels are slow at that width: forward and backward of
-a (32, 23, 64) batch took 8.2 ms through ``nn.MultiheadAttention`` and 3.7 ms written out (2 threads).
+4 — and on a CPU torch's fused attention kernels are slow at that width, so written out it is
+faster than ``nn.MultiheadAttention`` (measurements belong in ``benchmarks/README.md``).
 
 Padded keys get half the dtype's most negative value added to their scores rather than ``-inf``,
 so a row whose every key is padding (it never occurs for real examples) gives finite weights

@@ -2,17 +2,16 @@
 
 Heads trained from a cache spend a large share of each step on dropout: the adalayers mixer drops
 out a ``(B, T, S, k)`` stack, and torch's CPU ``bernoulli_`` draws each element from MT19937 one
-at a time. For MiniLM's stack at batch 32 that took 2.8 ms of a ~15 ms step (forward and backward)
-against 1.1 ms for the projection itself.
+at a time, which is slow (measurements: ``benchmarks/README.md``).
 
 :class:`Dropout` draws the mask as 16-bit levels cut from numpy's PCG64 raw outputs (a fast,
 vectorised generator) seeded from torch's generator, so ``torch.manual_seed`` still makes
 training repeatable. The mask is built as floats (0 or the inverse keep rate) and multiplied in:
 torch's CPU kernels that take a boolean operand (``where``, or a product with a bool tensor) are
-not vectorised, and for a 244k-value stack forward and backward cost 0.58 ms that way against
-0.22 ms for a float mask. The drop probability is ``p`` rounded to a multiple of 1/65536 (0.1
-becomes 0.100006), and kept values are scaled by the inverse of the exact keep rate, so the
-expectation is unchanged. On other devices it is ``torch.nn.functional.dropout``.
+not vectorised, so a float mask is faster (``benchmarks/README.md``). The drop probability is
+``p`` rounded to a multiple of 1/65536 (0.1 becomes 0.100006), and kept values are scaled by the
+inverse of the exact keep rate, so the expectation is unchanged. On other devices it is
+``torch.nn.functional.dropout``.
 """
 
 from __future__ import annotations
@@ -36,7 +35,7 @@ def keep_mask(shape: torch.Size | tuple[int, ...], p: float) -> Tensor:
     drop_levels = round(p * _LEVELS)
     seed = int(torch.randint(0, 2**62, (1,)))  # from torch's default generator: repeatable under manual_seed
     n = math.prod(shape)
-    # Raw 64-bit outputs cut into four 16-bit levels each: uniform, and 2-3x cheaper than integers().
+    # Raw 64-bit outputs cut into four 16-bit levels each: uniform, and cheaper than integers().
     bits = np.random.PCG64(seed).random_raw(-(-n // 4)).view(np.uint16)[:n]
     scale = np.float32(_LEVELS / (_LEVELS - drop_levels))
     return torch.from_numpy(np.multiply(bits >= drop_levels, scale, dtype=np.float32)).view(shape)
@@ -52,6 +51,7 @@ class Dropout(nn.Module):
         self.p = p
 
     def forward(self, x: Tensor) -> Tensor:
+        """``x`` with each value zeroed with probability ~``p`` and the rest scaled up (training only)."""
         if not self.training or self.p == 0.0:
             return x
         if x.device.type != "cpu":
@@ -60,4 +60,5 @@ class Dropout(nn.Module):
         return x * (mask if x.dtype == mask.dtype else mask.to(x.dtype))  # the gradient is the same mask
 
     def extra_repr(self) -> str:
+        """``p=...`` in the module's printout."""
         return f"p={self.p}"

@@ -12,6 +12,10 @@ A fitted head remembers which backbone and tokenizer produced its training cache
 fingerprints), which states it reads and the tasks' label names; :meth:`check_cache` refuses a cache
 that differs in any of these, because the head's weights would then mean nothing.
 
+The estimator ties together ideas that each have a module: the data source (:mod:`.source`), the
+validation data (:mod:`.validation`), the training cache's identity (:mod:`.provenance`) and the
+run folder on disk (:mod:`.persistence`).
+
 The states are normalised before mixing as ``normalize`` says (:mod:`.normalize`): by default
 standardised with the training split's statistics on a pre-LN cache (raw residual streams) and
 left alone on a post-LN one. The statistics are saved with the weights.
@@ -19,21 +23,16 @@ left alone on a post-LN one. The statistics are saved with the weights.
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 
 import numpy as np
-import torch
-from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
 from sklearn.base import BaseEstimator
 
-from ..core.files import write_text_atomic
 from ..core.devices import resolve_device
-from ..core.version import __version__
-from ..errors import CacheMismatchError, ConfigError, LayercacheError
 from ..core.tasks import LabelTask
+from ..core.version import __version__
+from ..errors import ConfigError, LayercacheError
 from ..store.manifest import utc_now
 from ..store.reader import LayerCache
 from .attention import SelfAttention
@@ -42,14 +41,20 @@ from .feed import CacheFeed
 from .finite import REEXTRACT, NonFiniteStatesError, check_split_stats
 from .model import HeadModel
 from .normalize import resolve_normalize
-from .tasks import SequenceHead
+from .persistence import (
+    damaged,
+    error_detail,
+    jsonable,
+    load_weights,
+    read_run_config,
+    read_weights,
+    run_files,
+    write_run,
+)
+from .provenance import cache_identity, cache_mean_skip_first, check_backbone_matches, check_cache_matches
+from .source import pooled_note, resolve_source
 from .trainer import TrainConfig, TrainHistory, seed_everything, train_model
-
-CONFIG_FILE = "config.json"
-WEIGHTS_FILE = "weights.safetensors"
-VALIDATION_NAMES = ("validation", "valid", "dev", "val")
-#: Mixers that read one pooled vector exactly as they would read every token (the rest need tokens).
-POOLED_MIXERS = "last, layer:<i>, or scalar without layer_norm, with a mean-pooling head"
+from .validation import validation_slice
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +71,7 @@ class LayerHead(BaseEstimator):
         source: ``tokens``, ``pooled:<mode>``, or ``auto``: the cache's mean-pooled vectors when they
             give identical results (linear mixer, mean-pooling linear head), else token states. On a
             pooled-only cache ``auto`` refuses a model that needs token states (see
-            :func:`needs_tokens`); an explicit ``pooled:<mode>`` runs it on one vector per example, with
+            :func:`~.source.needs_tokens`); an explicit ``pooled:<mode>`` runs it on one vector per example, with
             a warning that is also kept in the run's ``data.source_note``.
         mixer_options, head_options, share_mixer: see :class:`HeadModel`.
         normalize: input normalisation of the states before mixing: ``standardize`` (per state and
@@ -117,7 +122,7 @@ class LayerHead(BaseEstimator):
         tasks = self._resolve_tasks(cache)
         index = cache.layer_index(self.layers)
         layer_names = [cache.layer_names[i] for i in index]
-        normalize = resolve_normalize(self.normalize, cache.manifest.model.get("final_norm"))
+        normalize = resolve_normalize(self.normalize, cache.manifest.model.final_norm)
         # Build the model up front: a bad spec or option fails before any data is read, and the
         # model decides whether pooled vectors can stand in for token states.
         seed_everything(self.seed)
@@ -129,7 +134,7 @@ class LayerHead(BaseEstimator):
         note = pooled_note(model, source)
         if note is not None:
             log.warning(note)
-        _check_split(cache, split)
+        cache.require_split(split)
         check_split_stats(cache, split, layer_names)
         if normalize == "standardize":
             # Exact per-dimension statistics over every real token of the split, from the shards'
@@ -145,13 +150,13 @@ class LayerHead(BaseEstimator):
             model.set_state_stats(mean, std)
         train_rows = None
         if val_split is None:
-            val_split = find_validation_split(cache, exclude=split)
+            val_split = cache.validation_split(exclude=split)
         if val_split is None:
             train_rows, val_rows = validation_slice(cache, split, tasks, self.val_fraction, self.seed)
             val_desc = f"{split} (seeded stratified {self.val_fraction:.0%} slice, seed {self.seed})"
             val_feed = self._feed(cache, split, tasks, layer_names, source, rows=val_rows)
         else:
-            _check_split(cache, val_split)
+            cache.require_split(val_split)
             check_split_stats(cache, val_split, layer_names)
             val_desc = val_split
             val_feed = self._feed(cache, val_split, tasks, layer_names, source)
@@ -210,7 +215,7 @@ class LayerHead(BaseEstimator):
         """Predictions of every task over ``split`` (row order), plus the mixers' usage."""
         self._check_fitted()
         self.check_cache(cache)
-        _check_split(cache, split)
+        cache.require_split(split)
         check_split_stats(cache, split, self.layer_names_)
         feed = self._feed(cache, split, self.tasks_, self.layer_names_, self.source_, batch_size=128)
         return predict(self.model_, feed)
@@ -223,7 +228,7 @@ class LayerHead(BaseEstimator):
         """Metrics and predictions of every task on ``split``."""
         self._check_fitted()
         self.check_cache(cache)
-        _check_split(cache, split)
+        cache.require_split(split)
         check_split_stats(cache, split, self.layer_names_)
         feed = self._feed(cache, split, self.tasks_, self.layer_names_, self.source_, batch_size=128)
         return evaluate(self.model_, feed)
@@ -237,43 +242,13 @@ class LayerHead(BaseEstimator):
     def check_cache(self, cache: LayerCache) -> None:
         """Refuse a cache this head cannot read correctly, naming what differs."""
         self._check_fitted()
-        mine, theirs = self.cache_info_, cache_identity(cache)
-        what = {"model_fingerprint": "backbone weights", "tokenizer_fingerprint": "tokenizer",
-                "hidden_size": "hidden size"}
-        for key, label in what.items():
-            if mine[key] != theirs[key]:
-                raise CacheMismatchError(
-                    f"The cache {cache.path} was extracted with a different {label} ({theirs['model']!r}, "
-                    f"{key} {_short_digest(theirs[key])}) than this head was trained on ({mine['model']!r}, "
-                    f"{_short_digest(mine[key])}); extract the data with the head's backbone.")
-        missing = [n for n in self.layer_names_ if n not in cache.layer_names]
-        if missing:
-            raise CacheMismatchError(f"The cache {cache.path} lacks the state(s) {', '.join(missing)} this head "
-                                     "reads; re-extract without --layers (or with those layers).")
-        if self.source_ == "pooled:mean" and cache_mean_skip_first(cache) != self.model_.mean_skip_first:
-            # The model's own mean pooling follows its training cache; the pooled vectors read here would not.
-            how = {True: "without each example's first token", False: "over every token"}
-            raise CacheMismatchError(
-                f"The cache {cache.path} holds means {how[cache_mean_skip_first(cache)]} but this head was trained "
-                f"on means {how[self.model_.mean_skip_first]}; score it on a cache extracted the same way, or train "
-                "it with --source tokens.")
-        known = {t.name: t for t in cache.tasks}
-        for t in self.tasks_:
-            other = known.get(t.name)
-            if other is not None and (other.kind != t.kind or other.label_names != t.label_names):
-                raise CacheMismatchError(
-                    f"Task {t.name!r} in the cache has labels {other.label_names} ({other.kind}) but the head "
-                    f"predicts {t.label_names} ({t.kind}); class ids would not line up.")
+        check_cache_matches(cache, self.cache_info_, self.layer_names_, self.source_, self.model_.mean_skip_first,
+                            self.tasks_)
 
     def check_backbone(self, backbone) -> None:
         """Refuse a live backbone other than the one whose states trained this head."""
         self._check_fitted()
-        for key, value, label in (("model_fingerprint", backbone.fingerprint, "weights"),
-                                  ("tokenizer_fingerprint", backbone.tokenizer_fingerprint, "tokenizer")):
-            if self.cache_info_[key] != value:
-                raise CacheMismatchError(
-                    f"The backbone {backbone.name!r} has different {label} than the one this head was trained on "
-                    f"({self.cache_info_['model']!r}); load that backbone.")
+        check_backbone_matches(backbone, self.cache_info_)
 
     # --- persistence ------------------------------------------------------------------------
     def save(self, path: str | Path, **extra_json) -> Path:
@@ -283,24 +258,11 @@ class LayerHead(BaseEstimator):
         state = {k: v.detach().cpu().contiguous() for k, v in self.model_.state_dict().items()}
         config = {
             "layercache_version": __version__, "created_at": utc_now(),
-            "params": _jsonable(self.get_params()), "model": self.model_.get_config(),
+            "params": jsonable(self.get_params()), "model": self.model_.get_config(),
             "layer_names": self.layer_names_, "source": self.source_, "cache": self.cache_info_,
-            "data": self.data_, "train": _jsonable(vars(self.train_config_)),
+            "data": self.data_, "train": jsonable(vars(self.train_config_)),
         }
-        try:
-            path.mkdir(parents=True, exist_ok=True)
-            save_file(state, str(path / WEIGHTS_FILE))
-            _write_json(path / CONFIG_FILE, config)
-            for name, payload in extra_json.items():
-                _write_json(path / f"{name}.json", payload)
-        except (NotADirectoryError, FileExistsError):
-            raise ConfigError(f"The run folder {path} cannot be created: a file stands on its path; give a folder "
-                              "path for the run.") from None
-        except (OSError, SafetensorError) as err:  # read-only disk, permissions, full disk (safetensors: its own type)
-            why = err.strerror if isinstance(err, OSError) and err.strerror else _detail(err)
-            raise ConfigError(f"The run folder {path} cannot be written ({why}); choose another folder for the "
-                              "run.") from None
-        return path
+        return write_run(path, state, config, extra_json)
 
     @classmethod
     def load(cls, path: str | Path) -> "LayerHead":
@@ -311,33 +273,19 @@ class LayerHead(BaseEstimator):
         describes) is refused with a :class:`ConfigError` naming the file. Nothing in config.json is
         used as a path: ``data.cache`` only records where the training cache was.
         """
-        path = Path(path)
-        config_file, weights_file = path / CONFIG_FILE, path / WEIGHTS_FILE
-        if not config_file.is_file() or not weights_file.is_file():
-            raise ConfigError(f"{path} is not a layercache run folder (it needs {CONFIG_FILE} and "
-                              f"{WEIGHTS_FILE}); pass the folder `layercache train-head` wrote.")
+        config_file, weights_file = run_files(Path(path))
         config = read_run_config(config_file)
         try:
             head = cls(**config["params"])
             head.model_ = HeadModel.from_config(config["model"])
             head.train_config_ = TrainConfig(**config["train"])
         except (LayercacheError, KeyError, TypeError, ValueError, AttributeError, IndexError, RuntimeError) as err:
-            raise _damaged(config_file, f"its settings do not build a head: {_detail(err)}") from None
+            raise damaged(config_file, f"its settings do not build a head: {error_detail(err)}") from None
         if len(config["layer_names"]) != head.model_.n_states or config["cache"]["hidden_size"] != head.model_.dim:
-            raise _damaged(config_file, f"it names {len(config['layer_names'])} states of width "
-                                        f"{config['cache']['hidden_size']} but its model reads {head.model_.n_states} "
-                                        f"of width {head.model_.dim}")
-        try:
-            state = load_file(str(weights_file))
-        except (SafetensorError, OSError, ValueError, RuntimeError) as err:
-            raise ConfigError(f"The weights file {weights_file} cannot be read ({_detail(err)}); it is truncated "
-                              "or damaged: restore it or train the head again.") from None
-        try:
-            head.model_.load_state_dict(state)
-        except RuntimeError as err:  # a size mismatch, a missing or an unexpected tensor
-            raise ConfigError(f"The weights in {weights_file} do not fit the model its {CONFIG_FILE} describes "
-                              f"({_detail(err)}); one of the two files is damaged: restore them or train the "
-                              "head again.") from None
+            raise damaged(config_file, f"it names {len(config['layer_names'])} states of width "
+                                       f"{config['cache']['hidden_size']} but its model reads {head.model_.n_states} "
+                                       f"of width {head.model_.dim}")
+        load_weights(head.model_, read_weights(weights_file), weights_file)
         head.model_.eval()
         head.tasks_ = list(head.model_.tasks)
         head.layer_names_ = list(config["layer_names"])
@@ -348,203 +296,7 @@ class LayerHead(BaseEstimator):
         return head
 
 
-def read_run_config(config_file: Path) -> dict:
-    """A run's config.json, checked for the keys and types :meth:`LayerHead.load` relies on."""
-    try:
-        config = json.loads(config_file.read_text())
-    except (OSError, ValueError) as err:  # unreadable, not UTF-8, not JSON
-        raise _damaged(config_file, f"it is not readable JSON: {_detail(err)}") from None
-    if not isinstance(config, dict):
-        raise _damaged(config_file, f"it holds a JSON {type(config).__name__}, not an object")
-    expected = {"params": dict, "model": dict, "layer_names": list, "source": str, "cache": dict, "train": dict}
-    for key, kind in expected.items():
-        if key not in config:
-            raise _damaged(config_file, f"it lacks the setting {key!r}")
-        if not isinstance(config[key], kind):
-            raise _damaged(config_file, f"its setting {key!r} is a {type(config[key]).__name__}, "
-                                        f"not a {kind.__name__}")
-    if not all(isinstance(n, str) for n in config["layer_names"]):
-        raise _damaged(config_file, "its 'layer_names' are not all strings")
-    if config["source"] != "tokens" and not config["source"].startswith("pooled:"):
-        raise _damaged(config_file, f"its 'source' {config['source']!r} is neither tokens nor pooled:<mode>")
-    for key in ("model", "model_fingerprint", "tokenizer_fingerprint", "hidden_size"):
-        if key not in config["cache"]:
-            raise _damaged(config_file, f"its 'cache' lacks {key!r}")
-    if not isinstance(config["cache"]["hidden_size"], int) or isinstance(config["cache"]["hidden_size"], bool):
-        raise _damaged(config_file, "its 'cache.hidden_size' is not an integer")
-    if not isinstance(config.get("data", {}), dict):
-        raise _damaged(config_file, "its 'data' is not an object")
-    return config
-
-
-def _detail(err: BaseException, limit: int = 200) -> str:
-    """The first line of an exception's message, without its final full stop, cut to ``limit`` characters.
-
-    torch's load_state_dict message starts with a header line; the line after it names the tensor.
-    """
-    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
-    if len(lines) > 1 and lines[0].startswith("Error(s) in loading state_dict"):
-        lines = lines[1:]
-    text = (lines[0] if lines else type(err).__name__).rstrip(".")
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _damaged(config_file: Path, why: str) -> ConfigError:
-    return ConfigError(f"The run config {config_file} cannot be used ({why}); it is damaged or from another "
-                       "layercache version: restore it or train the head again.")
-
-
-# --- helpers ------------------------------------------------------------------------------------
-def _short_digest(value) -> str:
-    """``xxh3_128-files:0123456789ab…`` -> ``0123456789ab``: the part of a fingerprint that tells two apart."""
-    return str(value).rpartition(":")[2][:12]
-
-
 def default_lr(model: HeadModel) -> float:
-    """1e-3 for heads with attention, encoder layers or learned projections; 1e-2 for linear ones."""
+    """1e-3 for heads with attention or encoder layers, or a mixer that prefers it; 1e-2 for linear ones."""
     deep = any(isinstance(m, SelfAttention) for m in model.modules())
-    return 1e-3 if deep or model.mixer_spec == "adaptive" else 1e-2
-
-
-def pooled_equivalent(model: HeadModel) -> bool:
-    """Whether ``model`` gives the same outputs on mean-pooled vectors as on all token states.
-
-    True when every mixer is one linear map at every token (``last``, ``layer:<i>``, ``scalar``
-    without layer norm) and every head is a sequence head that mean-pools before anything else:
-    the mean then commutes with the mixer, and a ``(B, 1, S, D)`` batch replaces ``(B, T, S, D)``.
-    The input normalisation must commute too: ``standardize`` is one affine map per dimension whose
-    weights (the mean's) sum to 1, so it does; a per-token ``layer_norm`` does not. With
-    ``mean_skip_first`` the model's mean pooling leaves out the first token as the cache's does.
-    """
-    return (model.normalize != "layer_norm"
-            and all(m.commutes_with_token_mean() for m in model.mixers.values())
-            and all(isinstance(h, SequenceHead) and h.pooling == "mean" and h.attention is None
-                    for h in model.heads.values()))
-
-
-def needs_tokens(model: HeadModel) -> str | None:
-    """What in ``model`` needs token states, as the subject of a sentence, or None.
-
-    Everything that :func:`pooled_equivalent` does not accept: a mixer that is not the same linear
-    map at every token (``adaptive``, ``attention``, ``gumbel``, ``act``, ``scalar`` with layer
-    norm), a token head, or a sequence head that attends over tokens or pools other than by mean.
-    On one pooled vector per example such a model still runs, but it is not the model asked for.
-    """
-    if model.normalize == "layer_norm":
-        return "The input normalisation layer_norm (per token; --normalize standardize is not)"
-    for mixer in model.mixers.values():
-        if not mixer.commutes_with_token_mean():
-            return f"The mixer {model.mixer_spec!r}"
-    for name, head in model.heads.items():
-        if not isinstance(head, SequenceHead):
-            return f"The token head of task {name!r}"
-        if head.attention is not None:
-            return f"The head of task {name!r} (self-attention over tokens, attention_heads)"
-        if head.pooling != "mean":
-            return f"The head option pooling={head.pooling} (task {name!r})"
-    return None
-
-
-def pooled_note(model: HeadModel, source: str) -> str | None:
-    """A warning when ``source`` feeds pooled vectors to a model that is meant to read every token."""
-    if not source.startswith("pooled:"):
-        return None
-    need = needs_tokens(model)
-    if need is None:
-        return None
-    return (f"{need} runs on one pooled vector per example (--source {source}), not on token states: "
-            "whatever it learns across tokens is degenerate here.")
-
-
-def resolve_source(cache: LayerCache, source: str, tasks: list[LabelTask], model: HeadModel | None = None) -> str:
-    """``auto`` -> the cache's mean-pooled vectors when ``model`` cannot tell them from token states
-    (far fewer bytes per epoch), else token states when stored, else the first pooled mode when
-    ``model`` does not need token states. Refuse what cannot work, or would silently train another
-    model than the one asked for."""
-    token_tasks = [t.name for t in tasks if t.kind == "token"]
-    if source == "auto":
-        if model is not None and "mean" in cache.manifest.pooling and pooled_equivalent(model):
-            return "pooled:mean"
-        if cache.stores_tokens:
-            return "tokens"
-        if token_tasks:
-            raise ConfigError(f"Token task {token_tasks[0]!r} needs token states, but the cache holds pooled "
-                              "vectors only; re-extract with --store tokens.")
-        mode = cache.manifest.pooling[0]
-        need = None if model is None else needs_tokens(model)
-        if need is not None:
-            # Falling back to pooled vectors would silently train another model than the one asked
-            # for (attention over one vector, a per-token depth with one token); only on request.
-            raise ConfigError(f"{need} needs token states but the cache holds pooled vectors only; re-extract "
-                              f"with --store tokens, use a mixer that works on pooled vectors ({POOLED_MIXERS}), "
-                              f"or pass --source pooled:{mode} to run it on one pooled vector per example.")
-        return f"pooled:{mode}"
-    if source == "tokens" and not cache.stores_tokens:
-        raise ConfigError("The cache holds pooled vectors only; use --source pooled:<mode> or re-extract "
-                          "with --store tokens.")
-    if source.startswith("pooled:") and token_tasks:
-        raise ConfigError(f"Token task {token_tasks[0]!r} cannot be learned from pooled vectors; use --source tokens.")
-    return source
-
-
-def find_validation_split(cache: LayerCache, exclude: str) -> str | None:
-    for name in VALIDATION_NAMES:
-        if name in cache.splits and name != exclude:
-            return name
-    return None
-
-
-def _check_split(cache: LayerCache, split: str) -> None:
-    if split not in cache.splits:
-        raise ConfigError(f"The cache has no split {split!r}; its splits are: {', '.join(cache.splits)}.")
-
-
-def validation_slice(cache: LayerCache, split: str, tasks: list[LabelTask], fraction: float,
-                     seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """(train rows, validation rows): a seeded slice of ``split``, stratified by the first class task."""
-    if not 0 < fraction < 1:
-        raise ConfigError(f"val_fraction must be in (0, 1), got {fraction}.")
-    n = cache.num_examples(split)
-    if n < 2:
-        raise ConfigError(f"Split {split!r} has {n} example(s): too few to hold out a validation slice; "
-                          "give a validation split.")
-    rng = np.random.default_rng(seed)
-    strata = next((t for t in tasks if t.kind == "sequence"), None)
-    labels = cache.labels(split, strata.name) if strata is not None else np.zeros(n, dtype=np.int64)
-    val = []
-    for value in np.unique(labels):
-        members = rng.permutation(np.nonzero(labels == value)[0])
-        val.append(members[: int(round(fraction * len(members)))])
-    val = np.sort(np.concatenate(val))
-    if len(val) == 0:
-        val = np.sort(rng.choice(n, size=1, replace=False))
-    train = np.setdiff1d(np.arange(n), val)
-    return train, val
-
-
-def cache_mean_skip_first(cache: LayerCache) -> bool:
-    """Whether the cache's pooled means leave out each example's first token (older caches: no)."""
-    return bool(cache.manifest.storage.get("mean_skip_first", False))
-
-
-def cache_identity(cache: LayerCache) -> dict:
-    """What a head must agree with: backbone and tokenizer fingerprints, width, states, dataset."""
-    m = cache.manifest
-    return {"model": m.model.get("name"), "model_fingerprint": m.model.get("fingerprint"),
-            "tokenizer_fingerprint": m.tokenizer.get("fingerprint"), "hidden_size": m.hidden_size,
-            "final_norm": m.model.get("final_norm"), "dataset": m.dataset.get("name"),
-            "layer_names": m.layer_names, "storage_dtype": m.storage.get("dtype"), "config_hash": m.config_hash}
-
-
-def _jsonable(value):
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, (np.integer, np.floating)):
-        return value.item()
-    return value
-
-
-def _write_json(path: Path, payload) -> None:
-    write_text_atomic(path, json.dumps(_jsonable(payload), indent=2, default=str) + "\n")
+    return 1e-3 if deep or any(m.prefers_low_lr for m in model.mixers.values()) else 1e-2

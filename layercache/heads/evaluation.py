@@ -68,7 +68,7 @@ def predict(model: HeadModel, feed: Feed, device: str | torch.device = "cpu") ->
     was_training = model.training
     model.eval()
     rows_seen, per_task = [], {t.name: [] for t in model.tasks}
-    depth_sum, depth_count, used_sum, used_count = {}, {}, {}, {}
+    totals: dict[str, dict[str, list]] = {}  # mixer key -> summary key -> [sum, count]
     for batch in feed.epoch(shuffle=False):
         states, mask = batch.states.to(device), batch.mask.to(device)
         out = model(states, mask)
@@ -79,12 +79,10 @@ def predict(model: HeadModel, feed: Feed, device: str | torch.device = "cpu") ->
         for key, usage in out.usage.items():
             if not usage:
                 continue
-            if "depth" in usage:  # act: N + R per real token
-                depth_sum[key] = depth_sum.get(key, 0.0) + float(usage["depth"][mask].sum())
-                depth_count[key] = depth_count.get(key, 0) + int(mask.sum())
-            if "choices" in usage:  # gumbel: states used per example
-                used_sum[key] = used_sum.get(key, 0.0) + float(usage["choices"].sum())
-                used_count[key] = used_count.get(key, 0) + len(batch.rows)
+            for name, (total, count) in model.mixers[key].usage_totals(usage, mask).items():
+                running = totals.setdefault(key, {}).setdefault(name, [0.0, 0])
+                running[0] += total
+                running[1] += count
     model.train(was_training)
     rows = np.concatenate(rows_seen)
     order = np.argsort(rows, kind="stable")
@@ -99,9 +97,8 @@ def predict(model: HeadModel, feed: Feed, device: str | torch.device = "cpu") ->
             labels = np.concatenate([p[0] for p in parts])[order]
             probs = None if t.kind == "regression" else np.concatenate([p[1] for p in parts])[order]
             result[t.name] = Predictions(t, rows[order], labels, probs)
-    usage = {k: {"mean_depth": depth_sum[k] / max(depth_count[k], 1)} for k in depth_sum}
-    for k in used_sum:
-        usage.setdefault(k, {})["mean_states_used"] = used_sum[k] / max(used_count[k], 1)
+    usage = {key: {name: total / max(count, 1) for name, (total, count) in sums.items()}
+             for key, sums in totals.items()}
     return PassResult(result, usage)
 
 

@@ -112,7 +112,7 @@ class CacheFeed:
         else:
             raise ConfigError(f"source must be 'tokens' or 'pooled:<mode>', got {source!r}.")
         self.source = source
-        self.storage_dtype = cache.manifest.storage["dtype"]
+        self.storage_dtype = cache.manifest.storage.dtype
         n = cache.num_examples(split)
         self.rows = np.arange(n) if rows is None else np.unique(np.asarray(rows, dtype=np.int64))
         if len(self.rows) == 0:

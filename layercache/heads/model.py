@@ -21,11 +21,11 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from ..errors import ConfigError
 from ..core.tasks import LabelTask
+from ..errors import ConfigError
 from .mixers import LayerMixer, make_mixer
 from .normalize import StateNorm
-from .tasks import default_head_options, make_task_head, task_loss
+from .tasks import make_task_head, task_loss
 
 
 @dataclass
@@ -49,7 +49,7 @@ class HeadModel(nn.Module):
         mixer: a mixer spec (``adaptive``, ``scalar``, ``layer:3`` ... see :func:`make_mixer`).
         mixer_options: keyword options of that mixer.
         head_options: options of the task heads, one dict for all tasks or ``{task: dict}``;
-            missing settings take :func:`default_head_options`.
+            missing settings take the mixer's :meth:`~LayerMixer.default_head_options`.
         share_mixer: one mixer for all tasks (True) or one per task.
         loss_weights: ``{task: weight}``, default 1 each.
         normalize: ``none``, ``standardize`` (then give the statistics with :meth:`set_state_stats`)
@@ -101,7 +101,7 @@ class HeadModel(nn.Module):
         out = {}
         for task in self.tasks:
             given = options.get(task.name, {}) if per_task else options
-            merged = {**default_head_options(task, self.mixer_spec), **given}
+            merged = {**self.mixer_for(task.name).default_head_options(task.kind), **given}
             if task.kind == "token":
                 merged = {k: v for k, v in merged.items() if k not in ("pooling", "hidden")}
             else:
@@ -111,9 +111,11 @@ class HeadModel(nn.Module):
 
     # --- structure ----------------------------------------------------------------------
     def mixer_for(self, task: str) -> LayerMixer:
+        """The mixer whose output ``task``'s head reads (the shared one, or the task's own)."""
         return self.mixers["shared" if self.share_mixer else task]
 
     def task(self, name: str) -> LabelTask:
+        """The label task called ``name``."""
         return next(t for t in self.tasks if t.name == name)
 
     def get_config(self) -> dict:
@@ -125,6 +127,7 @@ class HeadModel(nn.Module):
 
     @classmethod
     def from_config(cls, config: dict) -> "HeadModel":
+        """An untrained model from :meth:`get_config`'s settings; load its state dict next."""
         # Runs saved before these settings existed read raw states and pooled over every token.
         return cls(config["n_states"], config["dim"], [LabelTask.from_json(t) for t in config["tasks"]],
                    mixer=config["mixer"], mixer_options=config["mixer_options"],

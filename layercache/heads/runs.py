@@ -121,7 +121,7 @@ def train_head(cache: str | os.PathLike | LayerCache | None = None, mixer: str =
         weights = {"layer_names": head.layer_names_, "mixers": head.layer_weights(), "usage": result.usage}
         head.save(run, metrics=metrics, layer_weights=weights)
         try:
-            plot_layer_weights(weights, run / "layer_weights.png", title=f"{mixer} on {handle.manifest.model['name']}")
+            plot_layer_weights(weights, run / "layer_weights.png", title=f"{mixer} on {handle.manifest.model.name}")
         except OSError as err:
             raise ConfigError(f"The run folder {run} cannot be written ({err.strerror or err}); choose another "
                               "--out.") from None

@@ -19,8 +19,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..errors import ConfigError
 from ..core.tasks import IGNORE_INDEX, LabelTask
+from ..errors import ConfigError
 from .attention import EncoderLayer, SelfAttention, fit_heads
 from .dropout import Dropout
 from .mixers import mean_mask
@@ -107,13 +107,6 @@ class TokenHead(nn.Module):
         for layer in self.encoder:
             x = layer(x, mask)  # (B, T, D)
         return self.out(self.drop(x))
-
-
-def default_head_options(task: LabelTask, mixer: str) -> dict:
-    """Head settings when the user gives none: the adalayers heads for ``adaptive``, linear otherwise."""
-    if task.kind == "token":
-        return {"encoder_layers": 1, "attention_heads": 8} if mixer == "adaptive" else {}
-    return {"attention_heads": 16, "pooling": "mean"} if mixer == "adaptive" else {"pooling": "mean"}
 
 
 def make_task_head(task: LabelTask, in_dim: int, options: dict) -> nn.Module:

@@ -48,6 +48,7 @@ class TrainConfig:
     seed: int = 0
 
     def check(self) -> "TrainConfig":
+        """Refuse settings training cannot run with, naming the setting; return the config itself."""
         if self.epochs < 1:
             raise ConfigError(f"epochs must be at least 1, got {self.epochs}.")
         if self.batch_size < 1:
@@ -65,6 +66,8 @@ class TrainConfig:
 
 @dataclass
 class EpochRecord:
+    """One epoch of training: its mean training loss, validation scores, learning rate and wall time."""
+
     epoch: int
     train_loss: float
     val_score: float
@@ -86,6 +89,7 @@ class TrainHistory:
     """Wall time of the whole loop, validation included."""
 
     def to_json(self) -> dict:
+        """The history as plain JSON-ready dicts and lists."""
         return asdict(self)
 
 
@@ -100,7 +104,7 @@ def _param_groups(model: HeadModel, weight_decay: float) -> list[dict]:
     """Layer-weight logits, biases and norms get no weight decay; everything else does."""
     layer_params = {id(p) for mixer in model.mixers.values() for p in mixer.layer_params()}
     decay, no_decay = [], []
-    for name, p in model.named_parameters():
+    for p in model.parameters():
         if not p.requires_grad:
             continue
         (no_decay if id(p) in layer_params or p.dim() < 2 else decay).append(p)
@@ -111,8 +115,8 @@ def _adamw(groups: list[dict], lr: float) -> torch.optim.AdamW:
     """AdamW with its fused kernel where torch has one for the parameters' device and dtype.
 
     A head's step is many small tensors, so the per-tensor dispatch of the unfused update is a
-    visible share of a step from the cache (fused: ~1.0 ms against ~1.6 ms per step for the
-    adalayers head); the arithmetic is the same.
+    visible share of a step from the cache (measured in ``benchmarks/README.md``); the arithmetic
+    is the same.
     """
     try:
         return torch.optim.AdamW(groups, lr=lr, fused=True)
@@ -125,8 +129,8 @@ def clip_gradients(parameters, max_norm: float) -> None:
 
     The same total norm and the same scale (so the same numbers), but the product runs only when
     it changes something, with the scale as a number: torch multiplies every gradient by a 0-dim
-    tensor, which its CPU kernel does one value at a time (~0.16 ms a step for the adalayers
-    head's projection gradient). The trainer reads the loss every step anyway, so the extra
+    tensor, which its CPU kernel does one value at a time (slow for the adalayers head's large
+    projection gradient; see ``benchmarks/README.md``). The trainer reads the loss every step anyway, so the extra
     device sync costs nothing. One difference: a NaN total norm leaves the gradients as they are,
     where torch would turn them all into NaN; the step is lost either way.
     """
@@ -182,9 +186,8 @@ def train_model(model: HeadModel, train_feed: Feed, val_feed: Feed, config: Trai
             model.train()
             losses = []
             for batch in train_feed.epoch(shuffle=True, seed=config.seed * 1_000_003 + epoch):
-                for mixer in model.mixers.values():
-                    if hasattr(mixer, "set_temperature_progress"):  # gumbel: anneal tau over training
-                        mixer.set_temperature_progress(min(1.0, step / max(1, total - 1)))
+                for mixer in model.mixers.values():  # e.g. gumbel anneals its temperature
+                    mixer.training_progress(min(1.0, step / max(1, total - 1)))
                 out = model(batch.states.to(device), batch.mask.to(device))
                 loss, _ = model.loss(out, {k: v.to(device) for k, v in batch.labels.items()})
                 optimizer.zero_grad(set_to_none=True)

@@ -44,7 +44,7 @@ def render_metrics(metrics_by_split: dict[str, dict[str, dict]], console: Consol
 
 
 def render_layer_weights(weights: dict, console: Console, width: int = 40) -> None:
-    """Each mixer's weight per state as a horizontal bar, plus act depth / gumbel usage."""
+    """Each mixer's weight per state as a horizontal bar, plus its usage summaries (act depth, gumbel usage)."""
     names = weights["layer_names"]
     for key, values in weights["mixers"].items():
         label = "layer weights" if key == "shared" else f"layer weights ({key})"
@@ -59,11 +59,13 @@ def render_layer_weights(weights: dict, console: Console, width: int = 40) -> No
             bar = "█" * max(0, round(width * number / top)) if number is not None and math.isfinite(number) else ""
             table.add_row(name, _fmt(value, 3), bar)
         console.print(table)
-    for key, usage in (weights.get("usage") or {}).items():
-        parts = []
-        if "mean_depth" in usage:
-            parts.append(f"mean depth N+R per token {_fmt(usage['mean_depth'], 2)}")
-        if "mean_states_used" in usage:
-            parts.append(f"states used per example {_fmt(usage['mean_states_used'], 2)}")
+    usage_by_mixer = {k: u for k, u in (weights.get("usage") or {}).items() if isinstance(u, dict) and u}
+    if not usage_by_mixer:
+        return
+    from ..heads.mixers import usage_labels  # loads torch: only when there is usage to print
+
+    labels = usage_labels()
+    for key, usage in usage_by_mixer.items():
+        parts = [f"{labels[name]} {_fmt(value, 2)}" for name, value in usage.items() if name in labels]
         if parts:
             console.print(f"{key}: " + ", ".join(parts))

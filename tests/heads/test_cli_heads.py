@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
+from cli_support import assert_refused, invoke
 
 import layercache as lc
-from cli_support import assert_refused, invoke
+
 
 @pytest.fixture
 def cache(tiny_models, tmp_path):
@@ -26,7 +27,7 @@ def test_train_head_defaults_then_eval(cache):
                  "embeddings", "test", "validation"):
         assert fact in result.output, fact
     config = json.loads((run / "config.json").read_text())
-    assert config["cache"]["model_fingerprint"] == lc.LayerCache.open(cache).manifest.model["fingerprint"]
+    assert config["cache"]["model_fingerprint"] == lc.LayerCache.open(cache).manifest.model.fingerprint
     metrics = json.loads((run / "metrics.json").read_text())
     assert set(metrics["test"]) == {"agreement", "sentiment", "negation_scope", "intensity"}
 

@@ -18,10 +18,10 @@ import h5py
 import numpy as np
 import pytest
 import torch
+from cli_support import assert_refused, invoke
 from safetensors.torch import load_file
 
 import layercache as lc
-from cli_support import assert_refused, invoke
 from layercache.errors import CacheMismatchError, ConfigError
 from layercache.heads import HeadModel, LayerHead
 from layercache.heads.mixers import GumbelMix
@@ -114,7 +114,7 @@ def probabilities(head, cache, split="test") -> np.ndarray:
 
 # --- 1. normalisation ---------------------------------------------------------------------------
 def test_scalar_mix_learns_on_massive_activations_by_default(massive):
-    assert massive.manifest.model["final_norm"] != "none"  # a pre-LN backbone
+    assert massive.manifest.model.final_norm != "none"  # a pre-LN backbone
     default = LayerHead("scalar", **FAST).fit(massive)
     raw = LayerHead("scalar", normalize="none", **FAST).fit(massive)
     assert default.normalize_ == "standardize" and raw.normalize_ == "none"
@@ -149,7 +149,7 @@ def test_layer_norm_needs_token_states(massive, tiny_models, tmp_path):
 
 
 def test_auto_leaves_a_post_ln_cache_as_it_was(bert):
-    assert bert.manifest.model["final_norm"] == "none"  # BERT: every layer output is already normed
+    assert bert.manifest.model.final_norm == "none"  # BERT: every layer output is already normed
     for mixer in ("scalar", "adaptive"):
         options = {"mixer_options": {"k": 8}} if mixer == "adaptive" else {}
         auto = LayerHead(mixer, **{**FAST, "epochs": 2}, **options).fit(bert)
@@ -292,7 +292,7 @@ def test_token_means_match_a_real_extraction_that_skips_the_first_token(tiny_mod
     path = lc.extract(str(tiny_models["llama"]), "builtin", tmp_path / "c", progress=False, limit=60,
                       mean_skip_first=True).path
     with lc.LayerCache.open(path) as cache:
-        assert cache.manifest.storage.get("mean_skip_first") is True
+        assert cache.manifest.storage.mean_skip_first is True
         tokens = CacheFeed(cache, "test", tasks=["sentiment"], batch_size=16)
         pooled = CacheFeed(cache, "test", tasks=["sentiment"], source="pooled:mean", batch_size=16)
         by_row = {}

@@ -8,8 +8,10 @@ import math
 import numpy as np
 import pytest
 import torch
+from rich.console import Console
 from torch import nn
 
+from layercache.core.tasks import LabelTask
 from layercache.errors import ConfigError
 from layercache.heads.mixers import (
     MIXERS,
@@ -22,10 +24,18 @@ from layercache.heads.mixers import (
     make_mixer,
     mixer_from_config,
     mixer_names,
+    mixer_spec_forms,
+    register_mixer,
+    usage_labels,
 )
+from layercache.heads.tasks import make_task_head
+from layercache.report.heads import render_layer_weights
 
 B, T, S, D = 4, 6, 5, 8
-SPECS = ["last", "layer:2", "scalar", "adaptive", "attention", "gumbel", "act"]
+KNOWN = ["last", "layer", "scalar", "adaptive", "attention", "gumbel", "act"]
+#: One spec per registered mixer (a mixer whose spec takes an argument gets ``2``: ``layer:2``), so
+#: every test parametrised over SPECS covers a new mixer as soon as it is registered.
+SPECS = [f"{name}:2" if cls.spec_argument else name for name, cls in MIXERS.items()]
 SMALL = {"adaptive": {"k": 16}, "attention": {"attn_dim": 8}}
 
 
@@ -46,9 +56,21 @@ def batch(b: int = B, t: int = T, s: int = S, d: int = D, seed: int = 1) -> tupl
 # ------------------------------------------------------------------------------ every mixer
 def test_registry_names_match_specs():
     assert mixer_names() == list(MIXERS)
-    assert set(mixer_names()) == {"last", "layer", "scalar", "adaptive", "attention", "gumbel", "act"}
+    assert set(mixer_names()) >= set(KNOWN)
+    assert [n for n in mixer_names() if n in KNOWN] == KNOWN  # the baseline first, the order of the CLI
+    assert mixer_spec_forms()[:2] == ["last", "layer:<i>"]
     for name, cls in MIXERS.items():
         assert cls.name == name
+        assert issubclass(cls, LayerMixer)
+
+
+def test_register_mixer_refuses_what_is_not_a_named_mixer():
+    class Nameless(LayerMixer):
+        pass
+
+    for cls in (Nameless, nn.Linear):
+        with pytest.raises(TypeError):
+            register_mixer(cls)
 
 
 @pytest.mark.parametrize("spec", SPECS)
@@ -119,7 +141,7 @@ def test_unknown_spec_lists_known_names():
         make_mixer("nope", S, D)
     message = str(info.value)
     assert "'nope'" in message
-    for name in ("last", "layer:<i>", "scalar", "adaptive", "attention", "gumbel", "act"):
+    for name in mixer_spec_forms():
         assert name in message
     assert isinstance(info.value, ConfigError)
 
@@ -143,6 +165,69 @@ def test_layer_indexes():
     emb = make_mixer("layer:0", S, D)
     torch.testing.assert_close(emb(states, mask).mixed[mask], states[:, :, 0][mask])
     np.testing.assert_array_equal(make_mixer("layer:-2", S, D).layer_weights(), [0, 0, 0, 1, 0])
+
+
+# ----------------------------------------------- behaviour that differs per mixer, asked of the mixer
+@pytest.mark.parametrize("spec", SPECS)
+def test_training_progress_changes_only_what_the_mixer_anneals(spec):
+    mixer = build(spec)
+    before = {k: v for k, v in vars(mixer).items() if not k.startswith("_")}
+    assert mixer.training_progress(0.5) is None
+    after = {k: v for k, v in vars(mixer).items() if not k.startswith("_")}
+    if isinstance(mixer, GumbelMix):
+        assert mixer.tau == pytest.approx(math.sqrt(5.0 * 0.5)) and mixer.progress == 0.5
+    else:
+        assert after == before
+
+
+@pytest.mark.parametrize("spec", SPECS)
+@pytest.mark.parametrize("kind", ["sequence", "token", "regression"])
+def test_default_head_options_build_a_head(spec, kind):
+    mixer = build(spec)
+    options = mixer.default_head_options(kind)
+    assert options == type(mixer).default_head_options(kind)
+    labels = None if kind == "regression" else ("O", "B-X")
+    make_task_head(LabelTask("t", kind, labels), mixer.out_dim, options)
+    if not mixer.prefers_low_lr:  # the linear default
+        assert options == ({} if kind == "token" else {"pooling": "mean"})
+
+
+def test_adaptive_asks_for_the_adalayers_heads_and_a_low_learning_rate():
+    assert AdaptiveMix.prefers_low_lr and not ScalarMix.prefers_low_lr
+    assert AdaptiveMix.default_head_options("token") == {"encoder_layers": 1, "attention_heads": 8}
+    assert AdaptiveMix.default_head_options("sequence") == {"attention_heads": 16, "pooling": "mean"}
+
+
+@pytest.mark.parametrize("spec", SPECS)
+def test_usage_totals_feed_exactly_the_declared_summaries(spec):
+    mixer = build(spec).eval()
+    states, mask = batch()
+    out = mixer(states, mask)
+    totals = mixer.usage_totals(out.usage, mask) if out.usage else {}
+    assert set(totals) == set(mixer.usage_labels)
+    for total, count in totals.values():
+        assert isinstance(total, float) and isinstance(count, int) and count > 0
+    assert set(mixer.usage_labels) <= set(usage_labels())
+
+
+def test_usage_summaries_keep_their_json_keys():
+    states, mask = batch()
+    act, gumbel = build("act").eval(), build("gumbel").eval()
+    depth = act(states, mask).usage["depth"]
+    assert act.usage_totals(act(states, mask).usage, mask) == {
+        "mean_depth": (float(depth[mask].sum()), int(mask.sum()))}
+    choices = gumbel(states, mask).usage["choices"]
+    assert gumbel.usage_totals(gumbel(states, mask).usage, mask) == {
+        "mean_states_used": (float(choices.sum()), B)}
+    assert {"mean_depth", "mean_states_used"} <= set(usage_labels())
+
+
+def test_the_report_prints_each_usage_summary_with_its_label():
+    console = Console(record=True, width=120)
+    render_layer_weights({"layer_names": ["a", "b"], "mixers": {"shared": [0.5, 0.5]},
+                          "usage": {"shared": {"mean_states_used": 1.5, "unknown": 3.0}, "other": None}}, console)
+    text = console.export_text()
+    assert "shared: states used per example 1.50" in text and "unknown" not in text
 
 
 # ---------------------------------------------------------------------------------- scalar
@@ -488,8 +573,7 @@ def fit_accuracy(mixer: LayerMixer, steps: int = 200) -> float:
     params = [*mixer.parameters(), *head.parameters()]
     opt = torch.optim.Adam(params, lr=0.03) if params else None
     for step in range(steps if params else 0):
-        if isinstance(mixer, GumbelMix):
-            mixer.set_temperature_progress(step / (steps - 1))
+        mixer.training_progress(step / (steps - 1))  # as the trainer does (gumbel anneals tau)
         out = mixer(train_x, train_m)
         loss = nn.functional.cross_entropy(head(out.mixed[:, 0]), train_y) + out.aux_loss
         opt.zero_grad()
@@ -509,19 +593,15 @@ def fit_accuracy(mixer: LayerMixer, steps: int = 200) -> float:
     return float((pred == test_y).float().mean())
 
 
-@pytest.mark.parametrize(
-    "spec, options",
-    [
-        ("layer:2", {}),
-        ("scalar", {}),
-        ("adaptive", {"k": 16}),
-        ("attention", {"attn_dim": 8}),
-        ("gumbel", {"budget": 1, "budget_weight": 1.0}),
-        ("act", {}),
-    ],
-)
-def test_every_mixer_learns_the_informative_middle_state(spec, options):
-    mixer = make_mixer(spec, S, D, **options)
+#: Options that let a mixer learn the middle-state task in a few steps (the others: their defaults).
+LEARN_OPTIONS = {"adaptive": {"k": 16}, "attention": {"attn_dim": 8}, "gumbel": {"budget": 1, "budget_weight": 1.0}}
+#: Mixers that cannot choose a state: the control of the test below.
+FIXED = {"last"}
+
+
+@pytest.mark.parametrize("spec", [spec for spec in SPECS if spec not in FIXED])
+def test_every_mixer_learns_the_informative_middle_state(spec):
+    mixer = make_mixer(spec, S, D, **LEARN_OPTIONS.get(spec, {}))
     acc = fit_accuracy(mixer)
     assert acc > 0.85, f"{spec}: {acc:.3f}"
     if spec != "act":  # ACT's choice is per token; its mean weights need not peak at one state

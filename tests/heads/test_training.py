@@ -15,11 +15,12 @@ import pytest
 import torch
 
 import layercache as lc
-from layercache.errors import CacheError, CacheMismatchError, ConfigError
+from layercache.errors import CacheMismatchError, ConfigError
 from layercache.heads import CacheFeed, HeadModel, LayerHead, train_head
-from layercache.heads.estimator import validation_slice
 from layercache.heads.evaluation import predict
+from layercache.heads.mixers import MIXERS
 from layercache.heads.trainer import clip_gradients
+from layercache.heads.validation import validation_slice
 
 FAST = {"epochs": 6, "patience": 0, "progress": False, "device": "cpu"}
 SMALL_ADAPTIVE = {"k": 16}
@@ -42,7 +43,7 @@ def options(mixer: str) -> dict:
     return {"mixer_options": SMALL_ADAPTIVE} if mixer == "adaptive" else {}
 
 
-@pytest.mark.parametrize("mixer", ["last", "layer:1", "scalar", "adaptive", "attention", "gumbel", "act"])
+@pytest.mark.parametrize("mixer", [f"{name}:1" if cls.spec_argument else name for name, cls in MIXERS.items()])
 def test_every_mixer_learns_negation_scope(cache, mixer):
     head = LayerHead(mixer, tasks=["negation_scope"], **FAST, **options(mixer)).fit(cache)
     metrics = head.score(cache, "test")["negation_scope"]

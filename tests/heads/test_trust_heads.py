@@ -20,11 +20,11 @@ import shutil
 import h5py
 import numpy as np
 import pytest
+from cli_support import assert_refused, invoke
 from rich.console import Console
 from safetensors.torch import load_file, save_file
 
 import layercache as lc
-from cli_support import assert_refused, invoke
 from layercache.errors import CacheError, ConfigError
 from layercache.heads import LayerHead, train_head
 from layercache.report.heads import render_layer_weights, render_metrics
@@ -263,7 +263,7 @@ def test_explicit_pooled_source_runs_with_a_warning(pooled_cache, tmp_path):
 # --- 5. help texts -----------------------------------------------------------------------------------
 @pytest.mark.parametrize("command, defaults", [
     ("train-head", ["the most recent one", "a new folder beside the cache", "every task in the cache",
-                    "1e-3 for attention heads and adaptive, 1e-2 for linear heads"]),
+                    "the mixer's and head's default"]),
     ("eval", ["the most recent one"]),
     ("info", ["the most recent one"]),
     ("extract", ["under $LAYERCACHE_HOME", "the model's"]),

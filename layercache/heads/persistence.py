@@ -1,0 +1,132 @@
+"""Run folders on disk: writing a head's config and weights, and reading them back with checks.
+
+A run folder holds ``config.json`` (plain JSON) and ``weights.safetensors`` (no pickle), plus any
+other JSON files the caller adds (``metrics.json``, ``layer_weights.json``). A damaged file is
+refused with a :class:`~layercache.errors.ConfigError` that names it; nothing in config.json is
+used as a path.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+from torch import Tensor, nn
+
+from ..core.files import write_text_atomic
+from ..errors import ConfigError
+
+CONFIG_FILE = "config.json"
+WEIGHTS_FILE = "weights.safetensors"
+
+
+def write_run(path: Path, state: dict[str, Tensor], config: dict, extra_json: dict) -> Path:
+    """Write ``state`` as the weights file, ``config`` as config.json and each ``extra_json`` as ``<name>.json``."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        save_file(state, str(path / WEIGHTS_FILE))
+        write_json(path / CONFIG_FILE, config)
+        for name, payload in extra_json.items():
+            write_json(path / f"{name}.json", payload)
+    except (NotADirectoryError, FileExistsError):
+        raise ConfigError(f"The run folder {path} cannot be created: a file stands on its path; give a folder "
+                          "path for the run.") from None
+    except (OSError, SafetensorError) as err:  # read-only disk, permissions, full disk (safetensors: its own type)
+        why = err.strerror if isinstance(err, OSError) and err.strerror else error_detail(err)
+        raise ConfigError(f"The run folder {path} cannot be written ({why}); choose another folder for the "
+                          "run.") from None
+    return path
+
+
+def run_files(path: Path) -> tuple[Path, Path]:
+    """The config and weights files of the run folder ``path``, refused unless both exist."""
+    config_file, weights_file = path / CONFIG_FILE, path / WEIGHTS_FILE
+    if not config_file.is_file() or not weights_file.is_file():
+        raise ConfigError(f"{path} is not a layercache run folder (it needs {CONFIG_FILE} and "
+                          f"{WEIGHTS_FILE}); pass the folder `layercache train-head` wrote.")
+    return config_file, weights_file
+
+
+def read_run_config(config_file: Path) -> dict:
+    """A run's config.json, checked for the keys and types :meth:`LayerHead.load` relies on."""
+    try:
+        config = json.loads(config_file.read_text())
+    except (OSError, ValueError) as err:  # unreadable, not UTF-8, not JSON
+        raise damaged(config_file, f"it is not readable JSON: {error_detail(err)}") from None
+    if not isinstance(config, dict):
+        raise damaged(config_file, f"it holds a JSON {type(config).__name__}, not an object")
+    expected = {"params": dict, "model": dict, "layer_names": list, "source": str, "cache": dict, "train": dict}
+    for key, kind in expected.items():
+        if key not in config:
+            raise damaged(config_file, f"it lacks the setting {key!r}")
+        if not isinstance(config[key], kind):
+            raise damaged(config_file, f"its setting {key!r} is a {type(config[key]).__name__}, "
+                                       f"not a {kind.__name__}")
+    if not all(isinstance(n, str) for n in config["layer_names"]):
+        raise damaged(config_file, "its 'layer_names' are not all strings")
+    if config["source"] != "tokens" and not config["source"].startswith("pooled:"):
+        raise damaged(config_file, f"its 'source' {config['source']!r} is neither tokens nor pooled:<mode>")
+    for key in ("model", "model_fingerprint", "tokenizer_fingerprint", "hidden_size"):
+        if key not in config["cache"]:
+            raise damaged(config_file, f"its 'cache' lacks {key!r}")
+    if not isinstance(config["cache"]["hidden_size"], int) or isinstance(config["cache"]["hidden_size"], bool):
+        raise damaged(config_file, "its 'cache.hidden_size' is not an integer")
+    if not isinstance(config.get("data", {}), dict):
+        raise damaged(config_file, "its 'data' is not an object")
+    return config
+
+
+def read_weights(weights_file: Path) -> dict[str, Tensor]:
+    """The tensors of a run's weights file, refused in one sentence when it is truncated or damaged."""
+    try:
+        return load_file(str(weights_file))
+    except (SafetensorError, OSError, ValueError, RuntimeError) as err:
+        raise ConfigError(f"The weights file {weights_file} cannot be read ({error_detail(err)}); it is truncated "
+                          "or damaged: restore it or train the head again.") from None
+
+
+def load_weights(model: nn.Module, state: dict[str, Tensor], weights_file: Path) -> None:
+    """Load ``state`` (read from ``weights_file``) into ``model``, refusing tensors that do not fit it."""
+    try:
+        model.load_state_dict(state)
+    except RuntimeError as err:  # a size mismatch, a missing or an unexpected tensor
+        raise ConfigError(f"The weights in {weights_file} do not fit the model its {CONFIG_FILE} describes "
+                          f"({error_detail(err)}); one of the two files is damaged: restore them or train the "
+                          "head again.") from None
+
+
+def error_detail(err: BaseException, limit: int = 200) -> str:
+    """The first line of an exception's message, without its final full stop, cut to ``limit`` characters.
+
+    torch's load_state_dict message starts with a header line; the line after it names the tensor.
+    """
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    if len(lines) > 1 and lines[0].startswith("Error(s) in loading state_dict"):
+        lines = lines[1:]
+    text = (lines[0] if lines else type(err).__name__).rstrip(".")
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def damaged(config_file: Path, why: str) -> ConfigError:
+    """The error for a run config that cannot be used, saying ``why``."""
+    return ConfigError(f"The run config {config_file} cannot be used ({why}); it is damaged or from another "
+                       "layercache version: restore it or train the head again.")
+
+
+def jsonable(value):
+    """``value`` with numpy scalars as Python numbers and tuples as lists, dict keys as strings."""
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, (np.integer, np.floating)):
+        return value.item()
+    return value
+
+
+def write_json(path: Path, payload) -> None:
+    """Write ``payload`` as indented JSON, atomically (anything JSON cannot hold as its ``str``)."""
+    write_text_atomic(path, json.dumps(jsonable(payload), indent=2, default=str) + "\n")
