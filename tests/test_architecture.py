@@ -46,5 +46,13 @@ def test_the_public_api_is_complete_and_lazy():
         lc.nope  # noqa: B018
 
 
+def test_the_command_line_loads_no_model_library_until_a_command_needs_one():
+    # `layercache --help` and `train-head` stay quick: the extractor loads inside `extract` only. The
+    # help may read the data-source registry (the list of supported files), which loads no model library.
+    loaded = loaded_after("import layercache.cli")
+    assert not [m for m in loaded if m.startswith(("transformers", "layercache.extraction", "layercache.backbone",
+                                                   "layercache.live"))], loaded
+
+
 def test_extract_is_importable_from_the_top():
     assert "layercache.extraction" in " ".join(loaded_after("from layercache import extract"))

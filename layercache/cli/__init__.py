@@ -1,0 +1,21 @@
+"""The ``layercache`` command line: parse options, make one library call, render the result.
+
+One module per group of commands (:mod:`.cache`: extract, info, list; :mod:`.heads`: train-head,
+eval), each a thin typer wrapper over a public library call; :mod:`.parsing` turns option text
+into arguments and :mod:`.choices` gives every fixed list of values from its registry.
+"""
+
+from __future__ import annotations
+
+from . import cache, heads  # noqa: F401  (each registers its commands on the app)
+from .base import app, err_console, friendly, out_console
+from .parsing import parse_assignments, parse_size, parse_splits, split_list
+
+__all__ = ["app", "main", "friendly", "out_console", "err_console", "parse_size", "parse_splits",
+           "parse_assignments", "split_list"]
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()
+

@@ -1,0 +1,179 @@
+"""Commands that write or describe caches: ``extract``, ``info`` and ``list``."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.table import Table
+
+from ..errors import LayercacheError
+from . import base
+from .base import app, friendly
+from .choices import choice_help, supported_files
+from .parsing import layer_specs, parse_size, parse_splits, split_list
+
+
+@app.command()
+@friendly
+def extract(
+    model: str = typer.Argument("minilm", help="Hub id, bundled alias (minilm) or local model folder."),
+    dataset: Optional[str] = typer.Argument(
+        None, help=f"builtin (default), a hub id, or a local file: {supported_files()}."),
+    out: Optional[Path] = typer.Option(
+        None, "--out", "-o", help="Cache folder.", show_default="under $LAYERCACHE_HOME"),
+    config: Optional[str] = typer.Option(None, "--config", help="Hub dataset config, e.g. cola for glue."),
+    split: Optional[list[str]] = typer.Option(
+        None, "--split", help="Split to extract (hub), or NAME=PATH for local files; repeatable."),
+    text_column: Optional[list[str]] = typer.Option(
+        None, "--text-column", help="Text column (twice for sentence pairs)."),
+    label_column: Optional[list[str]] = typer.Option(
+        None, "--label-column", help="Label column(s); detected when omitted."),
+    no_labels: bool = typer.Option(False, "--no-labels", help="Cache states of unlabelled data."),
+    task_kind: Optional[str] = typer.Option(
+        None, "--task-kind", help=choice_help("extract", "--task-kind", "Override the label kind.")),
+    limit: Optional[int] = typer.Option(None, "--limit", help="Keep the first N examples of each split."),
+    layers: Optional[list[str]] = typer.Option(
+        None, "--layers", help="States to keep: names or indices (0 = embeddings, -1 = last); comma-separated."),
+    store: str = typer.Option("tokens", "--store", help=choice_help(
+        "extract", "--store", "What to keep.", "tokens: every token's states; pooled: pooled vectors only.")),
+    pooling: Optional[list[str]] = typer.Option(
+        None, "--pooling", help=choice_help("extract", "--pooling", "Pooled vectors to store; comma-separated."),
+        show_default="mean"),
+    storage_dtype: str = typer.Option("auto", "--storage-dtype", help=choice_help(
+        "extract", "--storage-dtype", "On disk.",
+        "auto: float16, or bfloat16 when the first batch's states exceed the float16 range; "
+        "float16 clamps to ±65,504.")),
+    mean_skip_first: bool = typer.Option(
+        False, "--mean-skip-first",
+        help="Leave each example's first token (a decoder's BOS / attention sink) out of mean pooling, here and "
+             "in heads."),
+    dtype: str = typer.Option("auto", "--dtype", help=choice_help(
+        "extract", "--dtype", "Forward-pass dtype.", "auto: float32 on CPU, bfloat16 or float16 on CUDA.")),
+    device: str = typer.Option("auto", "--device", help="auto, cpu or cuda[:N]."),
+    max_length: Optional[int] = typer.Option(
+        None, "--max-length", help="Token limit per window.", show_default="the model's"),
+    stride: Optional[int] = typer.Option(
+        None, "--stride", help="Split long texts into windows overlapping by this many tokens instead of truncating."),
+    batch_tokens: int = typer.Option(8192, "--batch-tokens", help="Padded tokens per forward batch."),
+    batch_size: int = typer.Option(256, "--batch-size", help="Most sequences per forward batch."),
+    shard_size: str = typer.Option("256MiB", "--shard-size", help="Target bytes of states per shard file."),
+    overwrite: bool = typer.Option(
+        False, "--overwrite", help="Delete the cache in --out and extract afresh (whatever its configuration)."),
+    repair: bool = typer.Option(
+        False, "--repair", help="Re-read every shard and re-extract only those whose checksum fails (same arguments "
+                                "as the run that made the cache)."),
+    allow_pickle: bool = typer.Option(
+        False, "--allow-pickle", help="Load a model that has only pickle weights (pytorch_model.bin), which can run "
+                                      "code when loaded: only for a source you trust."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
+):
+    """Run MODEL frozen over DATASET once and cache every layer's states (resumable)."""
+    from ..extraction.run import extract as run_extract
+    from ..extraction.specs import BatchSpec, DataSpec, StorageSpec
+
+    splits, split_files = parse_splits(split)
+    data = DataSpec(dataset or ("" if split_files else "builtin"), config=config, splits=splits,
+                    split_files=split_files, text_columns=split_list(text_column) or None,
+                    label_columns=split_list(label_column) or None, no_labels=no_labels, task_kind=task_kind,
+                    limit=limit)
+    storage = StorageSpec(layers=layer_specs(layers) or None, store=store,
+                          pooling=split_list(pooling) or ["mean"], storage_dtype=storage_dtype,
+                          mean_skip_first=mean_skip_first, shard_bytes=parse_size(shard_size))
+    batching = BatchSpec(batch_tokens=batch_tokens, batch_size=batch_size, max_length=max_length, stride=stride,
+                         dtype=dtype, device=device)
+    result = run_extract(model, out=out, data=data, storage=storage, batching=batching, overwrite=overwrite,
+                         repair=repair, allow_pickle=allow_pickle, progress=not quiet)
+    if result.repaired:
+        verb = f"repaired ({len(result.repaired)} shard(s) re-extracted)"
+    elif result.already_complete:
+        verb = "checked, nothing to repair" if repair else "already complete"
+    else:
+        verb = "resumed and completed" if result.resumed else "written"
+    base.out_console.print(f"Cache {verb}: [bold]{result.path}[/]", soft_wrap=True)
+
+
+@app.command()
+@friendly
+def info(
+    cache: Optional[Path] = typer.Argument(None, help="Cache folder.", show_default="the most recent one"),
+    as_json: bool = typer.Option(False, "--json", help="Print the manifest as JSON."),
+    check: bool = typer.Option(False, "--check", help="Also re-read every shard and compare it with its "
+                               "recorded checksum (exit code 1 when one differs)."),
+):
+    """Show what a cache holds: model, dataset, splits, sizes, layers, dtype, complete or not."""
+    from ..report.info import cache_summary, render_summary
+    from ..store.reader import LayerCache
+
+    with LayerCache.open(cache, allow_incomplete=True) as opened:
+        if as_json:
+            base.out_console.print_json(json.dumps(opened.manifest.to_json()))
+        else:
+            render_summary(cache_summary(opened), base.out_console)
+        if check:
+            damaged = opened.damaged_shards()
+            if damaged:
+                base.err_console.print(
+                    f"[bold red]{len(damaged)} shard(s) missing or changed since extraction:[/] "
+                    + ", ".join(damaged) + ". Re-run the `layercache extract` command that made the cache with "
+                    "--repair to re-extract only those.", highlight=False, soft_wrap=True)
+                raise typer.Exit(1)
+            n = sum(len(s.shards) for s in opened.manifest.splits.values())
+            base.err_console.print(f"All {n} shards match their checksums.")
+
+
+@app.command("list")
+@friendly
+def list_caches():
+    """List the caches under $LAYERCACHE_HOME; a broken one is listed too, with what is wrong."""
+    from ..store.paths import cache_home, latest_cache
+
+    home = cache_home()
+    try:
+        latest = latest_cache()
+    except LayercacheError as err:  # a damaged pointer only costs the mark
+        latest = None
+        base.err_console.print(f"Note: {err}", highlight=False, soft_wrap=True)
+    table = Table("", "cache", "model", "dataset", "splits", "status", title=str(home))
+    for folder in sorted(p for p in home.glob("*") if _looks_like_cache(p)):
+        mark = "*" if latest is not None and folder.resolve() == latest.resolve() else ""
+        table.add_row(mark, folder.name, *_cache_row(folder))
+    base.out_console.print(table)
+
+
+def _looks_like_cache(folder: Path) -> bool:
+    """A manifest, or shards that lost theirs (a cache whose manifest was deleted is broken, not absent)."""
+    return folder.is_dir() and ((folder / "manifest.json").exists() or any(folder.glob("*/shard-*.h5")))
+
+
+def _cache_row(folder: Path) -> tuple[str, str, str, str]:
+    """model, dataset, splits and status of one cache; status ``broken: <reason>`` when it cannot be used."""
+    from ..store.manifest import read_manifest
+
+    try:
+        m = read_manifest(folder)
+    except LayercacheError as err:
+        return "?", "?", "?", f"broken: {_short_reason(err, folder)}"
+    status = "complete" if m.complete else "incomplete"
+    for split in m.splits.values():
+        for shard in split.shards:
+            try:
+                size = (folder / shard.file).stat().st_size
+            except OSError:
+                status = f"broken: shard {shard.file} is missing"
+                break
+            if size != shard.bytes:
+                status = f"broken: shard {shard.file} changed size"
+                break
+        if status.startswith("broken"):
+            break
+    return m.model.name, m.dataset.name, ", ".join(m.splits), status
+
+
+def _short_reason(err: Exception, folder: Path) -> str:
+    """The problem half of an error sentence (before its fix), paths inside the cache made relative."""
+    text = str(err).split("; ")[0].replace(f"{folder}{os.sep}", "").replace(str(folder), folder.name)
+    return text if len(text) <= 100 else text[:97] + "..."

@@ -1,0 +1,96 @@
+"""Where each option's list of accepted values comes from: the registry or constant of its concept.
+
+Help texts never spell a list out: :func:`choice_help` writes ``One of: a, b, c.`` from
+:data:`OPTION_CHOICES`, and ``tests/cli/test_choices.py`` checks that every such list equals its
+registry and that the library accepts every value listed. Looking a list up imports only the
+module that owns it (no model library), so ``layercache --help`` stays quick.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+
+def _store_modes() -> Sequence[str]:
+    from ..store.schema import STORE_MODES
+
+    return STORE_MODES
+
+
+def _pooling_modes() -> Sequence[str]:
+    from ..store.schema import POOLING_MODES
+
+    return POOLING_MODES
+
+
+def _storage_dtypes() -> Sequence[str]:
+    from ..store.schema import STORAGE_DTYPE_NAMES
+
+    return ("auto", *STORAGE_DTYPE_NAMES)
+
+
+def _forward_dtypes() -> Sequence[str]:
+    from ..core.devices import FORWARD_DTYPE_NAMES
+
+    return ("auto", *FORWARD_DTYPE_NAMES)
+
+
+def _task_kinds() -> Sequence[str]:
+    from ..core.tasks import TASK_KINDS
+
+    return TASK_KINDS
+
+
+def _mixers() -> Sequence[str]:
+    from ..heads.mixers import mixer_spec_forms
+
+    return mixer_spec_forms()
+
+
+def _normalizations() -> Sequence[str]:
+    from ..heads.normalize import NORMALIZATIONS
+
+    return NORMALIZATIONS
+
+
+def _schedules() -> Sequence[str]:
+    from ..heads.trainer import SCHEDULES
+
+    return SCHEDULES
+
+
+def _sources() -> Sequence[str]:
+    from ..store.schema import POOLING_MODES
+
+    return ("auto", "tokens", *(f"pooled:{mode}" for mode in POOLING_MODES))
+
+
+OPTION_CHOICES: dict[tuple[str, str], Callable[[], Sequence[str]]] = {
+    ("extract", "--store"): _store_modes,
+    ("extract", "--pooling"): _pooling_modes,
+    ("extract", "--storage-dtype"): _storage_dtypes,
+    ("extract", "--dtype"): _forward_dtypes,
+    ("extract", "--task-kind"): _task_kinds,
+    ("train-head", "--mixer"): _mixers,
+    ("train-head", "--normalize"): _normalizations,
+    ("train-head", "--schedule"): _schedules,
+    ("train-head", "--source"): _sources,
+}
+"""(command, option) -> the values it accepts, read from the registry that owns them."""
+
+
+def choices(command: str, option: str) -> tuple[str, ...]:
+    """The values ``option`` of ``command`` accepts, in the registry's order."""
+    return tuple(OPTION_CHOICES[command, option]())
+
+
+def choice_help(command: str, option: str, lead: str, after: str = "") -> str:
+    """``"<lead> One of: a, b, c.<after>"``: an option's help with its registry's values."""
+    return f"{lead} One of: {', '.join(choices(command, option))}.{(' ' + after) if after else ''}"
+
+
+def supported_files() -> str:
+    """The local data files ``extract`` reads, as the data-source registry lists them."""
+    from ..sources.registry import SUPPORTED_FILES
+
+    return SUPPORTED_FILES

@@ -1,0 +1,110 @@
+"""Commands that learn from a cache or score what was learned: ``train-head`` and ``eval``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from . import base
+from .base import app, friendly
+from .choices import choice_help
+from .parsing import layer_specs, parse_assignments, parse_loss_weights, split_list
+
+
+@app.command("train-head")
+@friendly
+def train_head(
+    cache: Optional[Path] = typer.Argument(None, help="Cache folder.", show_default="the most recent one"),
+    mixer: str = typer.Option("adaptive", "--mixer", "-m", help=choice_help(
+        "train-head", "--mixer", "How the head combines the cached states.")),
+    out: Optional[Path] = typer.Option(
+        None, "--out", "-o", help="Run folder.", show_default="a new folder beside the cache"),
+    task: Optional[list[str]] = typer.Option(
+        None, "--task", help="Task(s) to learn; repeatable.", show_default="every task in the cache"),
+    layers: Optional[list[str]] = typer.Option(
+        None, "--layers", help="States to read: names or indices; comma-separated.", show_default="all"),
+    source: str = typer.Option("auto", "--source", help=choice_help(
+        "train-head", "--source", "What the head reads.", "auto: token states when the cache stores them.")),
+    normalize: str = typer.Option("auto", "--normalize", help=choice_help(
+        "train-head", "--normalize", "States before mixing.",
+        "standardize: per dimension with the train split's statistics; layer_norm: per token; auto: standardize "
+        "for pre-LN models such as GPT-2 and Llama, none for BERT-style.")),
+    train_split: str = typer.Option("train", "--train-split", help="Split to train on."),
+    val_split: Optional[str] = typer.Option(
+        None, "--val-split", help="Validation split.",
+        show_default="the cache's validation split, else a 10% slice of train"),
+    test_split: Optional[str] = typer.Option(
+        None, "--test-split", help="Split to report on.", show_default="test when present"),
+    epochs: int = typer.Option(20, "--epochs", help="Most epochs (early stopping may end sooner)."),
+    batch_size: int = typer.Option(32, "--batch-size", help="Examples per minibatch."),
+    lr: Optional[float] = typer.Option(
+        None, "--lr", help="Peak learning rate.", show_default="the mixer's and head's default"),
+    weight_decay: float = typer.Option(0.01, "--weight-decay", help="AdamW weight decay (never on layer weights)."),
+    schedule: str = typer.Option("linear", "--schedule", help=choice_help(
+        "train-head", "--schedule", "Learning-rate schedule after warmup.")),
+    patience: int = typer.Option(
+        3, "--patience", help="Epochs without validation gain before stopping (0 = never)."),
+    seed: int = typer.Option(0, "--seed", help="Seed for initialisation, order, dropout and the validation slice."),
+    mixer_option: Optional[list[str]] = typer.Option(
+        None, "--mixer-option", help="Mixer setting KEY=VALUE, e.g. k=64, alpha=70, topk=3; repeatable."),
+    head_option: Optional[list[str]] = typer.Option(
+        None, "--head-option", help="Head setting KEY=VALUE, e.g. pooling=attention, attention_heads=8; repeatable."),
+    loss_weight: Optional[list[str]] = typer.Option(
+        None, "--loss-weight", help="TASK=WEIGHT for joint training; repeatable."),
+    separate_mixers: bool = typer.Option(False, "--separate-mixers", help="One mixer per task instead of one shared."),
+    device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Write into a non-empty run folder."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
+):
+    """Learn a head on a cache (no backbone needed): prints metrics and layer weights, writes a run folder."""
+    from ..heads.evaluation import primary_metric
+    from ..heads.runs import train_head as run_train_head
+    from ..report.heads import render_layer_weights, render_metrics
+
+    weights = parse_loss_weights(loss_weight)
+    result = run_train_head(
+        cache, mixer, out=out, split=train_split, val_split=val_split, test_split=test_split, overwrite=overwrite,
+        tasks=split_list(task) or None, layers=layer_specs(layers) or None, source=source,
+        normalize=normalize,
+        mixer_options=parse_assignments(mixer_option, "--mixer-option"),
+        head_options=parse_assignments(head_option, "--head-option"), share_mixer=not separate_mixers,
+        loss_weights=weights or None, epochs=epochs, batch_size=batch_size, lr=lr, weight_decay=weight_decay,
+        schedule=schedule, patience=patience, seed=seed, device=device, progress=not quiet,
+    )
+    m = result.metrics
+    shown = {"validation": m["validation"]}
+    if "test" in m:
+        shown[m["test_split"]] = m["test"]
+    history = m["history"]
+    primary = {t.name: primary_metric(t) for t in result.head.tasks_}
+    render_metrics(shown, base.out_console, primary=primary,
+                   title=f"{mixer} (normalize {m['normalize']}): best epoch {history['best_epoch']} of "
+                         f"{len(history['epochs'])}, "
+                         f"{m['train_seconds']:.1f} s; validation = {m['data']['validation']}")
+    render_layer_weights(result.layer_weights, base.out_console)
+    base.out_console.print(f"Run written: [bold]{result.run}[/]", soft_wrap=True)
+
+
+@app.command("eval")
+@friendly
+def eval_run(
+    run: Path = typer.Argument(..., help="Run folder written by train-head."),
+    cache: Optional[Path] = typer.Argument(None, help="Cache folder.", show_default="the most recent one"),
+    split: str = typer.Option("test", "--split", help="Split to score."),
+    as_json: bool = typer.Option(False, "--json", help="Print the metrics as JSON."),
+):
+    """Score a saved run on a split of a cache (refuses a cache from another backbone)."""
+    from ..heads.runs import evaluate_run
+    from ..report.heads import render_layer_weights, render_metrics
+
+    result = evaluate_run(run, cache, split)
+    if as_json:
+        base.out_console.print_json(json.dumps(result, default=float))
+        return
+    render_metrics({split: result["metrics"]}, base.out_console, title=f"{run} on {result['cache']}",
+                   primary=result["primary"])
+    render_layer_weights({"layer_names": result["layer_names"], "mixers": result["layer_weights"],
+                          "usage": result["usage"]}, base.out_console)

@@ -1,0 +1,72 @@
+"""Turning command-line text into library arguments: sizes, lists, splits, KEY=VALUE settings, layers."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from ..errors import ConfigError
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
+_UNITS = {"": 1, "b": 1, "k": 1e3, "kb": 1e3, "kib": 2**10, "m": 1e6, "mb": 1e6, "mib": 2**20,
+          "g": 1e9, "gb": 1e9, "gib": 2**30, "t": 1e12, "tb": 1e12, "tib": 2**40}
+
+
+def parse_size(text: str) -> int:
+    """``256MiB``, ``1.5GB``, ``4096`` -> bytes."""
+    match = _SIZE.match(text)
+    unit = (match.group(2) or "").lower() if match else None
+    if not match or unit not in _UNITS:
+        raise ConfigError(f"Size {text!r} is not understood; write e.g. 256MiB, 1GB or 4096.")
+    return int(float(match.group(1)) * _UNITS[unit])
+
+
+def split_list(values: list[str] | None) -> list[str]:
+    """Options that take lists accept repeats and commas: ``--layers 0,3 --layers -1``."""
+    return [v.strip() for value in values or [] for v in value.split(",") if v.strip()]
+
+
+def parse_splits(values: list[str] | None) -> tuple[list[str] | None, dict[str, str] | None]:
+    """``--split train`` picks hub splits; ``--split train=path.tsv`` maps local files to splits."""
+    names, files = [], {}
+    for value in values or []:
+        if "=" in value:
+            name, path = value.split("=", 1)
+            if not name or not path:
+                raise ConfigError(f"--split {value!r} should look like NAME=PATH, e.g. train=data/train.tsv.")
+            files[name] = path
+        else:
+            names.append(value)
+    if names and files:
+        raise ConfigError("--split takes either split names or NAME=PATH files, not both.")
+    return names or None, files or None
+
+
+def parse_assignments(values: list[str] | None, what: str) -> dict:
+    """``--mixer-option k=64 --mixer-option alpha=70`` -> ``{"k": 64, "alpha": 70.0}`` (JSON values)."""
+    out = {}
+    for value in values or []:
+        key, sep, raw = value.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"{what} {value!r} should look like KEY=VALUE, e.g. k=64.")
+        try:
+            out[key.strip()] = json.loads(raw)
+        except json.JSONDecodeError:
+            out[key.strip()] = raw  # a bare word stays a string: pooling=attention
+    return out
+
+
+def parse_loss_weights(values: list[str] | None) -> dict[str, float]:
+    """``--loss-weight sentiment=0.5`` -> ``{"sentiment": 0.5}``; a weight that is not a number is refused."""
+    weights = parse_assignments(values, "--loss-weight")
+    for name, value in weights.items():
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            raise ConfigError(f"--loss-weight {name}={value!r} needs a number, e.g. {name}=0.5.")
+    return weights
+
+
+def layer_specs(values: list[str] | None) -> list[int | str]:
+    """``--layers`` values as layer specs: ``"-1"`` -> ``-1``, names stay names (see :mod:`layercache.core.layers`)."""
+    from ..core.layers import parse_layer_spec
+
+    return [parse_layer_spec(v) for v in split_list(values)]
