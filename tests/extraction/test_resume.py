@@ -73,7 +73,7 @@ def read_all(path: Path) -> dict[str, np.ndarray]:
 
 
 def test_sigkill_then_resume_matches_an_uninterrupted_run(tiny_models, tmp_path):
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent)}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
     args = ["extract", str(tiny_models["bert"]), "builtin", "--quiet", "--shard-size", "12KB",
             "--batch-tokens", "96", "--pooling", "mean,last"]
     killed, clean = tmp_path / "killed", tmp_path / "clean"

@@ -260,6 +260,6 @@ def test_every_split_file_is_recorded_and_shown(tiny_models, tsv, tmp_path):
     result = invoke("extract", tiny_models["bert"], "--split", f"train={tsv}", "--split", f"validation={dev}",
                     "--out", out, "--quiet")
     assert result.exit_code == 0, result.output
-    assert lc.read_manifest(out).dataset["files"] == {"train": str(tsv), "validation": str(dev)}
+    assert lc.read_manifest(out).dataset.files == {"train": str(tsv), "validation": str(dev)}
     shown = "".join(invoke("info", out).output.split())  # rich may wrap long paths anywhere
     assert f"train:{tsv};validation:{dev}" in shown

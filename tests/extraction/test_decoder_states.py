@@ -103,10 +103,10 @@ def test_explicit_float16_is_clamped_counted_warned_and_shown_by_info(huge_llama
                     "--pooling", "mean,first,last", "--quiet")
     assert result.exit_code == 0, result.output
     manifest = lc.read_manifest(out)
-    assert manifest.storage["dtype"] == "float16"
-    overflow = manifest.extraction["fp16_overflow"]
-    assert overflow > 0 and manifest.extraction["fp16_overflow_by_split"] == {"train": overflow}
-    assert "storage_dtype_auto" not in manifest.extraction  # chosen by the user, not by the probe
+    assert manifest.storage.dtype == "float16"
+    overflow = manifest.extraction.fp16_overflow
+    assert overflow > 0 and manifest.extraction.fp16_overflow_by_split == {"train": overflow}
+    assert manifest.extraction.storage_dtype_auto is None  # chosen by the user, not by the probe
     said = text_of(result)
     assert f"{overflow:,} state values exceeded the float16 range and were clamped to ±65,504" in said, said
     assert "--storage-dtype bfloat16" in said
@@ -131,9 +131,9 @@ def test_auto_is_the_default_and_stores_bfloat16_when_the_probe_batch_overflows(
     said = text_of(result)
     assert "Storing bfloat16 (--storage-dtype auto)" in said and "exceed the float16 range" in said, said
     manifest = lc.read_manifest(out)
-    assert manifest.storage["dtype"] == "bfloat16"  # the resolved dtype, never "auto"
-    assert manifest.extraction["fp16_overflow"] == 0
-    why = manifest.extraction["storage_dtype_auto"]
+    assert manifest.storage.dtype == "bfloat16"  # the resolved dtype, never "auto"
+    assert manifest.extraction.fp16_overflow == 0
+    why = manifest.extraction.storage_dtype_auto
     assert why.startswith("auto: ") and "first batch of split 'train'" in why and "exceed ±65,504" in why
     with h5py.File(out / manifest.splits["train"].shards[0].file, "r") as h:
         assert h["hidden"].attrs["dtype"] == "bfloat16"
@@ -156,8 +156,8 @@ def test_auto_keeps_float16_for_a_model_within_range_and_equals_an_explicit_floa
         mp.setattr(Backbone, "hidden_states", lambda self, ids, mask: calls.append(1) or original(self, ids, mask))
         auto = lc.extract(str(tiny_models["llama"]), str(tsv), tmp_path / "auto", progress=False, batch_size=4)
     assert len(calls) == auto.manifest.splits["train"].n_batches == 4  # the probe's forward is batch 0's
-    assert auto.manifest.storage["dtype"] == "float16"
-    assert "stays within ±65,504" in auto.manifest.extraction["storage_dtype_auto"]
+    assert auto.manifest.storage.dtype == "float16"
+    assert "stays within ±65,504" in auto.manifest.extraction.storage_dtype_auto
     explicit = lc.extract(str(tiny_models["llama"]), str(tsv), tmp_path / "explicit", progress=False,
                           storage_dtype="float16", batch_size=4)
     assert explicit.manifest.config_hash == auto.manifest.config_hash
@@ -184,7 +184,7 @@ def test_a_resume_with_auto_keeps_the_dtype_without_probing_again(huge_llama, ts
         with pytest.raises(KeyboardInterrupt):
             lc.extract(str(huge_llama), str(tsv), out, progress=False, batch_size=2, shard_bytes=1)
     partial = lc.read_manifest(out)
-    assert not partial.complete and partial.storage["dtype"] == "bfloat16"
+    assert not partial.complete and partial.storage.dtype == "bfloat16"
     done = partial.splits["train"].batches_written
     assert done >= 1
 
@@ -193,7 +193,7 @@ def test_a_resume_with_auto_keeps_the_dtype_without_probing_again(huge_llama, ts
                         lambda self, ids, mask: calls.append(len(ids)) or original(self, ids, mask))
     resumed = lc.extract(str(huge_llama), str(tsv), out, progress=False, batch_size=2, shard_bytes=1)
     assert resumed.resumed and resumed.manifest.complete
-    assert resumed.manifest.storage["dtype"] == "bfloat16"
+    assert resumed.manifest.storage.dtype == "bfloat16"
     assert resumed.manifest.config_hash == partial.config_hash
     assert len(calls) == partial.splits["train"].n_batches - done  # the remaining batches, no probe
     fresh = lc.extract(str(huge_llama), str(tsv), tmp_path / "fresh", progress=False, batch_size=2, shard_bytes=1,
@@ -220,7 +220,7 @@ def test_auto_clamps_and_counts_what_the_probe_batch_did_not_see(tiny_models, ts
                     "--quiet")
     assert result.exit_code == 0, result.output
     manifest = lc.read_manifest(tmp_path / "cache")
-    assert manifest.storage["dtype"] == "float16" and manifest.extraction["fp16_overflow"] == 32  # 1 token x D
+    assert manifest.storage.dtype == "float16" and manifest.extraction.fp16_overflow == 32  # 1 token x D
     assert "clamped to ±65,504" in text_of(result) and "--storage-dtype bfloat16" in text_of(result)
     assert all(np.isfinite(a).all() for a in stored_arrays(tmp_path / "cache", "hidden"))
 
@@ -240,7 +240,7 @@ def test_auto_ignores_padding_and_refuses_nan_in_the_probe_batch(tiny_models, ts
     with monkeypatch.context() as mp:
         mp.setattr(Backbone, "hidden_states", patched(1e6, lambda mask: mask == 0))
         padded = lc.extract(str(tiny_models["llama"]), str(tsv), tmp_path / "padded", progress=False, batch_size=4)
-    assert padded.manifest.storage["dtype"] == "float16" and padded.manifest.extraction["fp16_overflow"] == 0
+    assert padded.manifest.storage.dtype == "float16" and padded.manifest.extraction.fp16_overflow == 0
     longest = int(np.argmax([len(t) for t in tsv.read_text().splitlines()[1:]]))
     monkeypatch.setattr(Backbone, "hidden_states", patched(float("nan"), lambda mask: mask.sum(1) == mask.shape[1]))
     refused = invoke("extract", tiny_models["llama"], tsv, "--out", tmp_path / "nan", "--batch-size", "4")
@@ -282,7 +282,7 @@ def test_mean_skip_first_pools_tokens_after_the_first(tiny_models, tsv, tmp_path
                     "float32", *windows, "--quiet")
     assert result.exit_code == 0, result.output
     manifest = lc.read_manifest(out)
-    assert manifest.storage["mean_skip_first"] is True
+    assert manifest.storage.mean_skip_first is True
     assert json.loads((out / "manifest.json").read_text())["storage"]["mean_skip_first"] is True
     if stride:
         assert manifest.splits["train"].n_windowed > 0
@@ -301,7 +301,7 @@ def test_mean_skip_first_pools_tokens_after_the_first(tiny_models, tsv, tmp_path
 def test_mean_skip_first_is_recorded_false_by_default_and_absent_means_false(tiny_models, tsv, tmp_path):
     out = tmp_path / "cache"
     result = lc.extract(str(tiny_models["bert"]), str(tsv), out, progress=False, batch_size=2, shard_bytes=1)
-    assert result.manifest.storage["mean_skip_first"] is False
+    assert result.manifest.storage.mean_skip_first is False
     assert "skips" not in text_of(invoke("info", out))
     # A cache from before the option (no key, incomplete) resumes: absent means false.
     path = out / "manifest.json"

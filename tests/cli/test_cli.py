@@ -123,7 +123,7 @@ def test_other_configuration_into_an_existing_cache(tiny_models, tsv, tmp_path):
     assert lc.read_manifest(out).config_hash == before.config_hash  # the refused runs changed nothing
     replaced = invoke("extract", tiny_models["gpt2"], tsv, "--out", out, "--overwrite", "--quiet")
     assert replaced.exit_code == 0, replaced.output
-    assert lc.read_manifest(out).model["kind"] == "decoder"
+    assert lc.read_manifest(out).model.kind == "decoder"
 
 
 def test_a_cache_planned_by_an_older_layercache_is_refused_not_continued(tiny_models, tsv, tmp_path):

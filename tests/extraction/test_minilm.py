@@ -26,7 +26,7 @@ def test_minilm_cache_matches_a_fresh_forward(minilm, shared_data, tmp_path):
                         limit=200, pooling=["mean"], progress=False)
     cache = lc.LayerCache.open(result.path)
     assert cache.layer_names == ["embeddings"] + [f"layer_{i}" for i in range(1, 7)] and cache.hidden_size == 384
-    assert result.manifest.model["source"] == str(minilm)
+    assert result.manifest.model.source == str(minilm)
     backbone = load_backbone("minilm", device="cpu")
     texts = [line.split("\t", 1)[1].rstrip("\n") for line in (shared_data / "sst2" / "dev.tsv").open()][:200]
     rows = np.random.default_rng(0).choice(200, 6, replace=False)

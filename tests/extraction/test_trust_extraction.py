@@ -108,7 +108,7 @@ def test_huge_finite_states_are_not_taken_for_nan(tiny_models, tsv, tmp_path, mo
     poison(monkeypatch, tiny_models["bert"], 1e20)
     result = lc.extract(str(tiny_models["bert"]), str(tsv), tmp_path / "cache", progress=False,
                         storage_dtype="float16")  # explicit: auto would see 1e20 in its probe and store bfloat16
-    assert result.manifest.complete and result.manifest.extraction["fp16_overflow"] > 0  # counted, as before
+    assert result.manifest.complete and result.manifest.extraction.fp16_overflow > 0  # counted, as before
 
 
 # --- 2. Failed writes ----------------------------------------------------------------------
@@ -313,7 +313,7 @@ def test_a_damaged_latest_pointer_is_one_sentence(isolated_home, tmp_path, conte
 
 
 def test_list_shows_a_broken_cache_as_broken(tiny_models, tsv, isolated_home, monkeypatch):
-    monkeypatch.setattr("layercache.cli.out_console", Console(width=250))
+    monkeypatch.setattr("layercache.cli.base.out_console", Console(width=250))
     for name in ("good", "bad", "lost"):
         assert invoke("extract", tiny_models["bert"], tsv, "--out", isolated_home / name, *SMALL).exit_code == 0
     (isolated_home / "bad" / "manifest.json").write_bytes(b"\x00junk")

@@ -12,7 +12,7 @@ from layercache.errors import ConfigError, DatasetError
 from layercache.sources.conll import read_conll
 from layercache.sources.datasets import load_dataset_records
 
-SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+SHARED_DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
 
 REVIEWS = [
     ("the soup was cold and the waiter never came back", "neg"),

@@ -45,9 +45,9 @@ def test_cached_states_equal_a_fresh_forward(tiny_models, tmp_path, small_builti
     result = lc.extract(str(tiny_models[kind]), "builtin", tmp_path / "cache", progress=False,
                         pooling=["mean", "first", "last"])
     cache = lc.LayerCache.open(result.path)
-    n_layers = result.manifest.model["n_layers"]
+    n_layers = result.manifest.model.n_layers
     assert cache.layer_names == ["embeddings"] + [f"layer_{i}" for i in range(1, n_layers + 1)]
-    assert result.manifest.model["kind"] == KIND_OF[kind]
+    assert result.manifest.model.kind == KIND_OF[kind]
     rng = np.random.default_rng(0)
     for split in ("train", "validation"):
         rows = rng.choice(cache.num_examples(split), size=4, replace=False)
@@ -64,10 +64,10 @@ def test_final_norm_is_recorded(tiny_models, tmp_path, small_builtin):
     llama = lc.extract(str(tiny_models["llama"]), "builtin", tmp_path / "l", progress=False, limit=4)
     t5 = lc.extract(str(tiny_models["t5"]), "builtin", tmp_path / "t", progress=False, limit=4)
     bart = lc.extract(str(tiny_models["bart"]), "builtin", tmp_path / "a", progress=False, limit=4)
-    assert bert.manifest.storage["final_norm"] == "none"  # post-LN encoder: no separate final norm
-    assert bart.manifest.storage["final_norm"] == "none"  # BART's encoder layers are post-LN too
-    assert llama.manifest.storage["final_norm"] == "applied"  # HF returns layer_L after model.norm
-    assert t5.manifest.storage["final_norm"] == "applied"  # ... and after the T5 encoder's final_layer_norm
+    assert bert.manifest.storage.final_norm == "none"  # post-LN encoder: no separate final norm
+    assert bart.manifest.storage.final_norm == "none"  # BART's encoder layers are post-LN too
+    assert llama.manifest.storage.final_norm == "applied"  # HF returns layer_L after model.norm
+    assert t5.manifest.storage.final_norm == "applied"  # ... and after the T5 encoder's final_layer_norm
 
 
 def test_pooled_vectors_equal_pooling_of_stored_tokens(tiny_models, tmp_path, small_builtin):
@@ -212,7 +212,7 @@ def test_grouped_specs_make_the_same_cache_as_flat_keywords(tiny_models, tmp_pat
                          storage=StorageSpec(layers=[0, "layer_2"], store="pooled", pooling=("mean", "last")),
                          batching=BatchSpec(batch_size=4))
     assert grouped.manifest.config_hash == flat.manifest.config_hash
-    assert grouped.manifest.storage["layers"] == [0, 2]
+    assert grouped.manifest.storage.layers == [0, 2]
     with pytest.raises(lc.ConfigError, match=r"Pass limit inside data=DataSpec\(...\), not beside it"):
         lc.extract(str(tiny_models["bert"]), out=tmp_path / "both", data=DataSpec("builtin"), limit=3)
     with pytest.raises(lc.ConfigError, match="storage= takes a StorageSpec"):

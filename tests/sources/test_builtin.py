@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from sklearn.feature_extraction.text import CountVectorizer
@@ -176,7 +177,7 @@ def test_identical_in_a_fresh_process_with_another_hash_seed():
             "print(hashlib.sha256(json.dumps(p, sort_keys=True).encode()).hexdigest())")
     env = {**os.environ, "PYTHONHASHSEED": "12345"}
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                            check=True, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+                            check=True, cwd=Path(__file__).resolve().parents[2])
     assert result.stdout.strip() == _content_digest(load_builtin(seed=3, sizes=sizes))
 
 
