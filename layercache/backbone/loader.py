@@ -13,7 +13,6 @@ changes how a text becomes ids. A cache, a resumed run and a trained head all co
 
 from __future__ import annotations
 
-import hashlib
 import importlib
 import json
 from dataclasses import dataclass
@@ -22,7 +21,7 @@ from pathlib import Path
 import torch
 import xxhash
 
-from ..core.checksum import file_checksum
+from ..core.checksum import file_checksum, json_sha256
 from ..core.devices import FORWARD_DTYPE_NAMES, resolve_device
 from ..errors import ConfigError, ModelLoadError
 from .words import word_prefix
@@ -378,8 +377,7 @@ def tokenizer_fingerprint(tokenizer, word_prefix: str = "") -> str:
                "settings": {k: getattr(tokenizer, k, None) for k in _TOKENIZER_SETTINGS}}
     if word_prefix:
         payload["word_prefix"] = word_prefix
-    text = json.dumps(payload, sort_keys=True, default=str)
-    return f"sha256:{hashlib.sha256(text.encode()).hexdigest()}"
+    return f"sha256:{json_sha256(payload)}"
 
 
 def _first_line(err: Exception) -> str:

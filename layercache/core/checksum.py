@@ -1,4 +1,4 @@
-"""Shard checksums: detect a shard file that changed after it was committed.
+"""Every digest layercache takes: shard checksums, and the fingerprints that tell content apart.
 
 Each committed shard is listed in the manifest with ``"<algorithm>:<hex digest>"`` of its
 bytes. The algorithm is XXH3-128, not sha256: the checksum guards against torn writes, disk
@@ -7,13 +7,21 @@ inside the extraction loop, where an order of magnitude in hashing speed is time
 (measured in ``benchmarks/README.md``). The algorithm name travels with the digest, so a later
 format can change it without ambiguity. Model fingerprints hash weight files with the same
 function.
+
+Fingerprints of content (a dataset's rows, a tokenizer, the built-in task set, a run's
+configuration) are :func:`json_sha256` of a JSON payload; local data files by
+:func:`file_sha256`. They are compared, not verified at speed, and caches on disk hold them, so
+they keep the digest they were first written with.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import xxhash
 
@@ -51,3 +59,25 @@ def checksum_matches(path: str | os.PathLike, expected: str) -> bool:
     if algorithm != ALGORITHM:
         raise ValueError(f"unknown checksum algorithm {algorithm!r} (this layercache knows {ALGORITHM!r})")
     return Path(path).is_file() and file_checksum(path) == expected
+
+
+def json_sha256(payload: Any, *, compact: bool = False) -> str:
+    """SHA-256 hex digest of ``payload`` as JSON with sorted keys (a value JSON cannot hold as its ``str``).
+
+    The one way layercache fingerprints content: datasets, tokenizers, the built-in task set and a
+    run's configuration. ``compact`` drops the spaces after ``,`` and ``:``; the configuration hash
+    has always been taken that way and the fingerprints the other, and both stay as they are
+    because caches on disk hold digests of each form.
+    """
+    separators = (",", ":") if compact else None
+    text = json.dumps(payload, sort_keys=True, separators=separators, default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    """SHA-256 hex digest of a file's bytes (local data files' fingerprints; shards use :func:`file_checksum`)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

@@ -6,9 +6,10 @@ different hash into an existing cache is refused, naming the first part that dif
 
 from __future__ import annotations
 
+from ..core.checksum import json_sha256
 from ..core.version import __version__
 from ..sources.records import DatasetRecords
-from ..store.manifest import FORMAT_VERSION, Manifest, SplitInfo, stable_hash
+from ..store.manifest import FORMAT_VERSION, Manifest, SplitInfo
 from ..store.sections import DatasetSection, ExtractionSection, ModelSection, StorageSection, TokenizerSection
 from .batching import PLANNER
 
@@ -39,7 +40,7 @@ def new_manifest(backbone, records: DatasetRecords, plans, *, keep, store, pooli
                "storage": storage.hashed(), "forward_dtype": model.forward_dtype,
                "batching": [batch_tokens, batch_size, PLANNER]}
     return Manifest(model=model, tokenizer=tokenizer, dataset=dataset, tasks=list(records.tasks), storage=storage,
-                    extraction=extraction, splits=splits, config_hash=stable_hash(content),
+                    extraction=extraction, splits=splits, config_hash=json_sha256(content, compact=True),
                     layercache_version=__version__)
 
 

@@ -21,11 +21,11 @@ bag-of-words model faces an exclusive-or it cannot represent. Generation uses on
 from __future__ import annotations
 
 import hashlib
-import json
 import random
 from dataclasses import dataclass
 from typing import Mapping
 
+from ..core.checksum import json_sha256
 from ..errors import ConfigError, DatasetError
 from .records import DatasetRecords, LabelTask, SplitRecords
 
@@ -208,9 +208,7 @@ def _split_seed(seed: int, split: str) -> int:
 
 
 def _fingerprint(seed: int, sizes: Mapping[str, int]) -> str:
-    payload = json.dumps({"version": BUILTIN_VERSION, "seed": seed, "sizes": dict(sorted(sizes.items()))},
-                         sort_keys=True)
-    return hashlib.sha256(payload.encode()).hexdigest()
+    return json_sha256({"version": BUILTIN_VERSION, "seed": seed, "sizes": dict(sorted(sizes.items()))})
 
 
 def _generate_split(seed: int, split: str, size: int, used: set[tuple[str, ...]]) -> SplitRecords:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from layercache.errors import ConfigError, DatasetError
 
-from .fingerprint import content_hash
+from ..core.checksum import json_sha256
 from .records import DatasetRecords, SplitRecords
 
 
@@ -57,7 +57,7 @@ def load_builtin_records(source: str, *, config, splits, text_columns, label_col
             labels={k: split.labels[k][:stop] for k in keep if k in split.labels},
             source_index=list(split.source_index[:stop]) if split.source_index is not None else None,
         )
-    fingerprint = content_hash({"builtin": records.fingerprint, "seed": seed, "splits": list(out), "tasks": keep,
+    fingerprint = json_sha256({"builtin": records.fingerprint, "seed": seed, "splits": list(out), "tasks": keep,
                          "limit": limit})
     return DatasetRecords(name=records.name or "builtin", splits=out, tasks=tasks, config=records.config,
                           fingerprint=fingerprint, columns=list(records.columns),

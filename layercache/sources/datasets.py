@@ -26,6 +26,7 @@ from typing import Any
 
 from layercache.errors import ConfigError, DatasetError
 
+from ..core.checksum import json_sha256
 from .builtin_records import load_builtin_records
 from .columns import (
     LABEL_COLUMN_CANDIDATES,
@@ -38,7 +39,6 @@ from .columns import (
     name_headerless_columns,
 )
 from .files import load_split_files
-from .fingerprint import content_hash
 from .hub import is_saved_dataset, load_hub, load_saved
 from .labels import plan_task
 from .records import TASK_KINDS, DatasetRecords, SplitRecords
@@ -230,7 +230,7 @@ def _build_records(loaded: LoadedSource, *, splits, text_columns, label_columns,
         raise DatasetError(f"No split of {name!r} has labels in {', '.join(labels)}; pass --label-column NAME "
                            f"for another column, or --no-labels to cache it without labels.")
 
-    fingerprint = content_hash({
+    fingerprint = json_sha256({
         "version": 1, "source": loaded.fingerprint_parts, "config": loaded.config, "splits": list(out),
         "text_columns": texts, "mode": mode, "label_columns": labels, "task_kind": task_kind,
         "no_labels": bool(no_labels), "limit": limit, "tasks": [p.task.to_json() for p in plans],

@@ -8,7 +8,7 @@ from typing import Any, Mapping
 
 from layercache.errors import ConfigError, DatasetError
 
-from .fingerprint import file_sha256
+from ..core.checksum import file_sha256
 from .registry import read_file
 from .splits import LoadedSource, Split
 

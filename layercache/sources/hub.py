@@ -11,7 +11,7 @@ from typing import Any, Mapping
 
 from layercache.errors import DatasetError
 
-from .fingerprint import content_hash
+from ..core.checksum import json_sha256
 from .messages import numbered, short_reason
 from .registry import SUPPORTED_FORMATS
 from .splits import LoadedSource, Split
@@ -107,6 +107,6 @@ def _from_hf(data: Any, name: str, config: str | None) -> LoadedSource:
                                f"load it without streaming.")
         split_name = str(split_name)
         splits[split_name] = HubSplit(split_name, f"split '{split_name}' of '{name}'", ds)
-        fingerprint = getattr(ds, "_fingerprint", None) or content_hash([name, config, split_name, len(ds)])
+        fingerprint = getattr(ds, "_fingerprint", None) or json_sha256([name, config, split_name, len(ds)])
         parts.append({"split": split_name, "fingerprint": fingerprint})
     return LoadedSource(name=name, splits=splits, fingerprint_parts=parts, config=config)

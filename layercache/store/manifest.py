@@ -13,7 +13,6 @@ and refuses a cache that does not match, instead of silently mixing data.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import os
 from dataclasses import asdict, dataclass, field
@@ -35,12 +34,6 @@ MANIFEST_NAME = "manifest.json"
 def utc_now() -> str:
     """The current UTC time as ISO 8601 to the second, e.g. ``2024-05-01T12:00:00+00:00``."""
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-
-def stable_hash(payload: Any) -> str:
-    """sha256 of a JSON-serialisable value, independent of dict order."""
-    text = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(text.encode()).hexdigest()
 
 
 @dataclass
