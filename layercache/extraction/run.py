@@ -115,7 +115,7 @@ def extract(
     ``model`` is a hub id, a bundled alias (``minilm``) or a local folder; ``dataset`` is
     ``builtin``, a hub id, a local csv/tsv/jsonl/parquet/CoNLL file, or a saved datasets folder
     (``split_files`` maps split names to several local files). Without ``out`` the cache goes to
-    :func:`layercache.paths.default_cache_path`. Running the same call again resumes an interrupted
+    :func:`layercache.store.paths.default_cache_path`. Running the same call again resumes an interrupted
     run from its last committed shard, after re-reading every committed shard against its checksum
     and re-extracting any that changed. A different configuration into an existing cache is refused;
     ``overwrite`` deletes the cache's files and starts afresh (whatever its configuration), and
