@@ -1,67 +1,37 @@
 """The one registry of local data files: extension -> reader.
 
 Every list of supported files, the ``--help`` text and the refusals of an unknown or wrong file
-are derived from :data:`FILE_SOURCES`. Adding a file format is one new reader module (a function
-``read(split_name, path) -> FileTable``, see :mod:`layercache.sources.tables`), one
-:class:`FileSource` line here, and its test.
+are derived from :data:`FILE_SOURCES`, which this module collects from the modules of
+:mod:`layercache.sources.formats`. Adding a file format is one new module there (a reader
+``read(split_name, path) -> FileTable`` and its ``FILE_SOURCES``) and its test.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import importlib
+import pkgutil
 from pathlib import Path
-from typing import Callable
 
 from layercache.errors import DatasetError
 
-from .conll import looks_like_conll, read_conll_table, refuse_conllu
+from . import formats
+from .formats.base import FileSource
 from .splits import FileTable
-from .tables import read_csv_table, read_json_table, read_parquet_table, read_tsv_table
 
-FILE_KINDS = ("table", "tokens")
-"""``table``: rows of named columns; ``tokens``: one token and its tags per line (CoNLL)."""
-
-
-@dataclass(frozen=True)
-class FileSource:
-    """One format of local data file: its extensions and the reader that turns a file into a table."""
-
-    name: str
-    """How short lists name it: ``csv``, ``CoNLL``."""
-    extensions: tuple[str, ...]
-    """Lower-case, with the dot; the first is the one to suggest."""
-    read: Callable[[str, Path], FileTable]
-    """``read(split_name, path)``: the file as one split."""
-    kind: str = "table"
-    """One of :data:`FILE_KINDS`."""
-    listed: str = "{names}"
-    """How the list of supported files names it: ``{names}`` are the extensions without their dot,
-    comma-separated; ``{suffixes}`` the extensions with it, ``/``-separated."""
-    sniffed: tuple[str, ...] = ()
-    """Extensions other formats use too (``.txt``): a non-empty file with one must pass ``sniff``."""
-    sniff: Callable[[Path], bool] | None = None
-    """Whether the start of a file looks like this format."""
-    looks: str = ""
-    """What ``sniff`` wants, for the refusal: "a CoNLL token file (one token ... per line)"."""
-    supported: bool = True
-    """False for a known format that is refused with a hint (its ``read`` raises)."""
-
-    def describe(self) -> str:
-        """How the list of supported files names this format."""
-        return self.listed.format(names=", ".join(e.lstrip(".") for e in self.extensions),
-                                  suffixes="/".join(self.extensions))
+#: Format modules in the order their formats are listed (help, messages); a module not named
+#: here is listed after them, alphabetically.
+MODULE_ORDER = ("tables", "conll")
 
 
-FILE_SOURCES: tuple[FileSource, ...] = (
-    FileSource("csv", (".csv",), read_csv_table),
-    FileSource("tsv", (".tsv",), read_tsv_table),
-    FileSource("jsonl", (".jsonl", ".json"), read_json_table),
-    FileSource("parquet", (".parquet",), read_parquet_table),
-    FileSource("CoNLL", (".conll", ".txt", ".iob", ".bio"), read_conll_table, kind="tokens",
-               listed="a CoNLL token file ({suffixes})", sniffed=(".txt", ".iob", ".bio"), sniff=looks_like_conll,
-               looks="a CoNLL token file (one token and its tags per line, blank lines between sentences)"),
-    FileSource("CoNLL-U", (".conllu",), refuse_conllu, kind="tokens", supported=False),
-)
+def _load_sources() -> tuple[FileSource, ...]:
+    """Import every module of :mod:`layercache.sources.formats` and collect their ``FILE_SOURCES``, in order."""
+    found = {m.name for m in pkgutil.iter_modules(formats.__path__)} - {"base"}
+    order = [*(name for name in MODULE_ORDER if name in found), *sorted(found - set(MODULE_ORDER))]
+    return tuple(source for name in order
+                 for source in importlib.import_module(f"{formats.__name__}.{name}").FILE_SOURCES)
+
+
+FILE_SOURCES: tuple[FileSource, ...] = _load_sources()
 """Every local file format, in the order lists name them."""
 
 OTHER_FILE_EXTENSIONS = (".gz", ".xlsx", ".arrow")

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from layercache.errors import ConfigError, DatasetError
-from layercache.sources.conll import read_conll
 from layercache.sources.datasets import load_dataset_records
+from layercache.sources.formats.conll import read_conll
 
 SHARED_DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
 

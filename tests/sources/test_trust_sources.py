@@ -17,8 +17,8 @@ from tiny_models import HIDDEN
 import layercache as lc
 from layercache.backbone.loader import load_backbone, model_fingerprint, tokenizer_fingerprint
 from layercache.errors import DatasetError, ModelLoadError
-from layercache.sources.conll import read_conll
 from layercache.sources.datasets import load_dataset_records
+from layercache.sources.formats.conll import read_conll
 
 MIDDLE = "encoder.layer.0.attention.self.query.weight"
 """A weight of the tiny BERT's first block: neither among its first nor its last tensors."""

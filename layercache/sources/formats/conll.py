@@ -21,7 +21,8 @@ from pathlib import Path
 
 from layercache.errors import DatasetError
 
-from .splits import FileTable, MemorySplit
+from ..splits import FileTable, MemorySplit
+from .base import FileSource
 
 DOCSTART = "-DOCSTART-"
 SENTENCE_ENDS = frozenset({".", "!", "?"})
@@ -161,3 +162,12 @@ def refuse_conllu(split_name: str, path: Path) -> FileTable:
     """CoNLL-U is not read: refuse it, saying what to convert it to."""
     raise DatasetError(f"{path} is CoNLL-U, which layercache does not read; convert it to one "
                        f"'token tag' pair per line (.conll) or to jsonl with tokens and tags lists.")
+
+
+FILE_SOURCES = (
+    FileSource("CoNLL", (".conll", ".txt", ".iob", ".bio"), read_conll_table, kind="tokens",
+               listed="a CoNLL token file ({suffixes})", sniffed=(".txt", ".iob", ".bio"), sniff=looks_like_conll,
+               looks="a CoNLL token file (one token and its tags per line, blank lines between sentences)"),
+    FileSource("CoNLL-U", (".conllu",), refuse_conllu, kind="tokens", supported=False),
+)
+"""CoNLL token files, and CoNLL-U (refused with a hint)."""

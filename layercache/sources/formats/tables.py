@@ -3,7 +3,7 @@
 Each reader turns one file into a :class:`~layercache.sources.splits.FileTable` whose rows keep
 their file line where the format has lines, so messages can point at them. csv/tsv cells stay
 strings; a csv/tsv first row is a header unless it looks like data (see :func:`_detect_header`).
-The readers are registered by extension in :mod:`layercache.sources.registry`.
+Their :data:`FILE_SOURCES` are collected by :mod:`layercache.sources.registry`.
 """
 
 from __future__ import annotations
@@ -16,10 +16,11 @@ from pathlib import Path
 
 from layercache.errors import DatasetError
 
-from .columns import KNOWN_COLUMN_NAMES, SAMPLE_ROWS
-from .messages import short_reason
-from .splits import FileTable, MemorySplit
-from .values import as_number, is_nan
+from ..columns import KNOWN_COLUMN_NAMES, SAMPLE_ROWS
+from ..messages import short_reason
+from ..splits import FileTable, MemorySplit
+from ..values import as_number, is_nan
+from .base import FileSource
 
 _IDENTIFIER_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_ .\-/]{0,40}")
 
@@ -43,6 +44,15 @@ def read_json_table(split_name: str, path: Path) -> FileTable:
 def read_parquet_table(split_name: str, path: Path) -> FileTable:
     """A parquet file, every column as Python values."""
     return FileTable(MemorySplit(split_name, f"file '{path}'", _read_parquet(path)))
+
+
+FILE_SOURCES = (
+    FileSource("csv", (".csv",), read_csv_table),
+    FileSource("tsv", (".tsv",), read_tsv_table),
+    FileSource("jsonl", (".jsonl", ".json"), read_json_table),
+    FileSource("parquet", (".parquet",), read_parquet_table),
+)
+"""The table formats, in the order lists name them."""
 
 
 def _delimited_table(split_name: str, path: Path, tab: bool) -> FileTable:
