@@ -37,11 +37,13 @@ from .features import (
     resolve_source,
     resolve_task,
 )
+from .registry import register_probe
 from .solver import fit_logistic, fit_ridge, outputs_to_predictions
 
 DEFAULT_C_GRID = (0.01, 0.1, 1.0, 10.0)
 
 
+@register_probe("linear")
 class LinearProbes(BaseEstimator):
     """A linear probe on every layer of a cache, with its L2 strength chosen per layer.
 
