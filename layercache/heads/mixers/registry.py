@@ -12,7 +12,6 @@ from __future__ import annotations
 import importlib
 import inspect
 import pkgutil
-from pathlib import Path
 
 from layercache.errors import ConfigError
 from layercache.heads.mixers.base import REGISTERED, LayerMixer
@@ -26,7 +25,8 @@ NOT_MIXERS = ("base", "registry")
 
 def _load_mixers() -> dict[str, type[LayerMixer]]:
     """Import every mixer module of this package and return the registered mixers by name, in order."""
-    found = {m.name for m in pkgutil.iter_modules([str(Path(__file__).parent)])} - set(NOT_MIXERS)
+    package = importlib.import_module(__package__)
+    found = {m.name for m in pkgutil.iter_modules(package.__path__)} - set(NOT_MIXERS)
     order = [*(name for name in MODULE_ORDER if name in found), *sorted(found - set(MODULE_ORDER))]
     modules = [f"{__package__}.{name}" for name in order]
     for module in modules:

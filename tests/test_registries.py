@@ -1,0 +1,80 @@
+"""Adding a mixer, a data-file format or a probe is adding one module: each registry finds it by itself.
+
+Each test puts a new module on the package's search path (a temporary folder, so the source
+tree is untouched), asks the registry again, and finds the new entry listed after the built-in
+ones, with nothing else edited.
+"""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+
+import pytest
+
+
+@pytest.fixture
+def extra_module(tmp_path, monkeypatch):
+    """``add(package, name, source)``: make ``package.name`` importable from ``tmp_path``; undone after the test."""
+    added = []
+
+    def add(package, name: str, source: str) -> None:
+        (tmp_path / f"{name}.py").write_text(textwrap.dedent(source))
+        monkeypatch.setattr(package, "__path__", [*package.__path__, str(tmp_path)])
+        added.append(f"{package.__name__}.{name}")
+
+    yield add
+    for module in added:
+        sys.modules.pop(module, None)
+
+
+def test_a_new_mixer_module_is_registered_and_offered(extra_module, request):
+    from layercache.heads import mixers
+    from layercache.heads.mixers import base, registry
+
+    registered = list(base.REGISTERED)
+    request.addfinalizer(lambda: base.REGISTERED.__setitem__(slice(None), registered))  # forget the new class
+    extra_module(mixers, "zz_first_state", """
+        from layercache.heads.mixers.base import LayerMixer, MixOutput, register_mixer
+
+        @register_mixer
+        class FirstState(LayerMixer):
+            '''Reads state 0 only.'''
+            name = "first_state"
+
+            def _mix(self, states, mask):
+                return MixOutput(mixed=states[:, :, 0], aux_loss=self._zero(states))
+    """)
+    found = registry._load_mixers()
+    assert list(found)[-1] == "first_state" and list(found)[:-1] == list(registry.MIXERS)
+
+
+def test_a_new_format_module_is_read_by_extension(extra_module):
+    from layercache.sources import formats, registry
+
+    extra_module(formats, "zz_lines", """
+        from layercache.sources.formats.base import FileSource
+
+        def read_lines(split_name, path):
+            raise NotImplementedError
+
+        FILE_SOURCES = (FileSource("lines", (".lines",), read_lines),)
+    """)
+    found = registry._load_sources()
+    assert [s.name for s in found] == [s.name for s in registry.FILE_SOURCES] + ["lines"]
+
+
+def test_a_new_probe_module_registers_itself(extra_module, monkeypatch):
+    import layercache.probes as probes
+    from layercache.probes import registry
+
+    monkeypatch.setattr(registry, "PROBES", dict(registry.PROBES))
+    extra_module(probes, "zz_constant", """
+        from layercache.probes.registry import register_probe
+
+        @register_probe("constant")
+        class ConstantProbe:
+            '''Predicts the majority class at every layer.'''
+    """)
+    assert registry.probe_names() == ["linear", "constant"]
+    assert registry.probe_class("constant").__name__ == "ConstantProbe"
