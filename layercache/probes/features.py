@@ -239,3 +239,15 @@ def _read_words(cache: LayerCache, split: str, spec: LabelTask, index: list[int]
                     part.X[li, a:b] = block[positions[a:b] - offset]
             offset = end
     return [part for _, part in parts]
+
+
+def layer_moments(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per layer and dimension mean and std (L, D) of X (L, n, D), accumulated in float64.
+
+    What every probe standardises its features with (the training data's own moments).
+    """
+    mean = X.mean(1, dtype=np.float64)
+    var = np.zeros_like(mean)
+    for layer, block in enumerate(X):  # one layer at a time: no (L, n, D) float64 temporary
+        var[layer] = ((block - mean[layer].astype(np.float32)) ** 2).mean(0, dtype=np.float64)
+    return mean, np.sqrt(var)

@@ -32,6 +32,7 @@ from .control import ControlTask
 from .features import (
     ProbeInputs,
     holdout,
+    layer_moments,
     read_inputs,
     read_parts,
     resolve_source,
@@ -141,7 +142,7 @@ class LinearProbes(BaseEstimator):
             stats = cache.layer_stats(split)
             mean, scale = stats["mean"][index], stats["std"][index]
         else:
-            mean, scale = _moments(train.X)
+            mean, scale = layer_moments(train.X)
         self.task_, self.source_ = spec.name, source
         self.layer_names_ = [cache.layer_names[i] for i in index]
         self.cache_identity_ = _identity(cache)
@@ -198,7 +199,7 @@ class LinearProbes(BaseEstimator):
             y_val = _encode(y_val, classes)
         train = ProbeInputs(_layers_first(X), y, np.arange(len(y)))
         val = ProbeInputs(_layers_first(X_val), y_val, np.arange(len(y_val)))
-        mean, scale = _moments(train.X)
+        mean, scale = layer_moments(train.X)
         self.task_, self.source_ = None, "arrays"
         self.layer_names_ = [f"layer_{i}" for i in range(train.X.shape[0])]
         self.cache_identity_ = None
@@ -348,15 +349,6 @@ class LinearProbes(BaseEstimator):
 def _layers_first(X: np.ndarray) -> np.ndarray:
     """(n, L, D) -> a new float32 (L, n, D) array, contiguous (standardised in place later: never a view)."""
     return np.array(np.asarray(X).transpose(1, 0, 2), dtype=np.float32, order="C", copy=True)
-
-
-def _moments(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per layer and dimension mean and std (L, D) of X (L, n, D), accumulated in float64."""
-    mean = X.mean(1, dtype=np.float64)
-    var = np.zeros_like(mean)
-    for layer, block in enumerate(X):  # one layer at a time: no (L, n, D) float64 temporary
-        var[layer] = ((block - mean[layer].astype(np.float32)) ** 2).mean(0, dtype=np.float64)
-    return mean, np.sqrt(var)
 
 
 def _encode(y: np.ndarray, classes: np.ndarray) -> np.ndarray:

@@ -2,8 +2,9 @@
 
 A probe family is a class in its own module of this package, decorated with
 :func:`register_probe`; this registry imports every module of the package when first asked, so
-adding a probe is adding one file (and its test). Each class takes a cache in
-``fit(cache, split, val_split)``, scikit-learn style.
+adding a probe is adding one file (and its test). Each class is a scikit-learn style estimator
+whose ``fit`` takes a cache and the split to learn from (a probe that selects hyper-parameters
+takes a validation split too).
 """
 
 from __future__ import annotations

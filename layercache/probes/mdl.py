@@ -1,0 +1,241 @@
+"""``OnlineCodeMDL``: minimum description length of a task's labels given each layer (Voita & Titov 2020).
+
+    mdl = OnlineCodeMDL(task="sentiment").fit(cache)          # every layer at once
+    mdl.codelength_, mdl.compression_, mdl.best_layer_        # bits by layer, N log2 K / bits, ...
+    mdl.block_codelengths_, mdl.portions_                     # bits per block and layer, block ends
+
+The online (prequential) code transmits the labels of the shuffled training data block by block:
+the first ``t_1`` labels with the uniform code (``log2 K`` bits each), then each next block
+``[t_i, t_{i+1})`` with a linear probe trained on the first ``t_i`` examples, at its summed
+cross-entropy converted from nats to bits (``nats / ln 2``). ``codelength_ = t_1 log2 K + sum_i
+CE_bits(block_{i+1})``; ``compression_ = N log2 K / codelength_``. A layer from which the labels are
+easy to read compresses them well; noise gives a compression near one (or below: the probes
+trained on the first few examples overfit).
+
+Each block's probes (one per layer) are fitted as one batched model by :func:`.solver.fit_logistic`
+(one call per block, every layer together, warm-started from the previous block's fit), with one
+fixed ``C``. Features are read and standardised as :class:`~.linear.LinearProbes` does (word
+states with the cache's token statistics of the split, pooled vectors and arrays with their own
+training mean and std); these statistics are label-free, so they leak nothing of the labels into
+the early blocks. Classification tasks only.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import warnings
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+from sklearn.base import BaseEstimator
+from sklearn.exceptions import ConvergenceWarning
+from torch.nn import functional as F
+
+from ..errors import CacheError, ConfigError
+from ..store.reader import LayerCache
+from .features import layer_moments, read_inputs, resolve_source, resolve_task
+from .registry import register_probe
+from .solver import LinearFit, fit_logistic, linear_outputs
+
+DEFAULT_PORTIONS = (0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.0625, 0.125, 0.25, 0.5, 1.0)
+"""Block ends as fractions of the training data: Voita & Titov's 0.1, 0.2, ..., 50, 100 %."""
+
+
+@register_probe("mdl")
+class OnlineCodeMDL(BaseEstimator):
+    """Online codelength of a classification task's labels given each layer's states.
+
+    Args:
+        task: the cache's label task (default: its only task); a classification task (sequence
+            or token), not a regression.
+        source: ``tokens``, ``pooled:<mode>`` or ``auto``, as for :class:`~.linear.LinearProbes`
+            (``auto``: word states for a token task, the pooled mean for a sequence task).
+        portions: increasing fractions of the shuffled training data in (0, 1], the last 1.0,
+            where the blocks end. Each end is ``round(p * N)``, at least 1; ends that coincide
+            (small ``N``) merge their blocks.
+        C: inverse L2 strength of every block's probes (scikit-learn's ``C``: loss = sum of
+            per-example losses + ``||w||^2 / (2 C)``), on standardised features.
+        max_iter: L-BFGS iterations at most per block.
+        seed: seeds the shuffle of the training data (and the solver's preconditioner sample).
+        layers: cached states to probe (names or indices; default: all).
+        tol: L-BFGS stopping tolerance (as for ``LinearProbes``).
+
+    Fitted attributes (``L`` probed layers, ``M`` blocks):
+
+    - ``codelength_`` (L,): bits per layer; ``uniform_codelength_``: ``N log2 K`` bits;
+      ``compression_`` (L,): ``uniform_codelength_ / codelength_``.
+    - ``block_codelengths_`` (M, L): bits of each block and layer (row 0: the uniform first block,
+      ``t_1 log2 K``); its column sums are ``codelength_``.
+    - ``portions_`` (M,): the block ends ``t_1 < ... < t_M = N`` as counts of examples.
+    - ``layer_names_``, ``best_layer_`` (index of the shortest codelength), ``n_classes_`` (K),
+      ``classes_`` (the labels behind class ids 0..K-1), ``task_``, ``source_``, ``n_train_`` (N),
+      ``converged_`` (M,) (whether each block's probes met ``tol``; the first block has none),
+      ``fit_seconds_``.
+
+    A class absent from the examples a block's probes were trained on gets a probability that
+    L-BFGS drives towards zero (its intercept is unpenalised) until the gradient is below ``tol``:
+    each of its examples in the next block then costs some 10-20 bits (finite: the cross-entropy
+    is taken in float64 log-softmax form). That is the online code's price for an unseen class,
+    and it is small next to the total once ``N`` is in the thousands.
+    """
+
+    def __init__(self, task: str | None = None, source: str = "auto", portions: Sequence[float] = DEFAULT_PORTIONS,
+                 C: float = 1.0, max_iter: int = 500, seed: int = 0, layers=None, tol: float = 1e-4) -> None:
+        self.task = task
+        self.source = source
+        self.portions = portions
+        self.C = C
+        self.max_iter = max_iter
+        self.seed = seed
+        self.layers = layers
+        self.tol = tol
+
+    def fit(self, cache: LayerCache, split: str = "train") -> "OnlineCodeMDL":
+        """Measure every layer's online codelength of the task's labels on ``split``."""
+        t0 = time.perf_counter()
+        portions = self._check_params()
+        spec = resolve_task(cache, self.task)
+        if spec.kind == "regression":
+            raise ConfigError(f"Task {spec.name!r} is a regression, but the online code measures the labels of a "
+                              "classification task; choose a sequence or token task with classes (or use "
+                              "LinearProbes for a regression).")
+        source = resolve_source(cache, spec, self.source)
+        index = cache.layer_index(self.layers)
+        cache.require_split(split)
+        inputs = read_inputs(cache, split, spec, source, index)
+        if len(inputs.y) == 0:
+            raise CacheError(f"The {split!r} split has no labelled examples of task {spec.name!r}; "
+                             "measure a split that has labels.")
+        if source == "tokens" and spec.kind == "token":
+            stats = cache.layer_stats(split)
+            mean, scale = stats["mean"][index], stats["std"][index]
+        else:
+            mean, scale = layer_moments(inputs.X)
+        self.task_, self.source_ = spec.name, source
+        self.layer_names_ = [cache.layer_names[i] for i in index]
+        self.classes_ = np.arange(spec.num_classes)
+        X = _standardise(inputs.X, mean, scale, self.layer_names_)
+        self._fit_standardised(X, np.asarray(inputs.y, np.int64), spec.num_classes, portions)
+        self.fit_seconds_ = time.perf_counter() - t0
+        return self
+
+    def fit_arrays(self, X: np.ndarray, y: np.ndarray, n_classes: int | None = None) -> "OnlineCodeMDL":
+        """Measure the online codelength of integer labels ``y`` (n,) given features ``X`` (n, L, d).
+
+        With ``n_classes``, ``y`` holds class ids in ``[0, n_classes)`` and the uniform code uses
+        ``log2(n_classes)`` bits (classes absent from ``y`` count); without it, the classes are
+        the distinct values of ``y``. ``task`` and ``source`` are not used here.
+        """
+        t0 = time.perf_counter()
+        portions = self._check_params()
+        X, y = np.asarray(X), np.asarray(y)
+        if X.ndim != 3:
+            raise ConfigError(f"X must have shape (n, layers, dim), got {X.shape}.")
+        if y.ndim != 1 or len(y) != len(X):
+            raise ConfigError(f"y must have shape ({len(X)},) to match X, got {y.shape}.")
+        if y.dtype.kind not in "iu":
+            raise ConfigError(f"y must hold integer class ids (dtype {y.dtype} looks like a regression target); the "
+                              "online code measures classification labels, so pass class ids.")
+        if len(y) == 0:
+            raise ConfigError("X and y hold no examples; give at least one.")
+        if n_classes is None:
+            classes, y = np.unique(y, return_inverse=True)
+        else:
+            if not isinstance(n_classes, (int, np.integer)) or n_classes < 2:
+                raise ConfigError(f"n_classes must be an integer of at least 2, got {n_classes!r}.")
+            if y.min() < 0 or y.max() >= n_classes:
+                raise ConfigError(f"y must hold class ids in [0, {n_classes}) for n_classes={n_classes}, "
+                                  f"got values from {y.min()} to {y.max()}.")
+            classes = np.arange(n_classes)
+        if len(classes) < 2:
+            raise ConfigError(f"y holds one class only ({classes[0]}); pass n_classes, or labels of two classes.")
+        Xl = np.array(X.transpose(1, 0, 2), dtype=np.float32, order="C", copy=True)  # (L, n, d), ours to modify
+        self.task_, self.source_ = None, "arrays"
+        self.layer_names_ = [f"layer_{i}" for i in range(Xl.shape[0])]
+        self.classes_ = classes
+        mean, scale = layer_moments(Xl)
+        Xl = _standardise(Xl, mean, scale, self.layer_names_)
+        self._fit_standardised(Xl, np.asarray(y, np.int64), len(classes), portions)
+        self.fit_seconds_ = time.perf_counter() - t0
+        return self
+
+    # --- internals --------------------------------------------------------------------
+    def _check_params(self) -> np.ndarray:
+        try:
+            portions = np.asarray([float(p) for p in self.portions], np.float64)
+        except (TypeError, ValueError):
+            raise ConfigError(f"portions must be a list of fractions in (0, 1], got {self.portions!r}.") from None
+        if (len(portions) == 0 or not np.all((portions > 0) & (portions <= 1)) or portions[-1] != 1.0
+                or np.any(np.diff(portions) <= 0)):
+            raise ConfigError(f"portions must be increasing fractions in (0, 1] ending at 1.0, got {self.portions!r}.")
+        if not (isinstance(self.C, (int, float)) and math.isfinite(self.C) and self.C > 0):
+            raise ConfigError(f"C must be a positive number, got {self.C!r}.")
+        if not isinstance(self.max_iter, (int, np.integer)) or self.max_iter < 1:
+            raise ConfigError(f"max_iter must be a positive integer, got {self.max_iter!r}.")
+        if not isinstance(self.seed, (int, np.integer)) or self.seed < 0:
+            raise ConfigError(f"seed must be a non-negative integer, got {self.seed!r}.")
+        if not (isinstance(self.tol, (int, float)) and self.tol > 0):
+            raise ConfigError(f"tol must be a positive number, got {self.tol!r}.")
+        return portions
+
+    def _fit_standardised(self, X: np.ndarray, y: np.ndarray, n_classes: int, portions: np.ndarray) -> None:
+        """The online code on standardised X (L, N, D), class ids y (N,) in [0, n_classes)."""
+        L, N, _ = X.shape
+        order = np.random.default_rng(self.seed).permutation(N)
+        ends = np.unique(np.clip(np.round(portions * N).astype(np.int64), 1, N))  # t_1 < ... < t_M = N
+        Xs = torch.from_numpy(X).index_select(1, torch.from_numpy(order))  # (L, N, D), shuffled, contiguous
+        ys = torch.from_numpy(y[order])
+        log2k = math.log2(n_classes)
+        blocks = np.empty((len(ends), L), np.float64)
+        blocks[0] = ends[0] * log2k  # the uniform code for the first block
+        Cs = torch.tensor([float(self.C)])
+        fit: LinearFit | None = None
+        converged = np.ones(len(ends), bool)
+        at_limit = False
+        for i in range(1, len(ends)):
+            seen, stop = int(ends[i - 1]), int(ends[i])
+            fit = fit_logistic(Xs[:, :seen].contiguous(), ys[:seen], n_classes, Cs, max_iter=self.max_iter,
+                               tol=self.tol, seed=self.seed, init=fit)
+            converged[i] = fit.converged
+            at_limit = at_limit or fit.n_iter >= self.max_iter
+            nats = _cross_entropy_nats(linear_outputs(Xs[:, seen:stop].contiguous(), fit.coef[0], fit.intercept[0]),
+                                       ys[seen:stop])
+            blocks[i] = nats / math.log(2)  # nats -> bits
+        if at_limit:  # (a fit that stopped short of tol for lack of progress, on a few examples, is no news)
+            warnings.warn(f"L-BFGS stopped at max_iter={self.max_iter} before reaching tol={self.tol} on some "
+                          "block; raise max_iter for exact codelengths.", ConvergenceWarning, stacklevel=3)
+        self.n_classes_, self.n_train_, self.converged_ = n_classes, N, converged
+        self.portions_ = ends
+        self.block_codelengths_ = blocks
+        self.codelength_ = blocks.sum(0)
+        self.uniform_codelength_ = N * log2k
+        self.compression_ = self.uniform_codelength_ / self.codelength_
+        self.best_layer_ = int(np.argmin(self.codelength_))
+
+
+def _cross_entropy_nats(Z: torch.Tensor, y: torch.Tensor) -> np.ndarray:
+    """(L,) summed cross-entropy in nats of outputs Z (L, n, K) against class ids y (n,).
+
+    K = 1 is the binomial logit of class 1. In float64 log-softmax form, so every term is finite
+    (a probability that rounds to zero in float32 still costs its finite number of nats).
+    """
+    Z = Z.double()
+    if Z.shape[-1] == 1:
+        z = Z[..., 0]
+        return (F.softplus(z) - y.double().view(1, -1) * z).sum(1).numpy()  # -log sigmoid(+-z)
+    logp = torch.log_softmax(Z, dim=-1)
+    return -logp.gather(2, y.long().view(1, -1, 1).expand(Z.shape[0], -1, 1)).sum((1, 2)).numpy()
+
+
+def _standardise(X: np.ndarray, mean: np.ndarray, scale: np.ndarray, names: list[str]) -> np.ndarray:
+    """(x - mean) / scale in place on X (L, n, D) float32 (a constant dimension is centred only)."""
+    scale = np.where(np.asarray(scale) > 1e-12, scale, 1.0).astype(np.float32)
+    np.subtract(X, np.asarray(mean, np.float32)[:, None, :], out=X)
+    np.divide(X, scale[:, None, :], out=X)
+    for layer, block in enumerate(X):
+        if not math.isfinite(float(block.sum(dtype=np.float64))):
+            raise CacheError(f"The states of {names[layer]} are not finite (NaN or inf); re-extract with "
+                             "--storage-dtype bfloat16 or float32.")
+    return X
