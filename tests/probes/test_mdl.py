@@ -44,6 +44,9 @@ def test_planted_layer_has_the_shortest_code_and_noise_layers_do_not_compress():
     assert np.all(mdl.codelength_[2] < 0.2 * np.delete(mdl.codelength_, 2))
     assert mdl.layer_names_ == ["layer_0", "layer_1", "layer_2", "layer_3"]
     assert np.all(np.isfinite(mdl.block_codelengths_))
+    # C is picked per block and layer: the separable layer ends on a weaker penalty than the noise layers
+    assert mdl.C_.shape == mdl.block_codelengths_.shape and np.all(np.isnan(mdl.C_[0]))
+    assert mdl.C_[-1, 2] > np.delete(mdl.C_[-1], 2).max()
 
 
 def test_random_labels_cost_log2_K_bits_each_so_nats_are_converted():
@@ -78,7 +81,7 @@ def test_block_cross_entropy_matches_a_direct_computation():
     from sklearn.linear_model import LogisticRegression
 
     X, y = planted(400, layers=2, dim=6, signal_layer=1, seed=11)
-    mdl = OnlineCodeMDL(portions=(0.5, 1.0), tol=1e-8, max_iter=2000).fit_arrays(X, y)
+    mdl = OnlineCodeMDL(portions=(0.5, 1.0), C_grid=(1.0,), tol=1e-8, max_iter=2000).fit_arrays(X, y)
     order = np.random.default_rng(0).permutation(400)
     Z = (X - X.mean(0)) / X.std(0)
     first, second = order[:200], order[200:]
@@ -118,15 +121,15 @@ def test_regression_targets_and_bad_parameters_are_refused():
     with pytest.raises(ConfigError, match=r"\[0, 2\)"):
         OnlineCodeMDL().fit_arrays(X, y + 1, n_classes=2)
     for params in ({"portions": (0.5, 0.9)}, {"portions": (0.5, 0.2, 1.0)}, {"portions": (0.0, 1.0)},
-                   {"C": 0}, {"max_iter": 0}, {"seed": -1}):
+                   {"C_grid": [0]}, {"C_grid": []}, {"selection_fraction": 1.0}, {"max_iter": 0}, {"seed": -1}):
         with pytest.raises(ConfigError):
             OnlineCodeMDL(**params).fit_arrays(X, y)
 
 
 def test_registered_and_sklearn_style():
     assert PROBES["mdl"] is OnlineCodeMDL and probe_class("mdl") is OnlineCodeMDL
-    mdl = OnlineCodeMDL(task="pos", C=0.5, seed=3)
-    assert mdl.get_params()["portions"] == DEFAULT_PORTIONS and mdl.get_params()["C"] == 0.5
+    mdl = OnlineCodeMDL(task="pos", C_grid=(0.5,), seed=3)
+    assert mdl.get_params()["portions"] == DEFAULT_PORTIONS and mdl.get_params()["C_grid"] == (0.5,)
     fitted = OnlineCodeMDL().fit_arrays(*planted(100, layers=2, dim=4, signal_layer=1))
     assert not hasattr(clone(fitted), "codelength_")
 
