@@ -53,3 +53,14 @@ def tsv(tmp_path):
     path.write_text("text\tlabel\n" + "".join(
         f"the lamp {'is good' if i % 2 else 'is not good'} today\t{'pos' if i % 2 else 'neg'}\n" for i in range(12)))
     return path
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """torch on one thread for a module of small tensors: a thread pool only adds overhead, and the cores are shared."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

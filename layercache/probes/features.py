@@ -251,3 +251,17 @@ def layer_moments(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     for layer, block in enumerate(X):  # one layer at a time: no (L, n, D) float64 temporary
         var[layer] = ((block - mean[layer].astype(np.float32)) ** 2).mean(0, dtype=np.float64)
     return mean, np.sqrt(var)
+
+
+def input_moments(cache: LayerCache, split: str, spec: LabelTask, source: str, index: Sequence[int],
+                  X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and std (L, D) a probe standardises its inputs ``X`` (L, n, D) with.
+
+    Word states of a token task use the cache's per-layer statistics of ``split`` (over every
+    stored token, computed while writing); anything else, the inputs' own moments
+    (:func:`layer_moments`).
+    """
+    if source == "tokens" and spec.kind == "token":
+        stats = cache.layer_stats(split)
+        return stats["mean"][index], stats["std"][index]
+    return layer_moments(X)

@@ -32,6 +32,7 @@ from .control import ControlTask
 from .features import (
     ProbeInputs,
     holdout,
+    input_moments,
     layer_moments,
     read_inputs,
     read_parts,
@@ -138,11 +139,7 @@ class LinearProbes(BaseEstimator):
             if len(part.y) == 0:
                 raise CacheError(f"The {name} data of task {spec.name!r} has no labelled examples; "
                                  "probe a split that has labels.")
-        if source == "tokens" and spec.kind == "token":
-            stats = cache.layer_stats(split)
-            mean, scale = stats["mean"][index], stats["std"][index]
-        else:
-            mean, scale = layer_moments(train.X)
+        mean, scale = input_moments(cache, split, spec, source, index, train.X)
         self.task_, self.source_ = spec.name, source
         self.layer_names_ = [cache.layer_names[i] for i in index]
         self.cache_identity_ = _identity(cache)

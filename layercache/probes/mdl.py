@@ -35,7 +35,7 @@ from torch.nn import functional as F
 
 from ..errors import CacheError, ConfigError
 from ..store.reader import LayerCache
-from .features import layer_moments, read_inputs, resolve_source, resolve_task
+from .features import input_moments, layer_moments, read_inputs, resolve_source, resolve_task
 from .linear import DEFAULT_C_GRID
 from .registry import register_probe
 from .solver import LinearFit, fit_logistic, linear_outputs
@@ -122,11 +122,7 @@ class OnlineCodeMDL(BaseEstimator):
         if len(inputs.y) == 0:
             raise CacheError(f"The {split!r} split has no labelled examples of task {spec.name!r}; "
                              "measure a split that has labels.")
-        if source == "tokens" and spec.kind == "token":
-            stats = cache.layer_stats(split)
-            mean, scale = stats["mean"][index], stats["std"][index]
-        else:
-            mean, scale = layer_moments(inputs.X)
+        mean, scale = input_moments(cache, split, spec, source, index, inputs.X)
         self.task_, self.source_ = spec.name, source
         self.layer_names_ = [cache.layer_names[i] for i in index]
         self.classes_ = np.arange(spec.num_classes)

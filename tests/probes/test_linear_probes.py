@@ -13,15 +13,6 @@ from layercache.errors import CacheError, ConfigError
 from layercache.probes import PROBES, ControlTask, LinearProbes, probe_class, selectivity
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Small tensors: a thread pool only adds overhead, and the CPU cores are shared."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def planted(n: int, layers: int = 4, dim: int = 16, signal_layer: int = 2, classes: int = 2, seed: int = 0):
     """Features (n, layers, dim) that are noise except at ``signal_layer``, where the class is linear
     in them (class means apart along random directions); labels (n,)."""
@@ -181,17 +172,6 @@ def test_bad_parameters_and_arrays_are_refused_in_one_sentence():
 
 
 # --- a real (tiny) cache ----------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def builtin_cache(tiny_models, tmp_path_factory):
-    """The built-in task set (sequence, token and regression tasks) through the tiny BERT."""
-    out = tmp_path_factory.mktemp("probes") / "cache"
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("LAYERCACHE_HOME", str(out.parent / "home"))
-        layercache.extract(str(tiny_models["bert"]), "builtin", out, limit=200, progress=False)
-    with layercache.LayerCache.open(out) as cache:
-        yield cache
 
 
 def test_sequence_and_token_tasks_on_a_real_cache(builtin_cache):

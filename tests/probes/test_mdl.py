@@ -6,24 +6,13 @@ import math
 
 import numpy as np
 import pytest
-import torch
 from sklearn.base import clone
 
-import layercache
 from layercache.errors import ConfigError
 from layercache.probes import PROBES, probe_class
 from layercache.probes.mdl import DEFAULT_PORTIONS, OnlineCodeMDL
 
 from .test_linear_probes import planted
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Small tensors: a thread pool only adds overhead, and the CPU cores are shared."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def random_labels(n: int, classes: int = 4, layers: int = 2, dim: int = 4, seed: int = 3):
@@ -132,17 +121,6 @@ def test_registered_and_sklearn_style():
     assert mdl.get_params()["portions"] == DEFAULT_PORTIONS and mdl.get_params()["C_grid"] == (0.5,)
     fitted = OnlineCodeMDL().fit_arrays(*planted(100, layers=2, dim=4, signal_layer=1))
     assert not hasattr(clone(fitted), "codelength_")
-
-
-@pytest.fixture(scope="module")
-def builtin_cache(tiny_models, tmp_path_factory):
-    """The built-in task set (sequence, token and regression tasks) through the tiny BERT."""
-    out = tmp_path_factory.mktemp("mdl") / "cache"
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("LAYERCACHE_HOME", str(out.parent / "home"))
-        layercache.extract(str(tiny_models["bert"]), "builtin", out, limit=60, progress=False)
-    with layercache.LayerCache.open(out) as cache:
-        yield cache
 
 
 def test_on_a_real_cache_and_regression_refused(builtin_cache):
