@@ -15,6 +15,7 @@ target) are left out.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -265,3 +266,46 @@ def input_moments(cache: LayerCache, split: str, spec: LabelTask, source: str, i
         stats = cache.layer_stats(split)
         return stats["mean"][index], stats["std"][index]
     return layer_moments(X)
+
+
+def check_solver_params(C_grid, max_iter, seed, tol) -> np.ndarray:
+    """The ascending grid of ``C`` (float64) after refusing, in one sentence each, settings the solver cannot use.
+
+    ``C_grid`` may be one number or a list of positive numbers; ``max_iter`` a positive integer,
+    ``seed`` a non-negative integer, ``tol`` a positive number.
+    """
+    grid = [C_grid] if isinstance(C_grid, (int, float)) else C_grid
+    try:
+        Cs = sorted(float(c) for c in grid)
+    except (TypeError, ValueError):
+        raise ConfigError(f"C_grid must be a list of positive numbers, got {C_grid!r}.") from None
+    if not Cs or not all(math.isfinite(c) and c > 0 for c in Cs):
+        raise ConfigError(f"C_grid must be a non-empty list of positive numbers, got {C_grid!r}.")
+    if not isinstance(max_iter, (int, np.integer)) or max_iter < 1:
+        raise ConfigError(f"max_iter must be a positive integer, got {max_iter!r}.")
+    if not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ConfigError(f"seed must be a non-negative integer, got {seed!r}.")
+    if not (isinstance(tol, (int, float)) and tol > 0):
+        raise ConfigError(f"tol must be a positive number, got {tol!r}.")
+    return np.asarray(Cs, np.float64)
+
+
+def usable_scale(scale: np.ndarray) -> np.ndarray:
+    """``scale`` (L, D) as float32, with 1 for a constant dimension (which standardising then only centres)."""
+    return np.where(np.asarray(scale) > 1e-12, scale, 1.0).astype(np.float32)
+
+
+def standardise(X: np.ndarray, mean: np.ndarray, scale: np.ndarray, names: Sequence[str],
+                split: str | None = None) -> np.ndarray:
+    """``(x - mean) / scale`` in place on ``X`` (L, n, D) float32; refuses a layer whose states are not finite.
+
+    ``names`` name the layers and ``split`` the split in the refusal.
+    """
+    np.subtract(X, np.asarray(mean, np.float32)[:, None, :], out=X)
+    np.divide(X, usable_scale(scale)[:, None, :], out=X)
+    for layer, block in enumerate(X):  # (n, D)
+        if not math.isfinite(float(block.sum(dtype=np.float64))):
+            where = f" of split {split!r}" if split else ""
+            raise CacheError(f"The states of {names[layer]}{where} are not finite (NaN or inf); "
+                             "re-extract with --storage-dtype bfloat16 or float32.")
+    return X

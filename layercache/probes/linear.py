@@ -15,7 +15,6 @@ finds the same model.
 
 from __future__ import annotations
 
-import math
 import time
 import warnings
 from collections.abc import Sequence
@@ -31,6 +30,7 @@ from ..store.reader import LayerCache
 from .control import ControlTask
 from .features import (
     ProbeInputs,
+    check_solver_params,
     holdout,
     input_moments,
     layer_moments,
@@ -38,6 +38,8 @@ from .features import (
     read_parts,
     resolve_source,
     resolve_task,
+    standardise,
+    usable_scale,
 )
 from .registry import register_probe
 from .solver import fit_logistic, fit_ridge, outputs_to_predictions
@@ -224,30 +226,16 @@ class LinearProbes(BaseEstimator):
 
     # --- internals --------------------------------------------------------------------
     def _check_params(self) -> np.ndarray:
-        grid = self.C_grid
-        if isinstance(grid, (int, float)):
-            grid = [grid]
-        try:
-            Cs = sorted(float(c) for c in grid)
-        except (TypeError, ValueError):
-            raise ConfigError(f"C_grid must be a list of positive numbers, got {self.C_grid!r}.") from None
-        if not Cs or not all(math.isfinite(c) and c > 0 for c in Cs):
-            raise ConfigError(f"C_grid must be a non-empty list of positive numbers, got {self.C_grid!r}.")
-        if not isinstance(self.max_iter, (int, np.integer)) or self.max_iter < 1:
-            raise ConfigError(f"max_iter must be a positive integer, got {self.max_iter!r}.")
-        if not isinstance(self.seed, (int, np.integer)) or self.seed < 0:
-            raise ConfigError(f"seed must be a non-negative integer, got {self.seed!r}.")
-        if not (isinstance(self.tol, (int, float)) and self.tol > 0):
-            raise ConfigError(f"tol must be a positive number, got {self.tol!r}.")
+        Cs = check_solver_params(self.C_grid, self.max_iter, self.seed, self.tol)
         if not 0 < self.val_fraction < 1:
             raise ConfigError(f"val_fraction must be in (0, 1), got {self.val_fraction!r}.")
-        return np.asarray(Cs, np.float64)
+        return Cs
 
     def _fit_standardised(self, train: ProbeInputs, val: ProbeInputs, mean: np.ndarray, scale: np.ndarray,
                           Cs: np.ndarray, kind: str, classes: np.ndarray | None, split: str | None,
                           val_split: str | None) -> None:
         self.mean_ = np.asarray(mean, np.float32)
-        self.scale_ = np.where(np.asarray(scale) > 1e-12, scale, 1.0).astype(np.float32)
+        self.scale_ = usable_scale(scale)
         self.kind_, self.classes_ = kind, classes
         self.metric_ = "r2" if kind == "regression" else "accuracy"
         t0 = time.perf_counter()
@@ -284,14 +272,7 @@ class LinearProbes(BaseEstimator):
 
     def _standardise(self, X: np.ndarray, split: str | None) -> np.ndarray:
         """(x - mean_) / scale_ in place on X (L, n, D) float32; refuses non-finite states."""
-        np.subtract(X, self.mean_[:, None, :], out=X)
-        np.divide(X, self.scale_[:, None, :], out=X)
-        for layer, block in enumerate(X):
-            if not math.isfinite(float(block.sum(dtype=np.float64))):
-                where = f" of split {split!r}" if split else ""
-                raise CacheError(f"The states of {self.layer_names_[layer]}{where} are not finite (NaN or inf); "
-                                 "re-extract with --storage-dtype bfloat16 or float32.")
-        return X
+        return standardise(X, self.mean_, self.scale_, self.layer_names_, split)
 
     def _predict_standardised(self, X: np.ndarray) -> np.ndarray:
         """(L, n) predictions from standardised X (L, n, D)."""

@@ -35,7 +35,15 @@ from torch.nn import functional as F
 
 from ..errors import CacheError, ConfigError
 from ..store.reader import LayerCache
-from .features import input_moments, layer_moments, read_inputs, resolve_source, resolve_task
+from .features import (
+    check_solver_params,
+    input_moments,
+    layer_moments,
+    read_inputs,
+    resolve_source,
+    resolve_task,
+    standardise,
+)
 from .linear import DEFAULT_C_GRID
 from .registry import register_probe
 from .solver import LinearFit, fit_logistic, linear_outputs
@@ -126,7 +134,7 @@ class OnlineCodeMDL(BaseEstimator):
         self.task_, self.source_ = spec.name, source
         self.layer_names_ = [cache.layer_names[i] for i in index]
         self.classes_ = np.arange(spec.num_classes)
-        X = _standardise(inputs.X, mean, scale, self.layer_names_)
+        X = standardise(inputs.X, mean, scale, self.layer_names_, split)
         self._fit_standardised(X, np.asarray(inputs.y, np.int64), spec.num_classes, portions)
         self.fit_seconds_ = time.perf_counter() - t0
         return self
@@ -166,7 +174,7 @@ class OnlineCodeMDL(BaseEstimator):
         self.layer_names_ = [f"layer_{i}" for i in range(Xl.shape[0])]
         self.classes_ = classes
         mean, scale = layer_moments(Xl)
-        Xl = _standardise(Xl, mean, scale, self.layer_names_)
+        Xl = standardise(Xl, mean, scale, self.layer_names_)
         self._fit_standardised(Xl, np.asarray(y, np.int64), len(classes), portions)
         self.fit_seconds_ = time.perf_counter() - t0
         return self
@@ -180,20 +188,9 @@ class OnlineCodeMDL(BaseEstimator):
         if (len(portions) == 0 or not np.all((portions > 0) & (portions <= 1)) or portions[-1] != 1.0
                 or np.any(np.diff(portions) <= 0)):
             raise ConfigError(f"portions must be increasing fractions in (0, 1] ending at 1.0, got {self.portions!r}.")
-        try:
-            grid = sorted(float(c) for c in self.C_grid)
-        except (TypeError, ValueError):
-            grid = []
-        if not grid or not all(math.isfinite(c) and c > 0 for c in grid):
-            raise ConfigError(f"C_grid must be a non-empty list of positive numbers, got {self.C_grid!r}.")
+        check_solver_params(self.C_grid, self.max_iter, self.seed, self.tol)
         if not (isinstance(self.selection_fraction, (int, float)) and 0 < self.selection_fraction < 1):
             raise ConfigError(f"selection_fraction must be in (0, 1), got {self.selection_fraction!r}.")
-        if not isinstance(self.max_iter, (int, np.integer)) or self.max_iter < 1:
-            raise ConfigError(f"max_iter must be a positive integer, got {self.max_iter!r}.")
-        if not isinstance(self.seed, (int, np.integer)) or self.seed < 0:
-            raise ConfigError(f"seed must be a non-negative integer, got {self.seed!r}.")
-        if not (isinstance(self.tol, (int, float)) and self.tol > 0):
-            raise ConfigError(f"tol must be a positive number, got {self.tol!r}.")
         return portions
 
     def _fit_standardised(self, X: np.ndarray, y: np.ndarray, n_classes: int, portions: np.ndarray) -> None:
@@ -206,7 +203,7 @@ class OnlineCodeMDL(BaseEstimator):
         log2k = math.log2(n_classes)
         blocks = np.empty((len(ends), L), np.float64)
         blocks[0] = ends[0] * log2k  # the uniform code for the first block
-        Cs = torch.tensor(sorted(float(c) for c in self.C_grid))  # (G,) ascending
+        Cs = torch.from_numpy(check_solver_params(self.C_grid, self.max_iter, self.seed, self.tol))  # (G,) ascending
         G = len(Cs)
         chosen_C = np.full((len(ends), L), np.nan)
         fit: LinearFit | None = None  # G x L probes on every coded example, warm start of the next
@@ -260,14 +257,3 @@ def _cross_entropy_nats(Z: torch.Tensor, y: torch.Tensor) -> np.ndarray:
     logp = torch.log_softmax(Z, dim=-1)
     return -logp.gather(2, y.long().view(1, -1, 1).expand(Z.shape[0], -1, 1)).sum((1, 2)).numpy()
 
-
-def _standardise(X: np.ndarray, mean: np.ndarray, scale: np.ndarray, names: list[str]) -> np.ndarray:
-    """(x - mean) / scale in place on X (L, n, D) float32 (a constant dimension is centred only)."""
-    scale = np.where(np.asarray(scale) > 1e-12, scale, 1.0).astype(np.float32)
-    np.subtract(X, np.asarray(mean, np.float32)[:, None, :], out=X)
-    np.divide(X, scale[:, None, :], out=X)
-    for layer, block in enumerate(X):
-        if not math.isfinite(float(block.sum(dtype=np.float64))):
-            raise CacheError(f"The states of {names[layer]} are not finite (NaN or inf); re-extract with "
-                             "--storage-dtype bfloat16 or float32.")
-    return X
