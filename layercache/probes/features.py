@@ -116,6 +116,27 @@ def holdout(n: int, fraction: float, seed: int, strata: np.ndarray | None = None
     return np.setdiff1d(np.arange(n), val), val
 
 
+def read_train_val(cache: LayerCache, spec: LabelTask, source: str, index: list[int], split: str,
+                   val_split: str | None, val_fraction: float, seed: int, *,
+                   want_types: bool = False) -> tuple[ProbeInputs, ProbeInputs, str]:
+    """The training and validation features of a probe, and a description of what validates.
+
+    Validation is ``val_split`` when given, else a seeded ``val_fraction`` slice of ``split``
+    (stratified by label for a sequence task, whole sentences for a token task), read in the
+    same pass as the training part.
+    """
+    cache.require_split(split)
+    if val_split is not None:
+        cache.require_split(val_split)
+        train = read_inputs(cache, split, spec, source, index, want_types=want_types)
+        val = read_inputs(cache, val_split, spec, source, index, want_types=want_types)
+        return train, val, val_split
+    strata = cache.labels(split, spec.name) if spec.kind == "sequence" else None
+    rows, val_rows = holdout(cache.num_examples(split), val_fraction, seed, strata)
+    train, val = read_parts(cache, split, spec, source, index, [rows, val_rows], want_types=want_types)
+    return train, val, f"{split} (seeded {val_fraction:.0%} slice, seed {seed})"
+
+
 def split_labels(cache: LayerCache, split: str, spec: LabelTask) -> np.ndarray | list[np.ndarray]:
     """Labels of ``spec`` for a whole split: (n,) for sequence / regression, per-row arrays for words."""
     return cache.labels(split, spec.name)

@@ -35,7 +35,7 @@ from .features import (
     input_moments,
     layer_moments,
     read_inputs,
-    read_parts,
+    read_train_val,
     resolve_source,
     resolve_task,
     standardise,
@@ -118,20 +118,11 @@ class LinearProbes(BaseEstimator):
         spec = resolve_task(cache, self.task)
         source = resolve_source(cache, spec, self.source)
         index = cache.layer_index(self.layers)
-        cache.require_split(split)
         if val_split is None:
             val_split = cache.validation_split(exclude=split)
         want_types = bool(self.control) and spec.kind == "token"
-        if val_split is not None:
-            cache.require_split(val_split)
-            train = read_inputs(cache, split, spec, source, index, want_types=want_types)
-            val = read_inputs(cache, val_split, spec, source, index, want_types=want_types)
-            self.validation_ = val_split
-        else:
-            strata = cache.labels(split, spec.name) if spec.kind == "sequence" else None
-            rows, val_rows = holdout(cache.num_examples(split), self.val_fraction, self.seed, strata)
-            train, val = read_parts(cache, split, spec, source, index, [rows, val_rows], want_types=want_types)
-            self.validation_ = f"{split} (seeded {self.val_fraction:.0%} slice, seed {self.seed})"
+        train, val, self.validation_ = read_train_val(cache, spec, source, index, split, val_split,
+                                                      self.val_fraction, self.seed, want_types=want_types)
         if self.control:
             self._control_fit(spec, train)
             train.y = self._control_labels(cache, split, spec, train)
@@ -160,6 +151,12 @@ class LinearProbes(BaseEstimator):
         """
         inputs = self._read(cache, split)
         return self._predict_standardised(self._standardise(inputs.X, split))
+
+    def predictions(self, cache: LayerCache, split: str) -> tuple[np.ndarray, np.ndarray]:
+        """``(predicted (L, n), target (n,))`` for ``split``: :meth:`predict` with the labels it is scored
+        against (the control labels when ``control``), from one read of the split."""
+        inputs = self._read(cache, split)
+        return self._predict_standardised(self._standardise(inputs.X, split)), inputs.y
 
     def score(self, cache: LayerCache, split: str) -> np.ndarray:
         """(L,) score of every layer's probe on ``split``: accuracy (over words for a token task),
