@@ -2,9 +2,9 @@
 
 The rules, in order (names match case-insensitively):
 
-- Labels: the format's own label column (CoNLL: the last); else the first of
-  ``LABEL_COLUMN_CANDIDATES``; else (hub) the first ClassLabel column; else, for a headerless
-  csv/tsv, the column with the fewest distinct values.
+- Labels: the format's own label columns (CoNLL-2003: ``pos``, ``chunk`` and ``ner``; other
+  CoNLL: the last); else the first of ``LABEL_COLUMN_CANDIDATES``; else (hub) the first
+  ClassLabel column; else, for a headerless csv/tsv, the column with the fewest distinct values.
 - Text: the first present pair of ``PAIR_COLUMN_CANDIDATES``; else, when a label column holds
   per-word lists, a word-list column (``tokens``/``words``); else the first of
   ``TEXT_COLUMN_CANDIDATES``; else a word-list column; else, for a headerless csv/tsv, the column

@@ -88,7 +88,8 @@ def load_dataset_records(
           holds per-word lists, a word-list column (``tokens``/``words``); else the first of
           ``TEXT_COLUMN_CANDIDATES``; else a word-list column. Names match case-insensitively.
         - Labels: the first of ``LABEL_COLUMN_CANDIDATES``; else (hub) the first ClassLabel column;
-          CoNLL files use their last column.
+          CoNLL-2003 files use pos, chunk and ner (three token tasks), other CoNLL files their last
+          column.
         - Headerless csv/tsv (columns ``"0"``, ``"1"``, ...): text = the column with the longest
           mean length among those holding free text (mostly containing spaces); label = the
           remaining column with the fewest distinct values (the only one when two columns).

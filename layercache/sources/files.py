@@ -16,7 +16,7 @@ from .splits import LoadedSource, Split
 def load_split_files(split_files: Mapping[str, str], name: str | None = None) -> LoadedSource:
     """Read ``{"train": path, ...}``; the source is named ``name``, or by its first file.
 
-    A CoNLL file's last column becomes the default label column; a csv/tsv counts as headerless
+    A CoNLL file's tag columns become the default label columns; a csv/tsv counts as headerless
     only when every file is.
     """
     splits: dict[str, Split] = {}

@@ -71,7 +71,8 @@ class FileTable:
     headerless: bool = False
     """A csv/tsv without a header row: its columns are named by position (``"0"``, ``"1"``, ...)."""
     default_labels: list[str] | None = None
-    """The label column(s) the format implies (CoNLL: the last column), or ``None`` to detect them."""
+    """The label column(s) the format implies (CoNLL-2003: pos, chunk, ner; other CoNLL: the last
+    column), or ``None`` to detect them."""
     default_words: str | None = None
     """The word-list column the format implies (CoNLL: ``tokens``), or ``None``."""
 
@@ -85,7 +86,7 @@ class LoadedSource:
     fingerprint_parts: list[Any]
     config: str | None = None
     headerless: bool = False
-    default_labels: list[str] | None = None  # CoNLL: the last column
+    default_labels: list[str] | None = None  # CoNLL: its tag column(s)
     default_words: str | None = None  # CoNLL: "tokens"
     columns: list[str] = field(default_factory=list)
     files: dict[str, str] = field(default_factory=dict)  # local sources: split -> file

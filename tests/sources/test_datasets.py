@@ -196,7 +196,9 @@ def test_conll_with_docstart_and_two_tasks(tmp_path):
     assert len(parsed) == 3 and parsed.line_numbers == [3, 10, 15]
 
     records = load_dataset_records(str(path))
-    assert [t.name for t in records.tasks] == ["ner"]  # default: the last column
+    assert [t.name for t in records.tasks] == ["pos", "chunk", "ner"]  # default: every tag column of CoNLL-2003
+    assert all(t.kind == "token" for t in records.tasks)
+    assert records.task("chunk").label_names == ("B-NP", "B-VP", "I-NP", "O")
     split = records.splits["train"]
     assert split.words == [["Maria", "visited", "Oslo", "."], ["Blue", "Harbour", "hired", "Tomas"], ["It", "rained"]]
     assert split.texts is None
@@ -206,7 +208,7 @@ def test_conll_with_docstart_and_two_tasks(tmp_path):
     assert [[ner.label_names[i] for i in tags] for tags in split.labels["ner"]] == [
         ["B-PER", "O", "B-LOC", "O"], ["B-ORG", "I-ORG", "O", "B-PER"], ["O", "O"]]
 
-    both = load_dataset_records(str(path), label_columns=["pos", "ner"])
+    both = load_dataset_records(str(path), label_columns=["pos", "ner"])  # named columns win
     assert [t.name for t in both.tasks] == ["pos", "ner"]
     assert all(t.kind == "token" for t in both.tasks)
     for words, pos, ner_ids in zip(both.splits["train"].words, both.splits["train"].labels["pos"],

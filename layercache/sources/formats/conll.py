@@ -8,9 +8,11 @@ only separate documents and are skipped. Columns are named by their count:
 - 4 columns: ``tokens``, ``pos``, ``chunk``, ``ner`` (the CoNLL-2003 layout);
 - otherwise: ``tokens``, ``col1``, ``col2``, ... and the last column ``tags``.
 
-The last column is the default label column. CoNLL-U (``.conllu``) is a different format and is
-refused with a hint (:func:`refuse_conllu`). A file with no blank line at all reads as one
-example; when that example looks like several sentences, a warning says so.
+The default label columns are every tag column of the CoNLL-2003 layout (``pos``, ``chunk`` and
+``ner``: three token tasks, so one extraction serves per-tag analyses as well as NER), and the last
+column of any other layout; ``--label-column`` still picks the ones to keep. CoNLL-U (``.conllu``)
+is a different format and is refused with a hint (:func:`refuse_conllu`). A file with no blank
+line at all reads as one example; when that example looks like several sentences, a warning says so.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ DOCSTART = "-DOCSTART-"
 SENTENCE_ENDS = frozenset({".", "!", "?"})
 LONG_EXAMPLE = 100
 """Tokens beyond which a file that is one single example is taken for unseparated sentences."""
+CONLL2003_COLUMNS = ["tokens", "pos", "chunk", "ner"]
+"""Column names of a 4-column file: the CoNLL-2003 layout."""
 
 
 @dataclass
@@ -44,9 +48,12 @@ class ConllFile:
         return len(self.line_numbers)
 
     @property
-    def default_label_column(self) -> str | None:
-        """The last column (``ner`` for CoNLL-2003), or ``None`` for a tokens-only file."""
-        return self.column_names[-1] if len(self.column_names) > 1 else None
+    def default_label_columns(self) -> list[str]:
+        """The columns kept as labels when none are named: ``pos``, ``chunk`` and ``ner`` for the CoNLL-2003
+        layout, else the last column; ``[]`` for a tokens-only file."""
+        if self.column_names == CONLL2003_COLUMNS:
+            return list(CONLL2003_COLUMNS[1:])
+        return self.column_names[-1:] if len(self.column_names) > 1 else []
 
 
 def conll_column_names(count: int) -> list[str]:
@@ -56,7 +63,7 @@ def conll_column_names(count: int) -> list[str]:
     if count == 1:
         return ["tokens"]
     if count == 4:
-        return ["tokens", "pos", "chunk", "ner"]
+        return list(CONLL2003_COLUMNS)
     return ["tokens", *[f"col{i}" for i in range(1, count - 1)], "tags"]
 
 
@@ -150,12 +157,12 @@ def read_conll(path: str | Path) -> ConllFile:
 
 
 def read_conll_table(split_name: str, path: Path) -> FileTable:
-    """A CoNLL token file as a table: one row per sentence, its last column the default labels."""
+    """A CoNLL token file as a table: one row per sentence; its tag columns are the default labels
+    (:attr:`ConllFile.default_label_columns`)."""
     conll = read_conll(path)
     table = MemorySplit(split_name, f"file '{path}'", dict(conll.columns), num_rows=len(conll),
                         lines=conll.line_numbers)
-    default = conll.default_label_column
-    return FileTable(table, default_labels=[default] if default else [], default_words="tokens")
+    return FileTable(table, default_labels=conll.default_label_columns, default_words="tokens")
 
 
 def refuse_conllu(split_name: str, path: Path) -> FileTable:
