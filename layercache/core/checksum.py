@@ -40,6 +40,14 @@ def file_checksum(path: str | os.PathLike) -> str:
     return f"{ALGORITHM}:{digest.hexdigest()}"
 
 
+def data_checksum(data: bytes) -> str:
+    """``"xxh3_128:<hex>"`` of bytes in memory: the same digest :func:`file_checksum` gives a file of those bytes.
+
+    For a small file read whole, so the bytes checked are the bytes used.
+    """
+    return f"{ALGORITHM}:{xxhash.xxh3_128(data).hexdigest()}"
+
+
 def fsync_and_checksum(path: str | os.PathLike) -> str:
     """Flush ``path`` to disk and return its checksum, the two at once.
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -38,4 +39,34 @@ def write_text_atomic(path: str | os.PathLike, text: str, *, fsync: bool = True)
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_file_atomic(path: str | os.PathLike, write: Callable[[Path], None],
+                      after: Callable[[Path], object] | None = None) -> object:
+    """Replace ``path`` with what ``write(tmp)`` puts into a temporary file beside it, synced, then renamed.
+
+    For files some library writes itself (``safetensors``' ``save_file``). Without ``after`` the
+    file is synced before the rename; ``after(tmp)`` takes the place of that sync, so it must sync the
+    file itself (:func:`~layercache.core.checksum.fsync_and_checksum` syncs and checksums exactly the
+    bytes that land), and its result is returned. The file gets the permissions of any new file, and
+    the temporary file is removed on any failure.
+    """
+    target = Path(path)
+    fd, name = tempfile.mkstemp(prefix=f".{target.name}-", suffix=".tmp", dir=target.parent)
+    tmp = Path(name)
+    try:
+        os.fchmod(fd, NEW_FILE_MODE)
+        os.close(fd)
+        write(tmp)
+        if after is not None:
+            result = after(tmp)
+        else:
+            with open(tmp, "rb+") as handle:
+                os.fsync(handle.fileno())
+            result = None
+        os.replace(tmp, target)
+        return result
+    except BaseException:
+        tmp.unlink(missing_ok=True)
         raise

@@ -15,6 +15,7 @@ from pathlib import Path
 from ..errors import CacheError, CacheWriteError, ConfigError, LayercacheError
 from ..store.lock import LOCK_NAME, CacheLock
 from ..store.manifest import MANIFEST_NAME, SplitInfo, read_manifest
+from ..store.schema import SIDE_FILES
 
 DAMAGED = object()
 """What :func:`inspect_output` returns for a folder whose manifest cannot be read (only with --overwrite)."""
@@ -77,7 +78,7 @@ def nearest_existing(path: Path) -> Path:
 
 
 def remove_cache_files(out: Path) -> None:
-    """Delete a cache's own files (manifest, shards and temp shards in its split folders), nothing else.
+    """Delete a cache's own files (manifest, side files, shards and temp shards in its split folders), nothing else.
 
     Works from the folder, not the manifest, so a damaged manifest can be replaced too; a split
     folder that is a link is unlinked, never followed, so nothing outside the cache is touched.
@@ -90,6 +91,10 @@ def remove_cache_files(out: Path) -> None:
                 f.unlink()
         if not any(folder.iterdir()):
             folder.rmdir()
+    for name in SIDE_FILES.values():  # vocab.json, lens.safetensors, and what a killed atomic write left of them
+        for f in [out / name, *out.glob(f".{name}-*.tmp")]:
+            if f.is_symlink() or f.is_file():
+                f.unlink()
     (out / MANIFEST_NAME).unlink(missing_ok=True)
 
 

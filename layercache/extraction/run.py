@@ -52,6 +52,7 @@ from .packing import StatePacker, storage_tensor
 from .plan import SplitPlan, plan_split
 from .repair import reextract_shard, verify_shards
 from .shards import SplitShards
+from .side_files import ensure_side_files
 from .specs import DEFAULT_SHARD_BYTES, BatchSpec, DataSpec, StorageSpec, merged_spec
 from .stats import split_stats
 
@@ -201,6 +202,7 @@ def _extract(model: str, data: DataSpec, storage: StorageSpec, batching: BatchSp
                 )
             if existing.complete and not repair:
                 log.info("The cache at %s is already complete; nothing to do.", out)
+                _side_files(out, existing, backbone, allow_pickle)  # a cache older than them gets them now
                 record_latest(out)
                 return ExtractResult(out, existing, already_complete=True)
             manifest, resumed = existing, True
@@ -210,6 +212,7 @@ def _extract(model: str, data: DataSpec, storage: StorageSpec, batching: BatchSp
             if repair and not damaged and manifest.complete:
                 log.info("All %d shards of %s match their checksums; nothing to repair.",
                          sum(len(s.shards) for s in manifest.splits.values()), out)
+                _side_files(out, manifest, backbone, allow_pickle)
                 record_latest(out)
                 return ExtractResult(out, manifest, already_complete=True)
             if damaged:
@@ -235,6 +238,7 @@ def _extract(model: str, data: DataSpec, storage: StorageSpec, batching: BatchSp
             probe = None  # its batch is written already: free its states now
         with write_errors(out):
             write_manifest(out, manifest)
+        _side_files(out, manifest, backbone, allow_pickle)  # after the manifest: the folder is a cache by then
         record_latest(out)
         stored = manifest.storage
         packer = StatePacker(len(keep), backbone.hidden_size, storage_dtype=stored.dtype,
@@ -294,6 +298,14 @@ def _check_disk(out: Path, manifest: Manifest, plans: dict[str, SplitPlan] | Non
             f"at {nearest_existing(out)}; free space, choose another --out, keep fewer --layers, "
             "or use --store pooled."
         )
+
+
+def _side_files(out: Path, manifest: Manifest, backbone, allow_pickle: bool) -> None:
+    """Write the vocabulary and logit-lens files the cache lacks or that changed (see :mod:`.side_files`),
+    and the manifest that lists them."""
+    with write_errors(out):
+        if ensure_side_files(out, manifest, backbone, allow_pickle=allow_pickle):
+            write_manifest(out, manifest)
 
 
 def _storage_buffers(plans: dict[str, SplitPlan], n_states: int, dim: int, storage_dtype: str,

@@ -89,6 +89,23 @@ class SplitInfo:
 
 
 @dataclass
+class SideFile:
+    """A file beside the shards, written at extraction from the model or its tokenizer.
+
+    ``vocab.json`` (the tokenizer's id -> token table and special ids, :mod:`.vocabulary`) and, for
+    decoders, ``lens.safetensors`` (final norm and unembedding, :mod:`.lens`). Both follow from the
+    model and tokenizer fingerprints the configuration hash covers, so they stay outside that hash:
+    a cache written before they existed keeps its hash and gets them on its next extraction run.
+    """
+
+    file: str
+    """Name inside the cache folder (the schema allows only the known names)."""
+    bytes: int
+    checksum: str
+    """``"xxh3_128:<hex>"`` of the file, checked whenever it is read."""
+
+
+@dataclass
 class Manifest:
     """Everything a later step needs to trust (or refuse) a cache. See ``docs`` in the README."""
 
@@ -106,6 +123,8 @@ class Manifest:
     created_at: str = field(default_factory=utc_now)
     updated_at: str = field(default_factory=utc_now)
     layercache_version: str = ""
+    side_files: dict[str, SideFile] = field(default_factory=dict)
+    """Kind (``vocabulary``, ``lens``) -> the file extraction wrote beside the shards; absent kinds were not written."""
 
     # --- convenient views -------------------------------------------------------------
     @property
@@ -174,12 +193,15 @@ class Manifest:
             split["shards"] = [ShardInfo(**{k: v for k, v in s.items() if k in shard_fields}) for s in split["shards"]]
             splits[name] = SplitInfo(**split)
         data["splits"] = splits
+        data["side_files"] = {kind: SideFile(**{k: v for k, v in entry.items() if k in _SIDE_FILE_FIELDS})
+                              for kind, entry in data.get("side_files", {}).items()}
         return cls(**data)
 
 
 _SECTIONS = {"model": ModelSection, "tokenizer": TokenizerSection, "dataset": DatasetSection,
              "storage": StorageSection, "extraction": ExtractionSection}
 """The manifest's typed sections, by key."""
+_SIDE_FILE_FIELDS = {f.name for f in dataclasses.fields(SideFile)}
 
 
 def confined_path(cache_dir: str | os.PathLike, relative: str, what: str = "Shard") -> Path:

@@ -28,8 +28,10 @@ from ..errors import CacheError, ConfigError, LayercacheError
 from .batches import CacheBatch, consecutive_starts, example_labels, padded_positions, zero_padding
 from .batches import first_subtoken_labels as align_word_labels
 from .dtypes import from_storage
+from .lens import LensWeights, read_lens
 from .manifest import Manifest, ShardInfo, SplitInfo, confined_path, read_manifest
 from .mapped import MappedStates
+from .vocabulary import Vocabulary, read_vocabulary
 
 VALIDATION_NAMES = ("validation", "valid", "dev", "val")
 """Usual names of a validation split, in the order :meth:`LayerCache.validation_split` tries them."""
@@ -97,6 +99,7 @@ class LayerCache:
         self._pid = os.getpid()
         self._offsets: dict[str, np.ndarray] = {}
         self._word_offsets: dict[str, np.ndarray] = {}
+        self._vocabulary: Vocabulary | None = None
 
     # --- opening ----------------------------------------------------------------------
     @classmethod
@@ -197,6 +200,25 @@ class LayerCache:
         """
         return [shard.file for split in self.manifest.splits.values() for shard in split.shards
                 if not checksum_matches(self.path / shard.file, shard.checksum)]
+
+    # --- side files -------------------------------------------------------------------
+    def vocabulary(self) -> Vocabulary:
+        """The tokenizer's id -> token table and special ids (``vocab.json``), checked against its checksum.
+
+        Read once and kept. A cache written before layercache saved the file is refused with a
+        :class:`CacheError` saying how to add it (the rest of such a cache reads as before).
+        """
+        if self._vocabulary is None:
+            self._vocabulary = read_vocabulary(self.path, self.manifest)
+        return self._vocabulary
+
+    def lens_weights(self) -> LensWeights:
+        """A decoder's final norm and unembedding (``lens.safetensors``), checked against its checksum.
+
+        Read anew at each call (the unembedding can be large; keep the result while you need it).
+        Refused with a :class:`CacheError` for an encoder cache and for a cache without the file.
+        """
+        return read_lens(self.path, self.manifest)
 
     # --- shard access -----------------------------------------------------------------
     def _handle(self, file: str) -> h5py.File:

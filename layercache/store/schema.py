@@ -37,6 +37,8 @@ STORE_MODES = ("tokens", "pooled")
 MODEL_KINDS = ("encoder", "decoder", "encoder-decoder")
 FINAL_NORMS = ("none", "applied", "not-applied")
 SHARD_FILE = re.compile(r"shard-(\d{5,})\.h5")
+SIDE_FILES = {"vocabulary": "vocab.json", "lens": "lens.safetensors"}
+"""Kind -> the one name a side file of that kind may have in the cache folder (``manifest.side_files``)."""
 CHECKSUM = re.compile(rf"{ALGORITHM}:[0-9a-f]{{32}}")
 # Split and task names become folder names and HDF5 paths: no separators, no leading dot, no control characters.
 SAFE_NAME = re.compile(r"[^/\\\x00-\x1f.][^/\\\x00-\x1f]*")
@@ -173,6 +175,8 @@ SPLIT = Record(
     {"n_truncated": integer(), "n_windowed": integer(), "n_skipped_empty": integer(),
      "stats": dict_of(dict_of(number()))},
 )
+SIDE_FILE = Record({"file": text(tuple(SIDE_FILES.values())), "bytes": integer(1),
+                    "checksum": text(pattern=CHECKSUM, what=f"'{ALGORITHM}:' and 32 hex digits")})
 TASK = Record({"name": _safe_name("task"), "kind": text(TASK_KINDS), "label_names": optional(list_of(text()))})
 MANIFEST_SCHEMA = Record(
     {
@@ -200,7 +204,9 @@ MANIFEST_SCHEMA = Record(
         "config_hash": text(),
         "complete": boolean(),
     },
-    {"created_at": text(), "updated_at": text(), "layercache_version": text()},
+    # side_files: absent in caches written before extraction saved the vocabulary and the lens.
+    {"created_at": text(), "updated_at": text(), "layercache_version": text(),
+     "side_files": dict_of(SIDE_FILE, key=text(tuple(SIDE_FILES)))},
 )
 
 
@@ -222,6 +228,9 @@ def check_consistency(data: dict) -> None:
         if (task["kind"] == "regression") != (task["label_names"] is None):
             _fail(f"tasks[{i}].label_names", f"{'must be null' if task['kind'] == 'regression' else 'is missing'} "
                                              f"for a {task['kind']} task")
+    for kind, entry in data.get("side_files", {}).items():
+        if entry["file"] != SIDE_FILES[kind]:
+            _fail(f"side_files.{kind}.file", f"should be {SIDE_FILES[kind]!r}, found {entry['file']!r:.80}")
     for name, split in data["splits"].items():
         _check_split(name, split)
     if data["complete"]:
