@@ -6,23 +6,52 @@ extractor or ``transformers``), like :mod:`layercache.heads` and :mod:`layercach
 - :mod:`.similarity`: linear CKA between layers (:func:`linear_cka`, :func:`cka_matrix`, and
   :func:`layer_similarity` on a cache's pooled vectors);
 - :mod:`.expected_layer`: expected layer of scalar-mix weights and cumulative scoring;
-- :mod:`.prediction`: prediction depth of each example, its distribution and accuracy by depth.
+- :mod:`.prediction`: prediction depth of each example, its distribution and accuracy by depth;
+- :mod:`.logit_lens`: a decoder's layers read through its own final norm and unembedding (saved in
+  the cache at extraction): next-token accuracy and KL to the final layer, per layer
+  (:func:`logit_lens`; :func:`layer_logits` for the lens logits of chosen rows);
+- :mod:`.token_categories`: every cached token labelled as special, punctuation or word,
+  word-initial or continuation, by frequency bin and by the dataset's own tags (CoNLL's POS and
+  chunk), from the cache's ids, word ids, labels and vocabulary (:func:`token_categories`); and
+  any per-token value (a head's halting depth, a prediction depth) summarised by category
+  (:func:`depth_by_category`).
 
 See ARCHITECTURE.md and the "Probing metrics" section of METHODS.md for the definitions.
 """
 
 from .expected_layer import CumulativeScores, cumulative_scoring, expected_layer
+from .logit_lens import LogitLens, layer_logits, lens_logits, logit_lens
 from .prediction import PredictionDepth, prediction_depth
 from .similarity import LayerSimilarity, cka_matrix, layer_similarity, linear_cka
+from .token_categories import (
+    CategoryFamily,
+    CategoryStats,
+    DepthByCategory,
+    TokenCategories,
+    depth_by_category,
+    is_punctuation,
+    token_categories,
+)
 
 __all__ = [
+    "CategoryFamily",
+    "CategoryStats",
     "CumulativeScores",
+    "DepthByCategory",
     "LayerSimilarity",
+    "LogitLens",
     "PredictionDepth",
+    "TokenCategories",
     "cka_matrix",
     "cumulative_scoring",
+    "depth_by_category",
     "expected_layer",
+    "is_punctuation",
+    "layer_logits",
     "layer_similarity",
+    "lens_logits",
     "linear_cka",
+    "logit_lens",
     "prediction_depth",
+    "token_categories",
 ]
