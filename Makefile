@@ -1,6 +1,7 @@
 # Two entry points do all the set-up on a fresh machine:
 #   make demo   - create .venv, install layercache, extract the built-in task set with MiniLM, print `info`,
-#                 then train an adaptive head on all four built-in tasks from the cache
+#                 train an adaptive head on all four built-in tasks from the cache, then write the probing
+#                 report (runs/demo-cache.report/report.html)
 #   make test   - create .venv, install layercache + test deps, run the test suite
 # torch is installed only when the venv has none, as TORCH_SPEC (override for a CUDA build, e.g.
 # `make demo TORCH_SPEC="torch --index-url https://download.pytorch.org/whl/cu124"`).
@@ -26,7 +27,8 @@ setup: $(VENV)/.installed
 demo: setup
 	$(BIN)/layercache extract --out runs/demo-cache --overwrite
 	$(BIN)/layercache info runs/demo-cache
-	$(BIN)/layercache train-head runs/demo-cache --mixer adaptive --out runs/demo-adaptive --overwrite
+	$(BIN)/layercache train-head runs/demo-cache --mixer adaptive --out runs/demo-cache.runs/adaptive --overwrite
+	$(BIN)/layercache probe-report runs/demo-cache --out runs/demo-cache.report
 
 test: setup
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

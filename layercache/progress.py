@@ -59,3 +59,30 @@ def checking_progress(enabled: bool = True, total: int = 0):
     with progress:
         task = progress.add_task("check", total=total)
         yield lambda n: progress.advance(task, n)
+
+
+@contextmanager
+def steps_progress(enabled: bool = True, total: int = 0, title: str = "report"):
+    """A bar over a known number of named steps; yields ``step(description)``, called as each step starts.
+
+    The bar shows the step now running, so a slow one is named while it runs.
+    """
+    console = Console(file=sys.stderr)
+    progress = Progress(
+        TextColumn(f"[bold]{title}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
+        TimeElapsedColumn(), console=console, disable=not enabled, transient=False,
+    )
+    with progress:
+        task = progress.add_task("", total=total)
+        started = [False]
+
+        def step(description: str) -> None:
+            if started[0]:
+                progress.advance(task)
+            started[0] = True
+            progress.update(task, description=description)
+
+        yield step
+        if started[0]:
+            progress.advance(task)
+        progress.update(task, description="done")

@@ -64,3 +64,15 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+def tiny_builtin_cache(tiny_models, tmp_path_factory, name: str, limit: int) -> Path:
+    """The built-in task set (sequence, token and regression tasks) through the tiny BERT, ``limit`` examples
+    per split, extracted into a fresh folder with its own LAYERCACHE_HOME."""
+    import layercache
+
+    out = tmp_path_factory.mktemp(name) / "cache"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("LAYERCACHE_HOME", str(out.parent / "home"))
+        layercache.extract(str(tiny_models["bert"]), "builtin", out, limit=limit, progress=False)
+    return out

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from conftest import tiny_builtin_cache
 
 import layercache
 
@@ -15,9 +16,6 @@ def one_thread(one_torch_thread):
 @pytest.fixture(scope="package")
 def builtin_cache(tiny_models, tmp_path_factory):
     """The built-in task set (sequence, token and regression tasks) through the tiny BERT."""
-    out = tmp_path_factory.mktemp("probes") / "cache"
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("LAYERCACHE_HOME", str(out.parent / "home"))
-        layercache.extract(str(tiny_models["bert"]), "builtin", out, limit=200, progress=False)
+    out = tiny_builtin_cache(tiny_models, tmp_path_factory, "probes", limit=200)
     with layercache.LayerCache.open(out) as cache:
         yield cache

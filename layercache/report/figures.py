@@ -1,0 +1,322 @@
+"""The probing report's figures, drawn with matplotlib from the report's JSON data alone.
+
+Each ``figure_*`` function takes a :class:`~.probe_report.ProbeReport` and returns a matplotlib
+figure, or ``None`` when the report lacks that part (a regression-only cache has no MDL, an
+encoder no logit lens). :func:`report_figures` lists them in the order the report shows them,
+with a title and a caption that says how to read each.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from .probe_report import ProbeReport
+
+COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2")
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display, and never a GUI window from a report
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _values(values) -> np.ndarray:
+    """A JSON list with ``null`` entries as a float array with NaN."""
+    return np.asarray([np.nan if v is None else v for v in values], np.float64)
+
+
+def _layer_axis(ax, names: list[str]) -> None:
+    ax.set_xticks(range(len(names)))
+    ax.set_xticklabels([_short(n) for n in names], rotation=0)
+    ax.set_xlabel("layer")
+    ax.grid(alpha=0.3)
+
+
+def _short(name: str) -> str:
+    """``embeddings`` -> ``emb``, ``layer_3`` -> ``3``: tick labels that fit under a plot."""
+    return "emb" if name == "embeddings" else name.removeprefix("layer_")
+
+
+def _color(i: int) -> str:
+    return COLORS[i % len(COLORS)]
+
+
+def _task_panels(report: ProbeReport, part: str):
+    """A figure with one panel per task that has ``part``, and ``(axes, task, the part's data, colour)`` per
+    panel; None when no task has it."""
+    tasks = {k: t for k, t in report.tasks.items() if part in t}
+    if not tasks:
+        return None
+    plt = _plt()
+    fig, axes = plt.subplots(1, len(tasks), figsize=(3.6 * len(tasks) + 1, 3.3), squeeze=False)
+    order = list(report.tasks)
+    return fig, [(axes[0, i], task, t[part], _color(order.index(task))) for i, (task, t) in enumerate(tasks.items())]
+
+
+def figure_scores(report: ProbeReport):
+    """Probe score and selectivity by layer, one line per task."""
+    if not report.tasks:
+        return None
+    plt = _plt()
+    names = report.layer_names
+    has_control = any("control" in t for t in report.tasks.values())
+    fig, axes = plt.subplots(1, 2 if has_control else 1, figsize=(11 if has_control else 6, 3.6), squeeze=False)
+    ax = axes[0, 0]
+    for i, (task, t) in enumerate(report.tasks.items()):
+        probe = t["probe"]
+        scores = _values(probe["eval"] if probe.get("eval") is not None else probe["validation"])
+        ax.plot(range(len(names)), scores, "o-", color=_color(i), label=f"{task} ({t['metric']})")
+        if "control" in t:
+            control = t["control"]
+            ctrl = _values(control["eval"] if control.get("eval") is not None else control["validation"])
+            ax.plot(range(len(names)), ctrl, ":", color=_color(i), alpha=0.8)
+        best = probe["best_index"]
+        ax.plot([best], [scores[best]], "*", color=_color(i), markersize=14)
+    ax.set_ylabel("probe score")
+    ax.set_title("probe score by layer (dotted: control task; star: best on validation)", fontsize=9)
+    _layer_axis(ax, names)
+    ax.legend(fontsize=8)
+    if has_control:
+        ax = axes[0, 1]
+        for i, (task, t) in enumerate(report.tasks.items()):
+            if "control" in t:
+                ax.plot(range(len(names)), _values(t["control"]["selectivity"]), "o-", color=_color(i), label=task)
+        ax.axhline(0, color="grey", lw=0.8)
+        ax.set_ylabel("selectivity (task - control)")
+        ax.set_title("selectivity by layer", fontsize=9)
+        _layer_axis(ax, names)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def figure_mdl(report: ProbeReport):
+    """Online codelength (kbits) by layer, one panel per classification task."""
+    panels = _task_panels(report, "mdl")
+    if panels is None:
+        return None
+    fig, panels = panels
+    names = report.layer_names
+    for ax, task, mdl, color in panels:
+        bits = _values(mdl["codelength_bits"]) / 1000
+        ax.bar(range(len(names)), bits, color=color)
+        ax.axhline(mdl["uniform_bits"] / 1000, color="grey", ls="--", lw=1, label="uniform code")
+        ax.set_ylim(0, max(np.nanmax(bits), mdl["uniform_bits"] / 1000) * 1.1)
+        ax.set_title(f"{task}: best {mdl['best_layer']}, compression "
+                     f"{np.nanmax(_values(mdl['compression'])):.2f}", fontsize=9)
+        ax.set_ylabel("codelength (kbits)")
+        _layer_axis(ax, names)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def figure_cumulative(report: ProbeReport):
+    """Cumulative scoring: the score of the mix of layers 0..l and the gain of each layer."""
+    panels = _task_panels(report, "cumulative")
+    if panels is None:
+        return None
+    fig, panels = panels
+    names = report.layer_names
+    for ax, task, cum, color in panels:
+        ax.bar(range(len(names)), _values(cum["gains"]), color=color, alpha=0.45, label="gain Δ_l")
+        ax.set_ylabel("gain over layers 0..l-1")
+        twin = ax.twinx()
+        twin.plot(range(len(names)), _values(cum["scores"]), "o-", color=color, label="score of mix 0..l")
+        twin.set_ylabel("score of the mix of 0..l")
+        centre = cum.get("expected_layer")
+        ax.set_title(f"{task}: " + (f"E_Δ = {centre:.2f}" if centre is not None else "E_Δ undefined"), fontsize=9)
+        if centre is not None:
+            ax.axvline(centre, color="black", ls=":", lw=1)
+        _layer_axis(ax, names)
+    fig.tight_layout()
+    return fig
+
+
+def figure_layer_weights(report: ProbeReport):
+    """Layer weights side by side: every trained run's mixers and every task's cumulative full mix."""
+    series: list[tuple[str, np.ndarray]] = []
+    for run in report.runs:
+        for key, values in run["weights"].items():
+            if run.get("layer_names") == report.layer_names:
+                label = run["name"] if key == "shared" else f"{run['name']} ({key})"
+                series.append((label, _values(values)))
+    for task, t in report.tasks.items():
+        if "cumulative" in t:
+            series.append((f"probe mix: {task}", _values(t["cumulative"]["mix_weights"][-1])))
+    if not series:
+        return None
+    plt = _plt()
+    names = report.layer_names
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.9 * len(names) + 3), 3.6))
+    width = 0.8 / len(series)
+    for i, (label, values) in enumerate(series):
+        ax.bar(np.arange(len(names)) + i * width - 0.4 + width / 2, values, width=width, color=_color(i), label=label)
+    ax.set_ylabel("weight")
+    ax.set_title("layer weights (trained runs and each task's probe on the mix of all layers)", fontsize=9)
+    _layer_axis(ax, names)
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    return fig
+
+
+def figure_similarity(report: ProbeReport):
+    """Linear CKA between layers as a heatmap, values written in the cells."""
+    if report.similarity is None:
+        return None
+    plt = _plt()
+    names = report.similarity["layers"]
+    cka = _values([v for row in report.similarity["cka"] for v in row]).reshape(len(names), len(names))
+    fig, ax = plt.subplots(figsize=(0.55 * len(names) + 2.5, 0.55 * len(names) + 1.8))
+    image = ax.imshow(cka, vmin=0, vmax=1, cmap="viridis")
+    labels = [_short(n) for n in names]
+    ax.set_xticks(range(len(names)), labels)
+    ax.set_yticks(range(len(names)), labels)
+    if len(names) <= 16:
+        for i in range(len(names)):
+            for j in range(len(names)):
+                ax.text(j, i, f"{cka[i, j]:.2f}", ha="center", va="center", fontsize=7,
+                        color="white" if cka[i, j] < 0.6 else "black")
+    fig.colorbar(image, ax=ax, fraction=0.046)
+    ax.set_title(f"linear CKA ({report.similarity['source']}, {report.similarity['split']}, "
+                 f"n={report.similarity['n']})", fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def figure_prediction_depth(report: ProbeReport):
+    """Prediction depth: how many examples settle at each layer, and the accuracy by depth."""
+    panels = _task_panels(report, "prediction_depth")
+    if panels is None:
+        return None
+    fig, panels = panels
+    names = report.layer_names
+    for ax, task, depth, color in panels:
+        counts = _values(depth["counts"])
+        ax.bar(range(len(names)), counts / max(counts.sum(), 1), color=color)
+        ax.set_ylabel("share of examples")
+        twin = ax.twinx()
+        twin.plot(range(len(names)), _values(depth["accuracy_by_depth"]), "k.-", label="accuracy at that depth")
+        twin.set_ylim(0, 1.05)
+        twin.set_ylabel("final-layer accuracy")
+        ax.set_title(f"{task}: mean depth {depth['mean']:.2f}", fontsize=9)
+        _layer_axis(ax, names)
+    fig.tight_layout()
+    return fig
+
+
+def figure_token_depth(report: ProbeReport):
+    """Per-token act depth: its histogram, and its mean by token category (one panel per family)."""
+    td = report.token_depth
+    if td is None:
+        return None
+    plt = _plt()
+    families = td["by_category"]["families"]
+    fig, axes = plt.subplots(1, 1 + len(families), figsize=(3.4 * (1 + len(families)) + 1, 3.6), squeeze=False)
+    ax = axes[0, 0]
+    edges, counts = _values(td["histogram"]["edges"]), _values(td["histogram"]["counts"])
+    ax.bar(edges[:-1], counts / max(counts.sum(), 1), width=np.diff(edges), align="edge", color=_color(0),
+           edgecolor="white")
+    ax.set_xlabel("depth N + R (layers)")
+    ax.set_ylabel("share of tokens")
+    ax.set_title(f"act depth, mean {td['mean']:.2f}", fontsize=9)
+    for i, (family, rows) in enumerate(families.items(), start=1):
+        ax = axes[0, i]
+        labels = [r["category"] for r in rows]
+        means = _values([r["mean"] for r in rows])
+        stds = _values([r["std"] for r in rows])
+        ax.barh(range(len(rows)), means, xerr=stds, color=_color(i), alpha=0.8, error_kw={"lw": 0.8})
+        ax.set_yticks(range(len(rows)), [f"{label} ({r['count']})" for label, r in zip(labels, rows)], fontsize=7)
+        ax.invert_yaxis()
+        ax.set_xlabel("mean depth")
+        ax.set_title(family, fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def figure_logit_lens(report: ProbeReport):
+    """Logit lens: next-token accuracy and KL to the final layer, by layer."""
+    lens = report.logit_lens
+    if lens is None:
+        return None
+    plt = _plt()
+    names = lens["layer_names"]
+    fig, ax = plt.subplots(figsize=(6.5, 3.3))
+    ax.plot(range(len(names)), _values(lens["accuracy"]), "o-", color=_color(0), label="next-token accuracy")
+    ax.set_ylabel("next-token accuracy")
+    twin = ax.twinx()
+    twin.plot(range(len(names)), _values(lens["kl_to_final"]), "s--", color=_color(1), label="KL to final (nats)")
+    twin.set_ylabel("KL(final || layer), nats")
+    ax.set_title("logit lens: every layer through the final norm and unembedding", fontsize=9)
+    _layer_axis(ax, names)
+    fig.legend(fontsize=8, loc="upper center", ncol=2, bbox_to_anchor=(0.5, 0.92))
+    fig.tight_layout()
+    return fig
+
+
+@dataclass(frozen=True)
+class ReportFigure:
+    """One figure of the report: its id (the image's file stem), heading, caption and drawing function."""
+
+    key: str
+    title: str
+    caption: str
+    draw: Callable[[ProbeReport], object]
+
+
+FIGURES: tuple[ReportFigure, ...] = (
+    ReportFigure("scores", "Which layer knows what",
+                 "Linear probe score per layer on the evaluation split (dotted: the control task, whose labels "
+                 "only memorisation can learn); right: selectivity = task - control. A property is in the states "
+                 "where the score is high and the selectivity too.", figure_scores),
+    ReportFigure("mdl", "Description length",
+                 "Online codelength of the labels given each layer (Voita & Titov), against the uniform code: "
+                 "lower means the labels are easier to extract, with the probe's effort counted.", figure_mdl),
+    ReportFigure("cumulative", "Cumulative scoring",
+                 "Score of a probe on the learned scalar mix of layers 0..l (line) and the gain each layer adds "
+                 "(bars); E_Δ is the centre of gravity of the gains (Tenney et al.).", figure_cumulative),
+    ReportFigure("layer_weights", "Layer weights",
+                 "Every trained run's mixer weights for this cache, beside each task's probe on the mix of all "
+                 "layers.", figure_layer_weights),
+    ReportFigure("similarity", "Layer similarity",
+                 "Linear CKA between the layers' pooled vectors: blocks of similar layers, and where the "
+                 "representation changes.", figure_similarity),
+    ReportFigure("prediction_depth", "Prediction depth",
+                 "The earliest layer from which every later layer's probe predicts what the last one does (bars), "
+                 "and the last layer's accuracy on the examples of each depth (dots).", figure_prediction_depth),
+    ReportFigure("token_depth", "How deep each token goes",
+                 "Per-token depth N + R of an adaptive-computation-time head, its distribution and its mean "
+                 "(± sd) by token category.", figure_token_depth),
+    ReportFigure("logit_lens", "Logit lens",
+                 "Each layer read through the model's final norm and unembedding: next-token accuracy and the KL "
+                 "divergence from the final layer's distribution.", figure_logit_lens),
+)
+"""The report's figures, in the order it shows them."""
+
+
+def render_png(fig, dpi: int = 110) -> bytes:
+    """A figure as PNG bytes (and closes it)."""
+    import io
+
+    plt = _plt()
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=dpi)
+    plt.close(fig)
+    return buffer.getvalue()
+
+
+def report_figures(report: ProbeReport) -> list[tuple[ReportFigure, bytes]]:
+    """Every figure the report has data for, as (figure, PNG bytes), in :data:`FIGURES` order."""
+    out = []
+    for spec in FIGURES:
+        fig = spec.draw(report)
+        if fig is not None:
+            out.append((spec, render_png(fig)))
+    return out

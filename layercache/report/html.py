@@ -1,0 +1,163 @@
+"""The probing report as one self-contained HTML file: figures embedded as PNG data, no script, no network.
+
+The page opens from disk in any browser, attaches to an e-mail, and renders the same offline: the
+style sheet is inline, each figure is a ``data:image/png;base64`` image with alt text, and nothing
+is fetched. Every value shown comes from the report's JSON (:class:`~.probe_report.ProbeReport`).
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+
+import numpy as np
+
+from .figures import report_figures
+from .probe_report import ProbeReport
+from .summary import summary_rows
+
+STYLE = """
+body { font-family: -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; margin: 2em auto; max-width: 1180px;
+       color: #222; line-height: 1.45; padding: 0 1em; }
+h1 { font-size: 1.6em; margin-bottom: 0.2em; } h2 { margin-top: 2em; border-bottom: 1px solid #ddd; }
+table { border-collapse: collapse; margin: 0.8em 0; font-size: 0.9em; }
+th, td { border: 1px solid #ddd; padding: 0.25em 0.6em; text-align: right; }
+th { background: #f5f5f5; } td.text, th.text { text-align: left; }
+td.best { font-weight: bold; background: #eef6ee; }
+figure { margin: 1em 0; } figure img { max-width: 100%; height: auto; border: 1px solid #eee; }
+figcaption { color: #555; font-size: 0.9em; max-width: 900px; }
+.meta { color: #555; } .note { color: #8a5a00; }
+"""
+
+
+def _e(value) -> str:
+    return html.escape(str(value))
+
+
+def _num(value, digits: int = 3) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return _e(value)
+
+
+def _table(header: list[str], rows: list[list[str]], text_columns: int = 1, best: dict | None = None) -> str:
+    """An HTML table; the first ``text_columns`` columns are left-aligned; ``best`` marks (row, col) cells."""
+    best = best or {}
+    head = "".join(f'<th class="{"text" if i < text_columns else ""}">{_e(h)}</th>' for i, h in enumerate(header))
+    body = []
+    for r, row in enumerate(rows):
+        cells = []
+        for c, cell in enumerate(row):
+            classes = " ".join(x for x in ("text" if c < text_columns else "", "best" if best.get((r, c)) else "") if x)
+            cells.append(f'<td class="{classes}">{cell}</td>' if classes else f"<td>{cell}</td>")
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+def _layer_table(report: ProbeReport, task: str, t: dict) -> str:
+    """One row per layer: validation and evaluation scores, control, selectivity, MDL, cumulative score."""
+    names = report.layer_names
+    columns: list[tuple[str, list]] = [("validation", t["probe"]["validation"])]
+    if t["probe"].get("eval") is not None:
+        columns.append((f"{report.meta['eval_split']}", t["probe"]["eval"]))
+    columns.append(("C", t["probe"]["C"]))
+    if "control" in t:
+        control = t["control"]
+        columns.append(("control", control["eval"] if control.get("eval") is not None else control["validation"]))
+        columns.append(("selectivity", control["selectivity"]))
+    if "mdl" in t:
+        columns.append(("MDL kbits", [None if v is None else v / 1000 for v in t["mdl"]["codelength_bits"]]))
+        columns.append(("compression", t["mdl"]["compression"]))
+    if "cumulative" in t:
+        columns.append(("mix 0..l", t["cumulative"]["scores"]))
+        columns.append(("gain", t["cumulative"]["gains"]))
+    rows = [[_e(name)] + [_num(values[i], 2 if label == "C" else 3) for label, values in columns]
+            for i, name in enumerate(names)]
+    best = {(t["probe"]["best_index"], 1): True}
+    return _table(["layer"] + [label for label, _ in columns], rows, best=best)
+
+
+def _runs_table(report: ProbeReport) -> str:
+    rows = []
+    for run in report.runs:
+        scores = ", ".join(f"{task} {s['metric']} {_num(s['value'])}" for task, s in run["scores"].items())
+        centres = ", ".join(f"{_num(v, 2)}" if key == "shared" else f"{key} {_num(v, 2)}"
+                            for key, v in run["expected_layer"].items())
+        rows.append([_e(run["name"]), _e(run["mixer"]), _e(run["scored_on"]), scores or "–", centres or "–",
+                     f'<span class="meta">{_e(run["path"])}</span>'])
+    return _table(["run", "mixer", "scored on", "scores", "expected layer", "folder"], rows, text_columns=6)
+
+
+def _token_depth_tables(report: ProbeReport) -> str:
+    td = report.token_depth
+    parts = [f"<p>From the act run <code>{_e(td['run'])}</code> on split <b>{_e(td['split'])}</b>: "
+             f"{td['n_tokens']:,} tokens, mean depth {td['mean']:.2f}.</p>"]
+    for family, rows in td["by_category"]["families"].items():
+        parts.append(f"<h3>{_e(family)}</h3>")
+        parts.append(_table(["category", "tokens", "mean depth", "sd"],
+                            [[_e(r["category"]), f"{r['count']:,}", _num(r["mean"], 2), _num(r["std"], 2)]
+                             for r in rows]))
+    return "".join(parts)
+
+
+def _figure(spec, png: bytes) -> str:
+    data = base64.b64encode(png).decode("ascii")
+    return (f'<figure id="figure-{spec.key}"><img src="data:image/png;base64,{data}" alt="{_e(spec.title)}" '
+            f'data-figure="{spec.key}"><figcaption>{_e(spec.caption)}</figcaption></figure>')
+
+
+def render_html(report: ProbeReport) -> str:
+    """The whole report as an HTML document (a string)."""
+    meta = report.meta
+    figures = {spec.key: _figure(spec, png) for spec, png in report_figures(report)}
+    splits = ", ".join(f"{name} {n:,}" for name, n in meta["splits"].items())
+    out = [
+        "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>Probe report: {_e(meta['model'])} on {_e(meta['dataset'])}</title>",
+        f"<style>{STYLE}</style></head><body>",
+        f"<h1>Probe report: {_e(meta['model'])} on {_e(meta['dataset'])}</h1>",
+        f'<p class="meta">Cache <code>{_e(meta["cache"])}</code> · {_e(meta["architecture"])} '
+        f'({_e(meta["model_kind"])}), {len(report.layer_names)} states of width {meta["hidden_size"]}, stored '
+        f'{_e(meta["storage_dtype"])} ({_e(meta["store"])}) · splits: {_e(splits)} · scores on '
+        f'<b>{_e(meta["eval_split"] or "validation")}</b>, C chosen on {_e(meta["validation"] or "a slice of train")} '
+        f'· layercache {_e(meta["layercache_version"])}, {_e(meta["created_at"])}</p>',
+    ]
+    if report.tasks:
+        header, rows = summary_rows(report)
+        out += ["<h2>Summary</h2>", _table(header, [[_e(c) for c in row] for row in rows], text_columns=2)]
+    for key in ("scores", "mdl", "cumulative"):
+        if key in figures:
+            spec_title = {"scores": "Which layer knows what", "mdl": "Description length",
+                          "cumulative": "Cumulative scoring"}[key]
+            out += [f"<h2>{spec_title}</h2>", figures[key]]
+    if report.tasks:
+        out.append("<h2>Per layer</h2>")
+        for task, t in report.tasks.items():
+            out += [f"<h3>{_e(task)} <span class=\"meta\">({_e(t['kind'])}, {_e(t['metric'])}, "
+                    f"read from {_e(t['source'])})</span></h3>", _layer_table(report, task, t)]
+    if report.runs or "layer_weights" in figures:
+        out.append("<h2>Layer weights</h2>")
+        if report.runs:
+            out.append(_runs_table(report))
+        out.append(figures.get("layer_weights", ""))
+    for key, title in (("similarity", "Layer similarity"), ("prediction_depth", "Prediction depth")):
+        if key in figures:
+            out += [f"<h2>{title}</h2>", figures[key]]
+    if report.token_depth is not None:
+        out += ["<h2>How deep each token goes</h2>", figures.get("token_depth", ""), _token_depth_tables(report)]
+    if report.logit_lens is not None:
+        out += ["<h2>Logit lens</h2>", figures.get("logit_lens", "")]
+    if report.notes:
+        out += ["<h2>Not in this report</h2>", "<ul>"]
+        out += [f'<li class="note">{_e(note)}</li>' for note in report.notes]
+        out.append("</ul>")
+    if report.timings:
+        total = float(np.sum(list(report.timings.values())))
+        rows = [[_e(part), f"{seconds:.1f}"] for part, seconds in report.timings.items()]
+        rows.append(["<b>total</b>", f"<b>{total:.1f}</b>"])
+        out += ["<h2>Timings</h2>", _table(["part", "seconds"], rows)]
+    out.append("</body></html>")
+    return "\n".join(out) + "\n"

@@ -1,0 +1,503 @@
+"""The probing report of a cache: which layer knows what, and how deep examples and tokens need to go.
+
+    report = build_probe_report(cache)               # every analysis, from the cache alone
+    paths = report.save("runs/demo-cache.report")    # report.json + a self-contained report.html
+    ProbeReport.load(paths.json) == report           # the JSON is the report
+
+For every label task of the cache (on the evaluation split: ``test`` when there is one):
+
+- ``probe``: a linear probe per layer (:class:`~layercache.probes.LinearProbes`): validation and
+  evaluation scores, the chosen ``C``, the best layer;
+- ``control``: the same probes on the control task, and selectivity = task - control
+  (classification tasks);
+- ``mdl``: the online codelength in bits and the compression per layer (classification tasks);
+- ``cumulative``: probes on the scalar mix of layers ``0..l`` for every ``l``, the gains and
+  their expected layer ``E_Delta``, and the expected layer of the full mix's weights ``E_s``;
+- ``prediction_depth``: from the per-layer probes' predictions, each example's (word's) depth,
+  its distribution and accuracy by depth (classification tasks).
+
+For the cache as a whole: linear CKA between layers (``similarity``); the layer weights of every
+trained run found for this cache (``runs``: the runs folder beside it and any run given), with
+their expected layers; per-token depth from an ``act`` head by token category (``token_depth``);
+the logit lens of a decoder cache that holds its final norm and unembedding (``logit_lens``).
+
+Missing values (a score of an empty split, an expected layer without positive gains) are
+``None`` here and ``null`` in the JSON, never NaN, so any JSON reader takes the file.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+
+from ..core.version import __version__
+from ..depth import cumulative_scoring, expected_layer, layer_similarity, prediction_depth
+from ..errors import CacheError, ConfigError
+from ..heads.runs import read_run
+from ..probes import CumulativeProbes, LinearProbes, OnlineCodeMDL
+from ..store.reader import LayerCache
+
+REPORT_FORMAT = "layercache-probe-report"
+REPORT_VERSION = 1
+JSON_NAME, HTML_NAME = "report.json", "report.html"
+
+
+def clean(value):
+    """``value`` as plain JSON data: arrays as lists, numpy scalars as Python numbers, NaN / inf as None."""
+    if isinstance(value, dict):
+        return {str(k): clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [clean(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return clean(value.tolist())
+    if isinstance(value, (np.integer,)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        value = float(value)
+        return value if math.isfinite(value) else None
+    return value
+
+
+@dataclass
+class ReportPaths:
+    """Where :meth:`ProbeReport.save` wrote the report."""
+
+    folder: Path
+    json: Path
+    html: Path
+
+
+@dataclass
+class ProbeReport:
+    """A probing report, as plain JSON data (see the module docstring for what each part holds).
+
+    Attributes:
+        meta: the cache (path, model, dataset, layer names, splits), the evaluation split, the
+            settings and the versions.
+        tasks: task name -> its analyses (``probe``, ``control``, ``mdl``, ``cumulative``,
+            ``prediction_depth``; the parts that do not apply to a task kind are absent).
+        similarity: linear CKA between layers, or None when the cache holds no pooled vectors.
+        runs: every trained run found for the cache: its path, mixer, test score and layer weights.
+        token_depth: per-token ``act`` depth by token category, or None.
+        logit_lens: next-token accuracy and KL to the final layer per layer (decoders), or None.
+        timings: seconds spent in each part.
+        notes: why a part is missing, in one sentence each.
+    """
+
+    meta: dict
+    tasks: dict[str, dict] = field(default_factory=dict)
+    similarity: dict | None = None
+    runs: list[dict] = field(default_factory=list)
+    token_depth: dict | None = None
+    logit_lens: dict | None = None
+    timings: dict[str, float] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.clean()
+
+    def clean(self) -> "ProbeReport":
+        """Make every part plain JSON data (lists, numbers, None for NaN), as :meth:`to_json` writes it."""
+        for name in ("meta", "tasks", "similarity", "runs", "token_depth", "logit_lens", "timings", "notes"):
+            setattr(self, name, clean(getattr(self, name)))
+        return self
+
+    @property
+    def layer_names(self) -> list[str]:
+        """The cache's states, in order (embeddings first)."""
+        return list(self.meta["layer_names"])
+
+    def to_json(self) -> dict:
+        """The report as JSON data, with its format name and version."""
+        return {"format": REPORT_FORMAT, "version": REPORT_VERSION, **clean(asdict(self))}
+
+    @classmethod
+    def from_json(cls, data: dict) -> "ProbeReport":
+        """A report from :meth:`to_json`'s data; refuses another format or a newer version."""
+        if not isinstance(data, dict) or data.get("format") != REPORT_FORMAT:
+            raise ConfigError("This JSON is not a layercache probe report (no \"format\": "
+                              f"\"{REPORT_FORMAT}\"); pass the report.json that probe-report wrote.")
+        if not isinstance(data.get("version"), int) or data["version"] > REPORT_VERSION:
+            raise ConfigError(f"The report has version {data.get('version')!r}, newer than this layercache reads "
+                              f"({REPORT_VERSION}); upgrade layercache.")
+        names = ("meta", "tasks", "similarity", "runs", "token_depth", "logit_lens", "timings", "notes")
+        return cls(**{k: data[k] for k in names if k in data})
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "ProbeReport":
+        """Read a ``report.json`` (or the folder holding one)."""
+        path = Path(path)
+        if path.is_dir():
+            path = path / JSON_NAME
+        try:
+            data = json.loads(path.read_text())
+        except FileNotFoundError:
+            raise ConfigError(f"There is no report at {path}; run layercache probe-report first.") from None
+        except (OSError, ValueError) as err:
+            raise ConfigError(f"The report {path} is not readable JSON ({err}); write it again with "
+                              "layercache probe-report.") from None
+        return cls.from_json(data)
+
+    def save(self, folder: str | os.PathLike) -> ReportPaths:
+        """Write ``report.json`` and a self-contained ``report.html`` (figures embedded) into ``folder``."""
+        from ..core.files import write_text_atomic
+        from .html import render_html
+
+        folder = Path(folder)
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise ConfigError(f"The report folder {folder} cannot be created ({err.strerror or err}); choose "
+                              "another --out.") from None
+        paths = ReportPaths(folder, folder / JSON_NAME, folder / HTML_NAME)
+        write_text_atomic(paths.json, json.dumps(self.to_json(), indent=1, allow_nan=False) + "\n")
+        write_text_atomic(paths.html, render_html(self))
+        return paths
+
+    # --- what a summary shows ---------------------------------------------------------
+    def best_layers(self) -> dict[str, str | None]:
+        """Task -> the layer whose probe scores best on validation."""
+        return {name: t["probe"]["best_layer"] for name, t in self.tasks.items()}
+
+
+# --- building --------------------------------------------------------------------------
+Step = Callable[[str], None]
+
+
+def _no_step(description: str) -> None:
+    """A step callback that shows nothing."""
+
+
+def default_eval_split(cache: LayerCache) -> str | None:
+    """The split a report scores on: ``test`` when present, else the validation split, else None
+    (then the probes' validation scores are reported)."""
+    if "test" in cache.splits:
+        return "test"
+    return cache.validation_split(exclude="train")
+
+
+def find_runs(cache: LayerCache, extra: Iterable[str | os.PathLike] = ()) -> list[Path]:
+    """Run folders trained on ``cache``: those in ``<cache>.runs/`` and ``extra`` whose recorded cache has
+    the same backbone fingerprint and extraction settings (config hash). ``extra`` runs that do not match
+    are refused, naming the run."""
+    manifest = cache.manifest
+    found: list[Path] = []
+    beside = cache.path.parent / f"{cache.path.name}.runs"
+    candidates = sorted(p for p in beside.iterdir() if (p / "config.json").is_file()) if beside.is_dir() else []
+    for run in candidates:
+        config = _run_config(run)
+        if config is not None and _trained_on(config, manifest):
+            found.append(run)
+    for run in map(Path, extra):
+        config = _run_config(run)
+        if config is None:
+            raise ConfigError(f"{run} is not a run folder (no readable config.json); pass a folder written by "
+                              "layercache train-head.")
+        if not _trained_on(config, manifest):
+            raise ConfigError(f"The run {run} was trained on another cache than {cache.path} (a different "
+                              "backbone or extraction settings); pass runs of this cache.")
+        if run.resolve() not in {p.resolve() for p in found}:
+            found.append(run)
+    return found
+
+
+def _run_config(run: Path) -> dict | None:
+    try:
+        return json.loads((run / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _trained_on(config: dict, manifest) -> bool:
+    recorded = config.get("cache") or {}
+    return (recorded.get("config_hash") == manifest.config_hash
+            and recorded.get("model_fingerprint") == manifest.model.fingerprint)
+
+
+def build_probe_report(cache: LayerCache, *, tasks: Sequence[str] | None = None, eval_split: str | None = None,
+                       runs: Iterable[str | os.PathLike] = (), act_run: str | os.PathLike | None = None,
+                       mdl: bool = True, cumulative: bool = True, seed: int = 0,
+                       step: Step = _no_step) -> ProbeReport:
+    """Every analysis of the module docstring on ``cache``, from the cache alone.
+
+    Args:
+        cache: an open cache with labels.
+        tasks: the tasks to probe (default: every task of the cache).
+        eval_split: the split scores are reported on (default: :func:`default_eval_split`).
+        runs: more run folders to show beside those found in ``<cache>.runs/``.
+        act_run: the ``act`` run whose per-token depth is broken down by token category (default:
+            the newest ``act`` run found among the runs; none: no token depth).
+        mdl: compute the online codelength (the slowest part on large token tasks).
+        cumulative: fit the cumulative scoring probes.
+        seed: seeds the probes' validation slices, control tasks and samples.
+        step: called with a description before each part (progress display).
+    """
+    if not cache.tasks:
+        raise CacheError(f"The cache {cache.path} holds no labels, so there is nothing to probe; extract it with "
+                         "a label column (without --no-labels).")
+    known = [t.name for t in cache.tasks]
+    chosen = list(tasks) if tasks else known
+    unknown = [t for t in chosen if t not in known]
+    if unknown:
+        raise ConfigError(f"The cache has no task {unknown[0]!r}; its tasks are: {', '.join(known)}.")
+    if eval_split is None:
+        eval_split = default_eval_split(cache)
+    elif eval_split not in cache.splits:
+        raise ConfigError(f"The cache has no split {eval_split!r}; its splits are: {', '.join(cache.splits)}.")
+    m = cache.manifest
+    report = ProbeReport(meta={
+        "cache": str(cache.path), "model": m.model.name, "model_kind": m.model.kind,
+        "architecture": m.model.architecture, "dataset": m.dataset.name, "layer_names": cache.layer_names,
+        "hidden_size": cache.hidden_size, "store": m.storage.store, "storage_dtype": m.storage.dtype,
+        "splits": {s: cache.num_examples(s) for s in cache.splits}, "eval_split": eval_split,
+        "validation": cache.validation_split(exclude="train"), "seed": seed,
+        "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "layercache_version": __version__,
+    })
+    timer = _Timer(report.timings)
+    for spec in cache.tasks:
+        if spec.name in chosen:
+            report.tasks[spec.name] = _task_report(cache, spec, eval_split, mdl, cumulative, seed, step, timer)
+    _add_similarity(report, cache, eval_split, seed, step, timer)
+    run_paths = find_runs(cache, runs)
+    step("layer weights of trained runs")
+    with timer("runs"):
+        report.runs = [_run_summary(run) for run in run_paths]
+    _add_token_depth(report, cache, eval_split, act_run, run_paths, step, timer)
+    _add_logit_lens(report, cache, eval_split, step, timer)
+    return report.clean()
+
+
+class _Timer:
+    """``with timer("part"):`` adds the part's seconds to the report's timings."""
+
+    def __init__(self, timings: dict[str, float]):
+        self.timings = timings
+
+    def __call__(self, part: str):
+        timer = self
+
+        class _Part:
+            def __enter__(self):
+                self.t0 = time.perf_counter()
+
+            def __exit__(self, *exc):
+                timer.timings[part] = timer.timings.get(part, 0.0) + time.perf_counter() - self.t0
+
+        return _Part()
+
+
+def _task_report(cache: LayerCache, spec, eval_split: str | None, mdl: bool, cumulative: bool, seed: int,
+                 step: Step, timer: _Timer) -> dict:
+    """The per-layer analyses of one task."""
+    name = spec.name
+    classification = spec.kind != "regression"
+    out: dict = {"kind": spec.kind, "label_names": spec.label_names,
+                 "metric": "accuracy" if classification else "r2"}
+    step(f"{name}: linear probes")
+    with timer(f"{name}: probes"):
+        probes = LinearProbes(task=name, seed=seed).fit(cache)
+        evaluated = probes.score(cache, eval_split) if eval_split else None
+    out["source"] = probes.source_
+    out["probe"] = {"validation": probes.scores_, "eval": evaluated, "C": probes.C_,
+                    "best_layer": probes.layer_names_[probes.best_layer_], "best_index": probes.best_layer_,
+                    "validated_on": probes.validation_, "n_train": probes.n_train_,
+                    "seconds": probes.fit_seconds_}
+    if classification:
+        step(f"{name}: control task")
+        with timer(f"{name}: control"):
+            control = LinearProbes(task=name, seed=seed, control=True).fit(cache)
+            control_eval = control.score(cache, eval_split) if eval_split else None
+        task_scores = evaluated if evaluated is not None else probes.scores_
+        control_scores = control_eval if control_eval is not None else control.scores_
+        out["control"] = {"validation": control.scores_, "eval": control_eval,
+                          "selectivity": np.asarray(task_scores) - np.asarray(control_scores),
+                          "on": eval_split or "validation"}
+        if eval_split:
+            step(f"{name}: prediction depth")
+            with timer(f"{name}: prediction depth"):
+                predicted, target = probes.predictions(cache, eval_split)
+                depth = prediction_depth(predicted.T, target)
+            out["prediction_depth"] = {"counts": depth.counts, "accuracy_by_depth": depth.accuracy_by_depth,
+                                       "mean": depth.mean_depth, "on": eval_split}
+        if mdl:
+            step(f"{name}: MDL (online code)")
+            with timer(f"{name}: mdl"):
+                code = OnlineCodeMDL(task=name, seed=seed).fit(cache)
+            out["mdl"] = {"codelength_bits": code.codelength_, "compression": code.compression_,
+                          "uniform_bits": code.uniform_codelength_,
+                          "best_layer": code.layer_names_[code.best_layer_], "n": int(code.portions_[-1]),
+                          "seconds": code.fit_seconds_}
+    if cumulative:
+        step(f"{name}: cumulative scoring")
+        with timer(f"{name}: cumulative"):
+            cum = CumulativeProbes(task=name, seed=seed).fit(cache)
+            scores = cum.score(cache, eval_split) if eval_split else cum.scores_
+        gains = cumulative_scoring(scores)
+        out["cumulative"] = {"scores": scores, "validation": cum.scores_, "gains": gains.gains,
+                             "expected_layer": gains.expected_layer, "mix_weights": cum.mix_weights_,
+                             "expected_layer_of_mix": expected_layer(cum.mix_weights_[-1]),
+                             "on": eval_split or "validation", "seconds": cum.fit_seconds_}
+    return out
+
+
+def _add_similarity(report: ProbeReport, cache: LayerCache, eval_split: str | None, seed: int, step: Step,
+                    timer: _Timer) -> None:
+    pooling = cache.manifest.pooling
+    if not pooling:
+        report.notes.append("No layer similarity: the cache holds no pooled vectors (extract with --pooling mean).")
+        return
+    step("layer similarity (linear CKA)")
+    with timer("similarity"):
+        mode = "mean" if "mean" in pooling else pooling[0]
+        sim = layer_similarity(cache, eval_split, source=f"pooled:{mode}", seed=seed)
+    report.similarity = {"layers": sim.layer_names, "cka": sim.matrix, "split": sim.split,
+                         "n": sim.num_examples, "source": sim.source}
+
+
+def _run_summary(run: Path) -> dict:
+    """A run's mixer, test score and layer weights (with each weight vector's expected layer)."""
+    files = read_run(run)
+    metrics, weights = files.get("metrics", {}), files.get("layer_weights", {})
+    mixers = {k: v for k, v in (weights.get("mixers") or {}).items() if v is not None}
+    centres = {}
+    for key, values in mixers.items():
+        try:
+            centres[key] = expected_layer(np.asarray(values, np.float64))
+        except ConfigError:
+            centres[key] = None
+    scores = {}
+    for task, values in (metrics.get("test") or metrics.get("validation") or {}).items():
+        primary = next((m for m in ("accuracy", "span_f1", "macro_f1", "pearson") if m in values), None)
+        if primary:
+            scores[task] = {"metric": primary, "value": values[primary]}
+    return {"path": str(run), "name": run.name, "mixer": metrics.get("mixer") or files.get("config", {}).get(
+        "params", {}).get("mixer"), "scores": scores, "scored_on": metrics.get("test_split") or "validation",
+        "layer_names": weights.get("layer_names"), "weights": mixers, "expected_layer": centres,
+        "usage": weights.get("usage") or {}}
+
+
+def _add_token_depth(report: ProbeReport, cache: LayerCache, eval_split: str | None, act_run, run_paths: list[Path],
+                     step: Step, timer: _Timer) -> None:
+    """Per-token ``act`` depth by token category, from ``act_run`` or the newest ``act`` run found."""
+    if not cache.stores_tokens:
+        report.notes.append("No per-token depth: the cache holds pooled vectors only.")
+        return
+    if act_run is None:
+        act_runs = [r for r in report.runs if r["mixer"] == "act"]
+        if not act_runs:
+            report.notes.append("No per-token depth: no act run found for this cache (train one with "
+                                "layercache train-head --mixer act, or let probe-report train one).")
+            return
+        act_run = max(act_runs, key=lambda r: Path(r["path"]).stat().st_mtime)["path"]
+    from ..depth import depth_by_category, token_categories
+    from ..heads import LayerHead
+    from ..heads.token_usage import per_token_usage
+
+    split = eval_split or cache.validation_split(exclude="train") or "train"
+    step("per-token depth (act) by token category")
+    with timer("token depth"):
+        head = LayerHead.load(act_run)
+        usage = per_token_usage(head, cache, split)
+        key, depth = next(iter(usage.items()))
+        categories = token_categories(cache, split)
+        table = depth_by_category(depth, categories)
+    families: dict[str, list[dict]] = {}
+    for row in table.rows():
+        families.setdefault(row.pop("family"), []).append(row)
+    n_steps = len(head.layer_names_) - 1
+    counts, edges = np.histogram(depth[np.isfinite(depth)], bins=np.arange(1, n_steps + 2))
+    report.token_depth = {"run": str(act_run), "mixer_key": key, "split": split, "n_tokens": int(np.isfinite(
+        depth).sum()), "mean": float(np.nanmean(depth)), "histogram": {"edges": edges, "counts": counts},
+        "by_category": {"families": families, "categories_of": categories.split}}
+
+
+def _add_logit_lens(report: ProbeReport, cache: LayerCache, eval_split: str | None, step: Step,
+                    timer: _Timer) -> None:
+    """Next-token accuracy and KL to the final layer per layer, for a decoder cache with lens weights."""
+    if cache.manifest.model.kind != "decoder" or not cache.stores_tokens:
+        return
+    from ..depth import logit_lens
+
+    split = eval_split or cache.validation_split(exclude="train") or "train"
+    step("logit lens")
+    with timer("logit lens"):
+        try:
+            lens = logit_lens(cache, split)
+        except CacheError as err:  # an older cache without its final norm and unembedding, say
+            report.notes.append(f"No logit lens: {err}")
+            return
+    report.logit_lens = {"split": lens.split, "layer_names": list(lens.layer_names), "accuracy": lens.accuracy,
+                         "kl_to_final": lens.kl, "agreement": lens.agreement, "n_tokens": lens.n_tokens,
+                         "n_predictions": lens.n_predictions}
+
+
+def count_steps(cache: LayerCache, tasks: Sequence[str] | None, eval_split: str | None, mdl: bool,
+                cumulative: bool, token_depth: bool) -> int:
+    """How many ``step`` calls :func:`build_probe_report` makes (the length of its progress bar)."""
+    chosen = [t for t in cache.tasks if not tasks or t.name in tasks]
+    n = 0
+    for spec in chosen:
+        classification = spec.kind != "regression"
+        n += 1 + int(cumulative) + (classification * (1 + int(mdl) + int(eval_split is not None)))
+    n += int(bool(cache.manifest.pooling)) + 1 + int(token_depth)
+    n += int(cache.manifest.model.kind == "decoder" and cache.stores_tokens)
+    return n
+
+
+def probe_report(cache: str | os.PathLike | LayerCache | None = None, out: str | os.PathLike | None = None, *,
+                 train_act: bool = True, act_epochs: int = 8, progress: bool = True,
+                 **options) -> tuple[ProbeReport, ReportPaths]:
+    """Build the probing report of a cache and write ``report.json`` and ``report.html``.
+
+    Args:
+        cache: a cache folder or an open :class:`LayerCache` (default: the most recent cache).
+        out: the report folder (default: ``<cache>.report`` beside the cache).
+        train_act: when the cache stores token states and no ``act`` run of it exists, train one
+            (``act_epochs`` epochs, into ``<out>/act-run``) for the per-token depth.
+        act_epochs: epochs of that head.
+        progress: show a progress bar over the parts.
+        **options: :func:`build_probe_report` options (``tasks``, ``eval_split``, ``runs``, ``act_run``,
+            ``mdl``, ``cumulative``, ``seed``).
+    """
+    from ..progress import steps_progress
+
+    owned = not isinstance(cache, LayerCache)
+    handle = LayerCache.open(cache) if owned else cache
+    try:
+        folder = Path(out) if out is not None else handle.path.parent / f"{handle.path.name}.report"
+        if folder.exists() and not folder.is_dir():
+            raise ConfigError(f"--out {folder} is a file, not a folder; choose a folder for the report.")
+        options["runs"] = list(options.get("runs") or ())
+        act_run = options.pop("act_run", None)
+        found = find_runs(handle, options["runs"])
+        has_act = any(_run_summary(run)["mixer"] == "act" for run in found)
+        if act_run is None and not has_act and train_act and handle.stores_tokens:
+            act_run = _train_act(handle, folder / "act-run", act_epochs, options.get("seed", 0), progress)
+            options["runs"].append(act_run)  # its layer weights belong in the report too
+        eval_split = options.get("eval_split") or default_eval_split(handle)
+        total = count_steps(handle, options.get("tasks"), eval_split, options.get("mdl", True),
+                            options.get("cumulative", True),
+                            token_depth=handle.stores_tokens and (act_run is not None or has_act))
+        with steps_progress(progress, total, "probe-report") as step:
+            report = build_probe_report(handle, act_run=act_run, step=step, **options)
+        return report, report.save(folder)
+    finally:
+        if owned:
+            handle.close()
+
+
+def _train_act(cache: LayerCache, run: Path, epochs: int, seed: int, progress: bool) -> Path:
+    """An ``act`` head on every task of ``cache``, for its per-token depth (the run lands in ``run``)."""
+    from ..heads.runs import train_head
+
+    train_head(cache, "act", out=run, overwrite=True, epochs=epochs, seed=seed, source="tokens", progress=progress)
+    return run

@@ -1,0 +1,63 @@
+"""The probing report's summary, as rows (shared by the HTML page and the terminal) and as rich tables."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from .probe_report import ProbeReport
+
+
+def _fmt(value, digits: int = 3) -> str:
+    return "–" if value is None else f"{value:.{digits}f}"
+
+
+def summary_rows(report: ProbeReport) -> tuple[list[str], list[list[str]]]:
+    """Header and one row per task: best layer and its score, selectivity, MDL, expected layers, depth."""
+    split = report.meta["eval_split"] or "validation"
+    header = ["task", "kind", "best layer", f"score ({split})", "selectivity", "MDL best (compression)",
+              "E_Δ (cumulative)", "E_s (mix weights)", "mean prediction depth"]
+    rows = []
+    for task, t in report.tasks.items():
+        best = t["probe"]["best_index"]
+        scores = t["probe"]["eval"] if t["probe"].get("eval") is not None else t["probe"]["validation"]
+        selectivity = t["control"]["selectivity"][best] if "control" in t else None
+        mdl = t.get("mdl")
+        mdl_text = "–" if mdl is None else f"{mdl['best_layer']} ({max(v or 0 for v in mdl['compression']):.2f})"
+        cum = t.get("cumulative") or {}
+        depth = t.get("prediction_depth") or {}
+        rows.append([task, t["kind"], t["probe"]["best_layer"], f"{_fmt(scores[best])} {t['metric']}",
+                     _fmt(selectivity), mdl_text, _fmt(cum.get("expected_layer"), 2),
+                     _fmt(cum.get("expected_layer_of_mix"), 2), _fmt(depth.get("mean"), 2)])
+    return header, rows
+
+
+def render_probe_summary(report: ProbeReport, console: Console) -> None:
+    """Print the score and selectivity of every task by layer (best bold), then the summary table."""
+    names = report.layer_names
+    split = report.meta["eval_split"] or "validation"
+    table = Table("task", "", *[n.removeprefix("layer_") for n in names],
+                  title=f"probe score by layer on {split} (control task: selectivity = score - control)",
+                  title_justify="left")
+    for task, t in report.tasks.items():
+        scores = t["probe"]["eval"] if t["probe"].get("eval") is not None else t["probe"]["validation"]
+        best = t["probe"]["best_index"]
+        cells = [f"[bold green]{_fmt(v)}[/]" if i == best else _fmt(v) for i, v in enumerate(scores)]
+        table.add_row(task, t["metric"], *cells)
+        if "control" in t:
+            table.add_row("", "selectivity", *[_fmt(v) for v in t["control"]["selectivity"]])
+    console.print(table)
+    header, rows = summary_rows(report)
+    summary = Table(*header, title="summary", title_justify="left")
+    for row in rows:
+        summary.add_row(*row)
+    console.print(summary)
+    if report.token_depth is not None:
+        td = report.token_depth
+        console.print(f"act depth per token ({td['split']}): mean {td['mean']:.2f} over {td['n_tokens']:,} tokens; "
+                      "by category in the HTML report.")
+    if report.logit_lens is not None:
+        acc = report.logit_lens["accuracy"]
+        console.print("logit lens next-token accuracy by layer: " + ", ".join(_fmt(a) for a in acc))
+    for note in report.notes:
+        console.print(f"[yellow]{note}[/]")

@@ -1,0 +1,47 @@
+"""The report in a real headless browser (Debian's chromium): no console error, every figure rendered.
+
+Skipped when no chromium is installed, unless LAYERCACHE_REQUIRE_BROWSER=1 (``.ci/run`` sets it
+and installs chromium), so CI cannot pass without the check.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from layercache.report.figures import report_figures
+
+from .browser import open_page, require_browser
+
+
+@pytest.fixture(scope="module")
+def browser():
+    path = require_browser()
+    if path is None:
+        pytest.skip("no chromium installed (apt-get install chromium); .ci/run installs it")
+    return path
+
+
+def test_report_opens_with_no_console_error_and_every_figure_rendered(built_report, browser, tmp_path):
+    report, paths = built_report
+    page = open_page(paths.html, browser)
+    assert page.console_errors == []
+    assert page.outside_requests == []
+    expected = [spec.key for spec, _ in report_figures(report)]
+    assert [image["figure"] for image in page.images] == expected
+    for image in page.images:
+        assert image["complete"] and image["width"] > 200 and image["height"] > 100, image
+    assert page.title.startswith("Probe report:")
+    assert page.screenshot.startswith(b"\x89PNG") and len(page.screenshot) > 50_000
+    (tmp_path / "report.png").write_bytes(page.screenshot)
+
+
+def test_the_check_sees_a_broken_page(browser, tmp_path):
+    """The browser check is not vacuous: a missing image and a script error are both caught."""
+    broken = tmp_path / "broken.html"
+    broken.write_text('<!DOCTYPE html><html><head><title>x</title></head><body>'
+                      '<img data-figure="gone" src="missing.png"><script>console.error("boom"); undefined_call();'
+                      '</script></body></html>')
+    page = open_page(broken, browser)
+    assert any("boom" in e for e in page.console_errors)
+    assert any("undefined_call" in e or "Uncaught" in e for e in page.console_errors)
+    assert page.images == [{"figure": "gone", "complete": True, "width": 0, "height": 0}]

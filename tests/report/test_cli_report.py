@@ -1,0 +1,29 @@
+"""``layercache probe-report``: a thin wrapper that prints the summary and refuses bad input in one sentence."""
+
+from __future__ import annotations
+
+import json
+
+from cli_support import assert_refused, invoke
+
+
+def test_probe_report_prints_the_summary_and_writes_both_files(report_cache, built_report, tmp_path):
+    act_run = built_report[0].runs[0]["path"]
+    out = tmp_path / "cli-report"
+    result = invoke("probe-report", report_cache, "--out", out, "--no-mdl", "--no-cumulative", "--task", "sentiment",
+                    "--act-run", act_run, "--quiet")
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert "probe score by layer on test" in text and "summary" in text and "sentiment" in text
+    data = json.loads((out / "report.json").read_text())
+    assert list(data["tasks"]) == ["sentiment"] and "mdl" not in data["tasks"]["sentiment"]
+    assert data["token_depth"]["run"] == str(act_run)
+    assert (out / "report.html").stat().st_size > 10_000
+
+
+def test_probe_report_refusals(report_cache, tmp_path):
+    assert_refused(invoke("probe-report", tmp_path / "nowhere", "--quiet"), "nowhere")
+    assert_refused(invoke("probe-report", report_cache, "--task", "nope", "--out", tmp_path / "r", "--no-train-act",
+                          "--quiet"), "no task 'nope'")
+    (tmp_path / "file").write_text("x")
+    assert_refused(invoke("probe-report", report_cache, "--out", tmp_path / "file", "--quiet"), "is a file")

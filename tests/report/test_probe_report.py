@@ -1,0 +1,98 @@
+"""probe_report: every analysis from the cache, one JSON that is the report, one self-contained HTML page."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import pytest
+
+from layercache.errors import ConfigError
+from layercache.report.figures import FIGURES, report_figures
+from layercache.report.probe_report import ProbeReport, build_probe_report, find_runs
+from layercache.store.reader import LayerCache
+
+
+def _strict_json(text: str):
+    """json.loads that refuses NaN and Infinity, as JavaScript's JSON.parse does."""
+    def refuse(name):
+        raise ValueError(f"{name} is not JSON")
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_report_round_trips_through_its_json(built_report):
+    report, paths = built_report
+    again = ProbeReport.load(paths.json)
+    assert again == report
+    assert ProbeReport.from_json(_strict_json(paths.json.read_text())).to_json() == report.to_json()
+    assert ProbeReport.load(paths.folder) == report  # the folder works as well as the file
+
+
+def test_every_part_is_there_for_every_task_kind(built_report, report_cache):
+    report, _ = built_report
+    with LayerCache.open(report_cache) as cache:
+        L, tasks = len(cache.layer_names), {t.name: t for t in cache.tasks}
+    assert set(report.tasks) == set(tasks)
+    assert report.meta["eval_split"] == "test"
+    for name, t in report.tasks.items():
+        probe = t["probe"]
+        assert len(probe["validation"]) == len(probe["eval"]) == len(probe["C"]) == L
+        assert probe["best_layer"] == report.layer_names[int(np.argmax(probe["validation"]))]
+        assert len(t["cumulative"]["scores"]) == L and len(t["cumulative"]["mix_weights"]) == L
+        if tasks[name].kind == "regression":
+            assert t["metric"] == "r2" and not {"control", "mdl", "prediction_depth"} & set(t)
+        else:
+            sel = np.asarray(t["control"]["selectivity"])
+            assert np.allclose(sel, np.asarray(probe["eval"]) - np.asarray(t["control"]["eval"]))
+            assert len(t["mdl"]["codelength_bits"]) == L
+            assert sum(t["prediction_depth"]["counts"]) > 0
+    cka = np.asarray(report.similarity["cka"])
+    assert cka.shape == (L, L) and np.allclose(np.diag(cka), 1.0)
+    assert [r["mixer"] for r in report.runs] == ["act"]  # the act head trained for the report
+    td = report.token_depth
+    assert td["n_tokens"] > 0 and 1.0 <= td["mean"] <= L
+    families = td["by_category"]["families"]
+    assert {"token_type", "word_position", "frequency"} <= set(families)
+    assert {r["category"] for r in families["token_type"]} >= {"special", "word"}
+    assert all(part >= 0 for part in report.timings.values())
+
+
+def test_html_is_self_contained_with_every_figure(built_report):
+    report, paths = built_report
+    page = paths.html.read_text()
+    assert not re.search(r"""(src|href)=["']?(https?:)?//""", page)  # nothing fetched from anywhere
+    assert "<script" not in page
+    shown = re.findall(r'data-figure="([a-z_]+)"', page)
+    expected = [spec.key for spec, _ in report_figures(report)]
+    assert shown == expected
+    assert {"scores", "mdl", "cumulative", "layer_weights", "similarity", "prediction_depth", "token_depth"} <= set(
+        shown)
+    assert set(shown) <= {spec.key for spec in FIGURES}
+    for task in report.tasks:
+        assert task in page
+
+
+def test_runs_of_another_cache_are_refused(built_report, report_cache, tiny_models, tmp_path):
+    import layercache
+
+    other = tmp_path / "other"
+    layercache.extract(str(tiny_models["bert"]), "builtin", other, limit=60, progress=False)
+    with LayerCache.open(report_cache) as cache:
+        act_run = find_runs(cache, [built_report[0].runs[0]["path"]])
+        assert len(act_run) == 1
+    with LayerCache.open(other) as cache, pytest.raises(ConfigError, match="trained on another cache"):
+        find_runs(cache, [built_report[0].runs[0]["path"]])
+
+
+def test_refusals(report_cache, tmp_path):
+    with LayerCache.open(report_cache) as cache:
+        with pytest.raises(ConfigError, match="no task 'nope'"):
+            build_probe_report(cache, tasks=["nope"])
+        with pytest.raises(ConfigError, match="no split 'dev'"):
+            build_probe_report(cache, eval_split="dev")
+    (tmp_path / "x.json").write_text('{"format": "something else"}')
+    with pytest.raises(ConfigError, match="not a layercache probe report"):
+        ProbeReport.load(tmp_path / "x.json")
+    with pytest.raises(ConfigError, match="no report"):
+        ProbeReport.load(tmp_path / "missing.json")
