@@ -38,7 +38,7 @@ def probe_report(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
 ):
     """Probe every layer of a cache (no backbone needed): prints a summary, writes report.json and report.html."""
-    from ..report.probe_report import probe_report as run_probe_report
+    from ..report.probing import probe_report as run_probe_report
     from ..report.summary import render_probe_summary
 
     report, paths = run_probe_report(

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .probe_report import ProbeReport
+from .probing import ProbeReport
 
 COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2")
 

@@ -13,7 +13,7 @@ import html
 import numpy as np
 
 from .figures import report_figures
-from .probe_report import ProbeReport
+from .probing import ProbeReport
 from .summary import summary_rows
 
 STYLE = """

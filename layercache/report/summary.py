@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from .probe_report import ProbeReport
+from .probing import ProbeReport
 
 
 def _fmt(value, digits: int = 3) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from conftest import tiny_builtin_cache
 
-from layercache.report.probe_report import probe_report
+from layercache.report.probing import probe_report
 
 
 @pytest.fixture(autouse=True, scope="module")

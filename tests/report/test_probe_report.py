@@ -10,7 +10,7 @@ import pytest
 
 from layercache.errors import ConfigError
 from layercache.report.figures import FIGURES, report_figures
-from layercache.report.probe_report import ProbeReport, build_probe_report, find_runs
+from layercache.report.probing import ProbeReport, build_probe_report, find_runs
 from layercache.store.reader import LayerCache
 
 
