@@ -16,6 +16,9 @@ Measures, on real data from ``../shared/data`` (see benchmarks/README.md):
    train set (~204k words, 7 states, 9 classes; a seeded 10% of the sentences validates), in a
    fresh interpreter so its peak memory (``VmHWM``) is the probe's: time by phase, peak RSS, and
    accuracy on ``valid.txt`` by layer.
+3. report - ``layercache probe-report`` on the SST-2 cache, in a fresh interpreter: the seconds of
+   each part (probes, control task, prediction depth, MDL for all layers, cumulative scoring, CKA,
+   the act head it trains for per-token depth, token categories, writing the HTML) and in total.
 
 Caches are extracted into ``--cache-dir`` when missing (default ``/tmp/lc-bench-caches``, the
 names ``benchmarks/heads.py`` uses, so either benchmark reuses the other's caches; an extraction
@@ -227,15 +230,42 @@ def conll_child(path: Path, seed: int, threads: int) -> dict:
 
 
 def bench_conll(path: Path, seed: int, threads: int) -> dict:
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--conll-child", str(path), "--seed", str(seed),
+    return run_child("--conll-child", path, seed, threads)
+
+
+def run_child(flag: str, path: Path, seed: int, threads: int) -> dict:
+    """Run one part in a fresh interpreter (its own peak memory, no warm caches) and read its JSON line."""
+    cmd = [sys.executable, str(Path(__file__).resolve()), flag, str(path), "--seed", str(seed),
            "--threads", str(threads)]
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, env=os.environ.copy())
     if proc.returncode != 0:
-        raise RuntimeError(f"the CoNLL child failed:\n{proc.stderr[-4000:]}")
+        raise RuntimeError(f"the {flag} child failed:\n{proc.stderr[-4000:]}")
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     result["child_wall_s"] = time.perf_counter() - t0
     return result
+
+
+def report_child(path: Path, seed: int, threads: int) -> dict:
+    """Runs in the child: the whole probe report of the SST-2 cache, with the seconds of each part."""
+    import tempfile
+
+    import torch
+
+    from layercache.report import probe_report
+
+    torch.set_num_threads(threads)
+    with tempfile.TemporaryDirectory() as out:
+        t0 = time.perf_counter()
+        report, paths = probe_report(path, out, seed=seed, progress=False)
+        total = time.perf_counter() - t0
+        html_mb = paths.html.stat().st_size / 2**20
+    parts = dict(report.timings)
+    parts["act head training, HTML and the rest"] = total - sum(parts.values())
+    task = next(iter(report.tasks.values()))
+    return {"total_s": total, "parts_s": parts, "html_mb": html_mb, "peak_rss_mb": peak_rss_mb(),
+            "best_layer": task["probe"]["best_layer"], "mdl_compression": task["mdl"]["compression"],
+            "loadavg": loadavg()}
 
 
 # --------------------------------------------------------------------------------------------
@@ -284,6 +314,18 @@ def report(results: dict) -> None:
                  f"{c['score_s']:.1f}s.\npeak RSS {c['peak_rss_mb']:,.0f} MB (after imports "
                  f"{c['rss_after_imports_mb']:,.0f} MB; training features alone {c['features_mb']:,.0f} MB); "
                  f"majority-class accuracy {c['test_majority_accuracy']:.4f}; best layer {c['best_layer']}.")
+    if "report" in results:
+        report_table(results)
+
+
+def report_table(results: dict) -> None:
+    """The report part's seconds by part (called from :func:`report`)."""
+    r = results["report"]
+    rows = [[part, seconds] for part, seconds in r["parts_s"].items()] + [["total", r["total_s"]]]
+    _common.print_table("[3] probe-report on SST-2: seconds by part", ["part", "seconds"], rows, digits=1,
+                        note=f"HTML {r['html_mb']:.2f} MB, peak RSS {r['peak_rss_mb']:,.0f} MB, best layer "
+                             f"{r['best_layer']}, MDL compression by layer "
+                             + ", ".join(f"{c:.2f}" for c in r["mdl_compression"]) + ".")
 
 
 def parse_args(argv=None):
@@ -296,11 +338,12 @@ def parse_args(argv=None):
                    help=f"folder with sst2/ and conll2003/ (default: {DEFAULT_DATA})")
     p.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE_DIR,
                    help=f"caches are reused from / extracted into this folder (default: {DEFAULT_CACHE_DIR})")
-    p.add_argument("--only", nargs="+", choices=["sst2", "conll"], default=None, help="run only these parts")
+    p.add_argument("--only", nargs="+", choices=["sst2", "conll", "report"], default=None, help="run only these parts")
     p.add_argument("--reps", type=int, default=3, help="LinearProbes runs on SST-2; the median time counts (default 3)")
     p.add_argument("--threads", type=int, default=THREADS, help=f"torch threads (default {THREADS})")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--conll-child", type=Path, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--report-child", type=Path, default=None, help=argparse.SUPPRESS)
     return p.parse_args(argv)
 
 
@@ -309,12 +352,15 @@ def main(argv=None) -> int:
     if args.conll_child is not None:
         print(json.dumps(conll_child(args.conll_child, args.seed, args.threads)))
         return 0
+    if args.report_child is not None:
+        print(json.dumps(report_child(args.report_child, args.seed, args.threads)))
+        return 0
     data = args.data.expanduser().resolve()
     missing = [str(data / f) for name in DATASETS for f in DATASETS[name][:2] if not (data / f).is_file()]
     if missing:
         sys.exit(f"benchmarks/probes.py: benchmark data not found: {', '.join(missing)}; pass --data FOLDER holding "
                  "sst2/{train,dev}.tsv and conll2003/{train,valid}.txt.")
-    only = args.only or ["sst2", "conll"]
+    only = args.only or ["sst2", "conll", "report"]
     limit = 1000 if args.quick else None
     out_json = args.out or (HERE / "results" / ("probes-quick.json" if args.quick else "probes.json"))
     quiet_transformers()
@@ -335,7 +381,7 @@ def main(argv=None) -> int:
     results: dict = {"meta": meta, "targets": TARGETS, "caches": {}}
     print("\n[0] caches", flush=True)
     paths = {}
-    for name in only:
+    for name in dict.fromkeys("sst2" if part == "report" else part for part in only):
         paths[name], info = get_cache(name, data, limit, cache_dir)
         results["caches"][name] = {"path": str(paths[name]), **info}
         log(f"{name}: {paths[name]} " + ("reused" if info["reused"] else f"extracted in {info['extract_s']:.0f}s"))
@@ -346,6 +392,10 @@ def main(argv=None) -> int:
         print("\n[2] CoNLL-2003 token probes, full train split (fresh interpreter)", flush=True)
         results["conll"] = bench_conll(paths["conll"], args.seed, args.threads)
         log(f"fit {results['conll']['fit_s']:.1f}s, peak RSS {results['conll']['peak_rss_mb']:,.0f} MB")
+    if "report" in only:
+        print("\n[3] probe-report on SST-2 (fresh interpreter)", flush=True)
+        results["report"] = run_child("--report-child", paths["sst2"], args.seed, args.threads)
+        log(f"report {results['report']['total_s']:.1f}s")
     meta["loadavg_end"] = loadavg()
     meta["total_s"] = time.perf_counter() - t_start
     report(results)

@@ -138,6 +138,9 @@ def render_html(report: ProbeReport) -> str:
         for task, t in report.tasks.items():
             out += [f"<h3>{_e(task)} <span class=\"meta\">({_e(t['kind'])}, {_e(t['metric'])}, "
                     f"read from {_e(t['source'])})</span></h3>", _layer_table(report, task, t)]
+            if "control" in t and not t["control"].get("converged", True):
+                out.append(f'<p class="note">The control probes stopped at {t["control"]["max_iter"]} iterations '
+                           "before full convergence: their scores may be slightly low, selectivity slightly high.</p>")
     if report.runs or "layer_weights" in figures:
         out.append("<h2>Layer weights</h2>")
         if report.runs:
