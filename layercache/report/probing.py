@@ -416,7 +416,11 @@ def _add_token_depth(report: ProbeReport, cache: LayerCache, eval_split: str | N
         head = LayerHead.load(act_run)
         usage = per_token_usage(head, cache, split)
         key, depth = next(iter(usage.items()))
-        categories = token_categories(cache, split)
+        try:
+            categories = token_categories(cache, split)
+        except CacheError as err:  # a cache written before vocab.json: report the rest, say how to add it
+            report.notes.append(f"No per-token depth by category: {err}")
+            return
         table = depth_by_category(depth, categories)
     families: dict[str, list[dict]] = {}
     for row in table.rows():

@@ -96,3 +96,20 @@ def test_refusals(report_cache, tmp_path):
         ProbeReport.load(tmp_path / "x.json")
     with pytest.raises(ConfigError, match="no report"):
         ProbeReport.load(tmp_path / "missing.json")
+
+
+def test_a_cache_without_vocabulary_still_gets_its_report(report_cache, built_report, monkeypatch):
+    """A cache from before vocab.json loses only the token categories, with a note saying how to add them."""
+    import layercache.depth as depth
+    from layercache.errors import CacheError
+
+    def no_vocabulary(cache, split=None, **kwargs):
+        raise CacheError("The cache has no tokenizer vocabulary; run the same extract command again.")
+
+    monkeypatch.setattr(depth, "token_categories", no_vocabulary)
+    with LayerCache.open(report_cache) as cache:
+        report = build_probe_report(cache, tasks=["sentiment"], mdl=False, cumulative=False,
+                                    act_run=built_report[0].runs[0]["path"])
+    assert report.token_depth is None
+    assert any("no tokenizer vocabulary" in note for note in report.notes)
+    assert report.tasks["sentiment"]["probe"]["best_layer"]
