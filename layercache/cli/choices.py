@@ -60,9 +60,9 @@ def _schedules() -> Sequence[str]:
 
 
 def _sources() -> Sequence[str]:
-    from ..store.schema import POOLING_MODES
+    from ..store.feature_source import source_spellings
 
-    return ("auto", "tokens", *(f"pooled:{mode}" for mode in POOLING_MODES))
+    return source_spellings()
 
 
 OPTION_CHOICES: dict[tuple[str, str], Callable[[], Sequence[str]]] = {

@@ -23,6 +23,7 @@ import numpy as np
 
 from ..core.layers import LayerSpec
 from ..errors import ConfigError
+from ..store.feature_source import parse_source, require_source
 from ..store.reader import LayerCache
 
 DEFAULT_MAX_EXAMPLES = 5000
@@ -143,7 +144,8 @@ def layer_similarity(cache: LayerCache, split: str | None = None, source: str = 
     Refuses (:class:`~layercache.errors.ConfigError`) a split the cache lacks, a source other than
     ``pooled:<mode>``, ``max_examples`` below 2, and a split with fewer than 2 examples.
     """
-    if not isinstance(source, str) or not source.startswith("pooled:") or source == "pooled:":
+    parsed = parse_source(source, allow_auto=False)
+    if not parsed.is_pooled:
         raise ConfigError(f"layer_similarity compares one pooled vector per example, got source {source!r}; "
                           "pass source='pooled:<mode>', e.g. 'pooled:mean'.")
     if max_examples is not None and max_examples < 2:
@@ -157,7 +159,7 @@ def layer_similarity(cache: LayerCache, split: str | None = None, source: str = 
     rows = None
     if max_examples is not None and n > max_examples:
         rows = np.sort(np.random.default_rng(seed).choice(n, size=max_examples, replace=False))  # (max_examples,)
-    states = cache.pooled(split, source.split(":", 1)[1], layers=layers, rows=rows)  # (n', L, D) float32
+    states = cache.pooled(split, require_source(cache, parsed).mode, layers=layers, rows=rows)  # (n', L, D) float32
     names = [cache.layer_names[i] for i in cache.layer_index(layers)]
     return LayerSimilarity(layer_names=names, matrix=cka_matrix(states), split=split, source=source,
                            num_examples=int(states.shape[0]))

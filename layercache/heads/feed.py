@@ -38,6 +38,7 @@ from ..errors import CacheError, ConfigError
 from ..store.batches import CacheBatch, example_labels, first_subtoken_labels, padded_positions
 from ..store.buffers import populated_empty
 from ..store.dtypes import BYTES_PER_VALUE, as_torch
+from ..store.feature_source import require_source
 from ..store.reader import LayerCache, translate_read_errors
 
 #: Batches per length bucket when shuffling: large enough to cut padding, small enough to stay random.
@@ -99,18 +100,8 @@ class CacheFeed:
         self.index = cache.layer_index(layers)
         self.layer_names = [cache.layer_names[i] for i in self.index]  # what batch state s is, for messages
         self.batch_size = batch_size
-        if source == "tokens":
-            cache.require_tokens()
-            self.pooled_mode = None
-        elif source.startswith("pooled:"):
-            mode = source.split(":", 1)[1]
-            if mode not in cache.manifest.pooling:
-                have = ", ".join(cache.manifest.pooling) or "none"
-                raise CacheError(f"The cache has no pooled {mode!r} vectors (it has: {have}); "
-                                 f"re-extract with --pooling {mode} or train on token states.")
-            self.pooled_mode = mode
-        else:
-            raise ConfigError(f"source must be 'tokens' or 'pooled:<mode>', got {source!r}.")
+        parsed = require_source(cache, source)
+        self.pooled_mode = parsed.mode  # None for token states
         self.source = source
         self.storage_dtype = cache.manifest.storage.dtype
         n = cache.num_examples(split)

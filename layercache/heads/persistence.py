@@ -18,6 +18,7 @@ from torch import Tensor, nn
 
 from ..core.files import write_text_atomic
 from ..errors import ConfigError
+from ..store.feature_source import parse_source
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "weights.safetensors"
@@ -67,8 +68,10 @@ def read_run_config(config_file: Path) -> dict:
                                        f"not a {kind.__name__}")
     if not all(isinstance(n, str) for n in config["layer_names"]):
         raise damaged(config_file, "its 'layer_names' are not all strings")
-    if config["source"] != "tokens" and not config["source"].startswith("pooled:"):
-        raise damaged(config_file, f"its 'source' {config['source']!r} is neither tokens nor pooled:<mode>")
+    try:
+        parse_source(config["source"], allow_auto=False)
+    except ConfigError:
+        raise damaged(config_file, f"its 'source' {config['source']!r} is neither tokens nor pooled:<mode>") from None
     for key in ("model", "model_fingerprint", "tokenizer_fingerprint", "hidden_size"):
         if key not in config["cache"]:
             raise damaged(config_file, f"its 'cache' lacks {key!r}")

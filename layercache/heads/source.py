@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from ..core.tasks import LabelTask
 from ..errors import ConfigError
+from ..store.feature_source import parse_source, require_source
 from ..store.reader import LayerCache
 from .mixers.registry import pooled_mixer_forms
 from .model import HeadModel
@@ -64,7 +65,7 @@ def needs_tokens(model: HeadModel) -> str | None:
 
 def pooled_note(model: HeadModel, source: str) -> str | None:
     """A warning when ``source`` feeds pooled vectors to a model that is meant to read every token."""
-    if not source.startswith("pooled:"):
+    if not parse_source(source).is_pooled:
         return None
     need = needs_tokens(model)
     if need is None:
@@ -79,7 +80,8 @@ def resolve_source(cache: LayerCache, source: str, tasks: list[LabelTask], model
     ``model`` does not need token states. Refuse what cannot work, or would silently train another
     model than the one asked for."""
     token_tasks = [t.name for t in tasks if t.kind == "token"]
-    if source == "auto":
+    parsed = parse_source(source)
+    if parsed.kind == "auto":
         if model is not None and "mean" in cache.manifest.pooling and pooled_equivalent(model):
             return "pooled:mean"
         if cache.stores_tokens:
@@ -96,9 +98,6 @@ def resolve_source(cache: LayerCache, source: str, tasks: list[LabelTask], model
                               f"with --store tokens, use a mixer that works on pooled vectors ({_pooled_mixers()}), "
                               f"or pass --source pooled:{mode} to run it on one pooled vector per example.")
         return f"pooled:{mode}"
-    if source == "tokens" and not cache.stores_tokens:
-        raise ConfigError("The cache holds pooled vectors only; use --source pooled:<mode> or re-extract "
-                          "with --store tokens.")
-    if source.startswith("pooled:") and token_tasks:
+    if parsed.is_pooled and token_tasks:
         raise ConfigError(f"Token task {token_tasks[0]!r} cannot be learned from pooled vectors; use --source tokens.")
-    return source
+    return str(require_source(cache, parsed))

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from ..errors import CacheError, ConfigError
+from ..store.feature_source import parse_source, require_source
 from ..store.manifest import LabelTask
 from ..store.reader import LayerCache
 
@@ -68,33 +69,19 @@ def resolve_task(cache: LayerCache, task: str | None) -> LabelTask:
 def resolve_source(cache: LayerCache, spec: LabelTask, source: str) -> str:
     """``tokens`` or ``pooled:<mode>`` for ``spec``: ``auto`` takes the word states for a token task,
     the pooled mean (or another pooled mode) for a sequence task, token states when nothing is pooled."""
-    if not isinstance(source, str) or not (source in ("auto", "tokens") or source.startswith("pooled:")):
-        raise ConfigError(f"source must be 'auto', 'tokens' or 'pooled:<mode>', got {source!r}.")
+    parsed = parse_source(source)
     if spec.kind == "token":
-        if source.startswith("pooled:"):
+        if parsed.is_pooled:
             raise ConfigError(f"Token task {spec.name!r} is probed on word states, not pooled vectors; "
                               "use source='tokens' or 'auto'.")
         if not cache.stores_tokens:
             raise CacheError(f"Token task {spec.name!r} needs token states, but the cache holds pooled vectors "
                              "only; re-extract with --store tokens.")
         return "tokens"
-    if source == "auto":
+    if parsed.kind == "auto":
         pooling = cache.manifest.pooling
-        if "mean" in pooling:
-            return "pooled:mean"
-        if pooling:
-            return f"pooled:{pooling[0]}"
-        source = "tokens"
-    if source == "tokens" and not cache.stores_tokens:
-        raise CacheError("The cache holds pooled vectors only; use source='pooled:<mode>' or re-extract "
-                         "with --store tokens.")
-    if source.startswith("pooled:"):
-        mode = source.split(":", 1)[1]
-        if mode not in cache.manifest.pooling:
-            have = ", ".join(cache.manifest.pooling) or "none"
-            raise CacheError(f"The cache has no pooled {mode!r} vectors (it has: {have}); choose one of those "
-                             f"or re-extract with --pooling {mode}.")
-    return source
+        parsed = parse_source("pooled:mean" if "mean" in pooling else f"pooled:{pooling[0]}" if pooling else "tokens")
+    return str(require_source(cache, parsed))
 
 
 def holdout(n: int, fraction: float, seed: int, strata: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -165,10 +152,11 @@ def read_parts(cache: LayerCache, split: str, spec: LabelTask, source: str, inde
     if spec.kind == "token":
         return _read_words(cache, split, spec, index, row_sets, want_types)
     labels = np.asarray(split_labels(cache, split, spec))
-    if source.startswith("pooled:"):
+    parsed = require_source(cache, source)
+    if parsed.is_pooled:
         # One contiguous read of the split and a selection in memory: reading scattered rows
         # from HDF5 (a validation slice) costs several times more than reading them all.
-        every = cache.pooled(split, source.split(":", 1)[1], layers=index)  # (n_split, L, D)
+        every = cache.pooled(split, parsed.mode, layers=index)  # (n_split, L, D)
     else:
         every = _token_means(cache, split, index, np.arange(cache.num_examples(split)))  # (n_split, L, D)
     by_layer = torch.from_numpy(every).transpose(0, 1)  # (L, n_split, D), a view

@@ -28,6 +28,7 @@ from ..errors import CacheError, ConfigError, LayercacheError
 from .batches import CacheBatch, consecutive_starts, example_labels, padded_positions, zero_padding
 from .batches import first_subtoken_labels as align_word_labels
 from .dtypes import from_storage
+from .feature_source import parse_source
 from .lens import LensWeights, read_lens
 from .manifest import Manifest, ShardInfo, SplitInfo, confined_path, read_manifest
 from .mapped import MappedStates
@@ -449,15 +450,14 @@ class LayerCache:
         """
         rows = np.asarray(rows, dtype=np.int64)
         tasks = [t.name for t in self.tasks] if tasks is None else list(tasks)
-        if source == "tokens":
+        parsed = parse_source(source, allow_auto=False)
+        if parsed.is_pooled:
+            pooled = self.pooled(split, parsed.mode, layers, rows)  # (B, S, D)
+            per_row, word_ids = [p[None] for p in pooled], None
+        else:
             per_row = self.tokens(split, rows, layers)
             word_ids = (self.token_arrays(split, "word_ids", rows)
                         if any(self.manifest.task(t).kind == "token" for t in tasks) else None)
-        elif source.startswith("pooled:"):
-            pooled = self.pooled(split, source.split(":", 1)[1], layers, rows)  # (B, S, D)
-            per_row, word_ids = [p[None] for p in pooled], None
-        else:
-            raise ConfigError(f"source must be 'tokens' or 'pooled:<mode>', got {source!r}.")
         lengths = np.array([len(x) for x in per_row], dtype=np.int64)  # (B,) tokens of each row
         at = padded_positions(consecutive_starts(lengths), lengths)  # (B, T) rows' tokens one after another
         flat = torch.from_numpy(np.concatenate(per_row))  # (t, S, D) float32
