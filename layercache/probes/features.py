@@ -153,20 +153,22 @@ def read_parts(cache: LayerCache, split: str, spec: LabelTask, source: str, inde
         return _read_words(cache, split, spec, index, row_sets, want_types)
     labels = np.asarray(split_labels(cache, split, spec))
     parsed = require_source(cache, source)
-    if parsed.is_pooled:
-        # One contiguous read of the split and a selection in memory: reading scattered rows
-        # from HDF5 (a validation slice) costs several times more than reading them all.
-        every = cache.pooled(split, parsed.mode, layers=index)  # (n_split, L, D)
-    else:
+    if not parsed.is_pooled:
         every = _token_means(cache, split, index, np.arange(cache.num_examples(split)))  # (n_split, L, D)
-    by_layer = torch.from_numpy(every).transpose(0, 1)  # (L, n_split, D), a view
+        stored = torch.from_numpy(every)
+    else:
+        # One contiguous read of the split and a selection in memory: reading scattered rows
+        # from HDF5 (a validation slice) costs several times more than reading them all. The
+        # rows are gathered at the stored width (half the bytes for float16).
+        stored = cache.pooled_stored(split, parsed.mode, layers=index)  # (n_split, L, D)
     out = []
     for rows in row_sets:
         rows = rows[labelled(labels[rows])]
-        # index_select gathers and transposes in one multi-threaded pass: (L, n, D), contiguous
-        X = by_layer.index_select(1, torch.from_numpy(rows)).numpy()
+        picked = stored.index_select(0, torch.from_numpy(rows))  # (n, L, D): whole rows, contiguous copies
+        # Widen to float32 and transpose to the probes' (L, n, D) in one pass.
+        X = torch.empty(picked.shape[1], picked.shape[0], picked.shape[2]).copy_(picked.transpose(0, 1))
         y = labels[rows].astype(np.float32 if spec.kind == "regression" else np.int64)
-        out.append(ProbeInputs(X, y, rows))
+        out.append(ProbeInputs(X.numpy(), y, rows))
     return out
 
 

@@ -27,7 +27,7 @@ from ..core.tasks import LabelTask
 from ..errors import CacheError, ConfigError, LayercacheError
 from .batches import CacheBatch, consecutive_starts, example_labels, padded_positions, zero_padding
 from .batches import first_subtoken_labels as align_word_labels
-from .dtypes import from_storage
+from .dtypes import as_torch, from_storage
 from .feature_source import parse_source
 from .lens import LensWeights, read_lens
 from .manifest import Manifest, ShardInfo, SplitInfo, confined_path, read_manifest
@@ -340,6 +340,21 @@ class LayerCache:
                      for s in self.split_info(split).shards]
             return from_storage(np.concatenate(parts), dtype)
         return from_storage(self._gather_rows(split, np.asarray(rows), name, index), dtype)
+
+    @translate_read_errors
+    def pooled_stored(self, split: str, mode: str = "mean",
+                      layers: LayerSpec | Sequence[LayerSpec] | None = None) -> torch.Tensor:
+        """Pooled vectors of a whole split, (n, S', D), as a tensor in the stored precision (float16,
+        bfloat16 or float32): half the bytes of :meth:`pooled` to gather rows from, for a consumer
+        that widens (and transposes) them in its own single pass."""
+        if mode not in self.manifest.pooling:
+            have = ", ".join(self.manifest.pooling) or "none"
+            raise CacheError(f"The cache has no pooled {mode!r} vectors (it has: {have}); "
+                             "re-extract with --pooling " + mode + ".")
+        index = self.layer_index(layers)
+        name = f"pooled/{mode}"
+        parts = [_read_states(self._handle(s.file)[name], slice(None), index) for s in self.split_info(split).shards]
+        return as_torch(np.concatenate(parts), self.manifest.storage.dtype)
 
     def _gather_rows(self, split: str, rows: np.ndarray, name: str, index: list[int]) -> np.ndarray:
         out = None
