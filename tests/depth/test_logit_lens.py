@@ -129,7 +129,8 @@ def test_kl_accuracy_and_agreement_against_the_model(causal_caches, kind):
     assert result.accuracy[-1] == pytest.approx(correct / predictions, abs=1e-12)
     assert abs(result.kl[-1]) < 1e-6 and result.agreement[-1] == 1.0
     np.testing.assert_allclose(result.kl[:-1], kl_sums[:-1] / tokens, rtol=1e-3, atol=1e-6)
-    assert (result.kl[:-1] > 1e-5).all()  # the random norm and head make every earlier layer differ
+    # The random norm and head make every earlier layer differ, far beyond the last layer's rounding.
+    assert (result.kl[:-1] > 1e-7).all() and (result.kl[:-1] > 100 * abs(result.kl[-1])).all()
 
     # The same numbers a few tokens at a time (chunk_bytes of one token's logits), and for chosen layers and rows.
     chunked = logit_lens(cache, "train", chunk_bytes=1)

@@ -93,7 +93,7 @@ def test_labels_follow_their_examples(tiny_models, tmp_path, small_builtin):
     source = load_builtin(sizes=SIZES).splits["train"]
     index = cache.example_index("train")
     assert sorted(index) == list(range(SIZES["train"]))  # every example once, in cache (length) order
-    np.testing.assert_array_equal(cache.labels("train", "agreement"), np.array(source.labels["agreement"])[index])
+    np.testing.assert_array_equal(cache.labels("train", "topic"), np.array(source.labels["topic"])[index])
     np.testing.assert_allclose(cache.labels("train", "intensity"), np.array(source.labels["intensity"])[index])
     scope = cache.labels("train", "negation_scope")
     for row, src in enumerate(index):
@@ -264,7 +264,7 @@ def test_torch_dataset_with_worker_processes(tiny_models, tmp_path, small_builti
     result = lc.extract(str(tiny_models["bert"]), "builtin", tmp_path / "cache", progress=False)
     cache = lc.LayerCache.open(result.path)
     cache.tokens("train", [0])  # open handles in the parent: workers must reopen their own
-    dataset = cache.torch_dataset("train", layers=[-1], tasks=["agreement", "negation_scope"])
+    dataset = cache.torch_dataset("train", layers=[-1], tasks=["topic", "negation_scope"])
     loader = torch.utils.data.DataLoader(dataset, batch_size=5, collate_fn=dataset.collate, num_workers=2)
     batches = list(loader)
     assert sum(len(b.rows) for b in batches) == len(dataset) == SIZES["train"]

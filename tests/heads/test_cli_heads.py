@@ -29,7 +29,7 @@ def test_train_head_defaults_then_eval(cache):
     config = json.loads((run / "config.json").read_text())
     assert config["cache"]["model_fingerprint"] == lc.LayerCache.open(cache).manifest.model.fingerprint
     metrics = json.loads((run / "metrics.json").read_text())
-    assert set(metrics["test"]) == {"agreement", "sentiment", "negation_scope", "intensity"}
+    assert set(metrics["test"]) == {"topic", "sentiment", "negation_scope", "intensity"}
 
     scored = invoke("eval", run, cache, "--split", "test", "--json")
     assert scored.exit_code == 0, scored.output
@@ -55,7 +55,7 @@ def test_bad_inputs_exit_2_with_one_sentence(cache, tiny_models, tmp_path):
     assert_refused(invoke("train-head", cache, "--mixer", "layer:9"), "layer")
     assert_refused(invoke("train-head", cache, "--mixer", "adaptive", "--mixer-option", "width=3"),
                    "does not take option(s) width")
-    assert_refused(invoke("train-head", cache, "--task", "topic"), "no task 'topic'", "sentiment")
+    assert_refused(invoke("train-head", cache, "--task", "genre"), "no task 'genre'", "sentiment")
     assert_refused(invoke("train-head", cache, "--val-split", "dev"), "no split 'dev'", "train, validation, test")
     assert_refused(invoke("train-head", cache, "--loss-weight", "sentiment=high"), "needs a number")
     assert_refused(invoke("train-head", cache, "--schedule", "steps", "-q"), "Unknown schedule")

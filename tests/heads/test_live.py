@@ -16,7 +16,7 @@ from layercache.sources.builtin import load_builtin
 from layercache.store.feed import Feed
 
 SIZES = {"train": 24, "validation": 8}
-TASKS = ["agreement", "sentiment", "negation_scope", "intensity"]  # sequence, sequence, token, regression
+TASKS = ["topic", "sentiment", "negation_scope", "intensity"]  # sequence, sequence, token, regression
 
 
 @pytest.fixture(scope="module")

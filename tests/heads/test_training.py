@@ -213,8 +213,8 @@ def test_missing_states_are_refused(cache, tiny_models, tmp_path):
 def test_bad_requests_are_config_errors(cache, tiny_models, tmp_path):
     with pytest.raises(ConfigError, match="known: last"):
         LayerHead("nope").fit(cache)
-    with pytest.raises(ConfigError, match="no task 'topic'"):
-        LayerHead("last", tasks=["topic"]).fit(cache)
+    with pytest.raises(ConfigError, match="no task 'genre'"):
+        LayerHead("last", tasks=["genre"]).fit(cache)
     with pytest.raises(ConfigError, match="no split 'dev'"):
         LayerHead("last", epochs=1, progress=False).fit(cache, val_split="dev")
     pooled = lc.extract(str(tiny_models["bert"]), "builtin", tmp_path / "pooled", progress=False, limit=20,

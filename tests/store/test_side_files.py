@@ -63,6 +63,7 @@ def test_an_older_cache_opens_and_gets_its_files_from_the_same_command(tiny_mode
 
 def test_a_changed_vocabulary_is_refused(tiny_models, tsv, tmp_path):
     out = extract(tiny_models["bert"], tsv, tmp_path / "cache").path
+    size = len(lc.LayerCache.open(out).vocabulary())
     text = (out / "vocab.json").read_text()
     (out / "vocab.json").write_text(text.replace("[MASK]", "[MASQ]"))
     with pytest.raises(CacheError, match="changed since extraction"):
@@ -71,7 +72,7 @@ def test_a_changed_vocabulary_is_refused(tiny_models, tsv, tmp_path):
     with pytest.raises(CacheError, match="cannot be read"):
         lc.LayerCache.open(out).vocabulary()
     assert extract(tiny_models["bert"], tsv, out).already_complete
-    assert len(lc.LayerCache.open(out).vocabulary()) == 212
+    assert len(lc.LayerCache.open(out).vocabulary()) == size  # rewritten whole by the resumed extraction
 
 
 def test_the_manifest_allows_only_the_known_side_file_names(tiny_models, tsv, tmp_path):
