@@ -59,6 +59,12 @@ def _schedules() -> Sequence[str]:
     return SCHEDULES
 
 
+def _selection_metrics() -> Sequence[str]:
+    from ..heads.selection import metric_names
+
+    return metric_names()
+
+
 def _sources() -> Sequence[str]:
     from ..store.feature_source import source_spellings
 
@@ -75,6 +81,7 @@ OPTION_CHOICES: dict[tuple[str, str], Callable[[], Sequence[str]]] = {
     ("train-head", "--normalize"): _normalizations,
     ("train-head", "--schedule"): _schedules,
     ("train-head", "--source"): _sources,
+    ("train-head", "--metric"): _selection_metrics,
 }
 """(command, option) -> the values it accepts, read from the registry that owns them."""
 

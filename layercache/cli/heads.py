@@ -11,7 +11,14 @@ import typer
 from . import base
 from .base import app, friendly
 from .choices import choice_help
-from .parsing import layer_specs, parse_assignments, parse_loss_weights, split_list
+from .parsing import (
+    layer_specs,
+    parse_assignments,
+    parse_class_weight,
+    parse_loss_weights,
+    parse_metric,
+    split_list,
+)
 
 
 @app.command("train-head")
@@ -47,6 +54,17 @@ def train_head(
         "train-head", "--schedule", "Learning-rate schedule after warmup.")),
     patience: int = typer.Option(
         3, "--patience", help="Epochs without validation gain before stopping (0 = never)."),
+    metric: Optional[list[str]] = typer.Option(
+        None, "--metric", help=choice_help(
+            "train-head", "--metric", "Validation metric that selects the epoch and stops early.",
+            "NAME for every task, or TASK=NAME per task (repeatable); a joint head selects on the loss-weighted "
+            "mean."),
+        show_default="accuracy (mcc when the train classes are imbalanced), span_f1 for IOB tags else macro_f1, "
+                     "pearson for regression"),
+    class_weight: Optional[list[str]] = typer.Option(
+        None, "--class-weight", help="Class weights in the classification loss: balanced (n_samples / "
+        "(n_classes * count), as scikit-learn) or CLASS=WEIGHT pairs, e.g. neg=2,pos=1 (classes by name or "
+        "index); TASK:... for one task of several, repeatable.", show_default="unweighted"),
     seed: int = typer.Option(0, "--seed", help="Seed for initialisation, order, dropout and the validation slice."),
     mixer_option: Optional[list[str]] = typer.Option(
         None, "--mixer-option", help="Mixer setting KEY=VALUE, e.g. k=64, alpha=70, topk=3; repeatable."),
@@ -60,7 +78,6 @@ def train_head(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
 ):
     """Learn a head on a cache (no backbone needed): prints metrics and layer weights, writes a run folder."""
-    from ..heads.evaluation import primary_metric
     from ..heads.runs import train_head as run_train_head
     from ..report.heads import render_layer_weights, render_metrics
 
@@ -73,16 +90,16 @@ def train_head(
         head_options=parse_assignments(head_option, "--head-option"), share_mixer=not separate_mixers,
         loss_weights=weights or None, epochs=epochs, batch_size=batch_size, lr=lr, weight_decay=weight_decay,
         schedule=schedule, patience=patience, seed=seed, device=device, progress=not quiet,
+        metric=parse_metric(metric), class_weight=parse_class_weight(class_weight),
     )
     m = result.metrics
     shown = {"validation": m["validation"]}
     if "test" in m:
         shown[m["test_split"]] = m["test"]
-    history = m["history"]
-    primary = {t.name: primary_metric(t) for t in result.head.tasks_}
-    render_metrics(shown, base.out_console, primary=primary,
+    history, selection = m["history"], result.head.selection_
+    render_metrics(shown, base.out_console, primary=dict(selection.metrics),
                    title=f"{mixer} (normalize {m['normalize']}): best epoch {history['best_epoch']} of "
-                         f"{len(history['epochs'])}, "
+                         f"{len(history['epochs'])} by {selection.describe()}, "
                          f"{m['train_seconds']:.1f} s; validation = {m['data']['validation']}")
     render_layer_weights(result.layer_weights, base.out_console)
     base.out_console.print(f"Run written: [bold]{result.run}[/]", soft_wrap=True)

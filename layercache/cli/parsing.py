@@ -70,3 +70,66 @@ def layer_specs(values: list[str] | None) -> list[int | str]:
     from ..core.layers import parse_layer_spec
 
     return [parse_layer_spec(v) for v in split_list(values)]
+
+
+def parse_metric(values: list[str] | None) -> str | dict[str, str] | None:
+    """``--metric mcc`` -> ``"mcc"`` (every task); ``--metric sentiment=mcc --metric intensity=r2`` -> a dict."""
+    values = [v.strip() for v in values or [] if v.strip()]
+    if not values:
+        return None
+    bare = [v for v in values if "=" not in v]
+    if bare and len(values) > 1:
+        raise ConfigError(f"--metric takes one NAME for every task or TASK=NAME per task, got {', '.join(values)}; "
+                          "write e.g. --metric sentiment=mcc --metric intensity=r2.")
+    if bare:
+        return bare[0]
+    out = {}
+    for value in values:
+        task, _, name = value.partition("=")
+        if not task.strip() or not name.strip():
+            raise ConfigError(f"--metric {value!r} should look like NAME or TASK=NAME, e.g. sentiment=mcc.")
+        if task.strip() in out:
+            raise ConfigError(f"--metric names task {task.strip()!r} twice; give its metric once.")
+        out[task.strip()] = name.strip()
+    return out
+
+
+def _class_weights(text: str, given: str) -> str | dict[str, float]:
+    """``balanced`` stays a word; ``neg=2,pos=1`` -> ``{"neg": 2.0, "pos": 1.0}``."""
+    if "=" not in text:
+        return text.strip()
+    out = {}
+    for pair in text.split(","):
+        name, sep, raw = pair.partition("=")
+        if not sep or not name.strip():
+            raise ConfigError(f"--class-weight {given!r} should be balanced or CLASS=WEIGHT pairs, e.g. neg=2,pos=1.")
+        try:
+            out[name.strip()] = float(raw)
+        except ValueError:
+            raise ConfigError(f"--class-weight {name.strip()}={raw.strip()!r} needs a number, e.g. "
+                              f"{name.strip()}=2.") from None
+    return out
+
+
+def parse_class_weight(values: list[str] | None) -> str | dict | None:
+    """``--class-weight`` values as :class:`~layercache.heads.LayerHead`'s ``class_weight``.
+
+    ``balanced`` or ``neg=2,pos=1`` (classes by name or index) for the head's classification
+    task(s); ``TASK:balanced`` or ``TASK:neg=2,pos=1`` for one task of several, repeatable.
+    """
+    values = [v.strip() for v in values or [] if v.strip()]
+    if not values:
+        return None
+    per_task = {}
+    for value in values:
+        head, sep, rest = value.partition(":")
+        if sep and "=" not in head and "," not in head and head.strip():
+            if head.strip() in per_task:
+                raise ConfigError(f"--class-weight names task {head.strip()!r} twice; give its weights once.")
+            per_task[head.strip()] = _class_weights(rest, value)
+        elif len(values) > 1:
+            raise ConfigError(f"--class-weight {value!r} names no task; with several values give each task's, "
+                              "e.g. --class-weight sentiment:balanced --class-weight topic:food=2.")
+        else:
+            return _class_weights(value, value)
+    return per_task

@@ -12,9 +12,10 @@ from layercache.heads.mixers import (
 )
 from layercache.heads.model import HeadModel
 from layercache.heads.runs import TrainResult, evaluate_run, read_run, train_head
+from layercache.heads.selection import SELECTION_METRICS
 from layercache.heads.token_usage import per_token_usage
 from layercache.heads.trainer import TrainConfig, TrainHistory, train_model
 
 __all__ = ["LayerHead", "CacheFeed", "HeadModel", "TrainConfig", "TrainHistory", "TrainResult", "train_model",
            "train_head", "evaluate_run", "read_run", "MIXERS", "LayerMixer", "MixOutput", "make_mixer",
-           "mixer_from_config", "mixer_names", "per_token_usage"]
+           "mixer_from_config", "mixer_names", "per_token_usage", "SELECTION_METRICS"]

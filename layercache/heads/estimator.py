@@ -19,6 +19,11 @@ run folder on disk (:mod:`.persistence`).
 The states are normalised before mixing as ``normalize`` says (:mod:`.normalize`): by default
 standardised with the training split's statistics on a pre-LN cache (raw residual streams) and
 left alone on a post-LN one. The statistics are saved with the weights.
+
+The epoch is selected on each task's selection metric (``metric``, :mod:`.selection`; by default
+``mcc`` for a sequence task with imbalanced training classes), the classification losses may
+weigh classes (``class_weight``, :mod:`.class_weights`), and a head that predicts nearly one class
+for everything is reported in ``warnings_`` and the log (:mod:`.collapse`).
 """
 
 from __future__ import annotations
@@ -36,6 +41,8 @@ from ..errors import ConfigError, LayercacheError
 from ..store.manifest import utc_now
 from ..store.reader import LayerCache
 from .attention import SelfAttention
+from .class_weights import BALANCED, class_weight_values, label_counts, parse_class_weight
+from .collapse import collapse_warning
 from .evaluation import PassResult, evaluate, predict
 from .feed import CacheFeed
 from .finite import REEXTRACT, NonFiniteStatesError, check_split_stats
@@ -52,6 +59,7 @@ from .persistence import (
     write_run,
 )
 from .provenance import cache_identity, cache_mean_skip_first, check_backbone_matches, check_cache_matches
+from .selection import Selection, default_selection, requested_metrics, resolve_selection
 from .source import pooled_note, resolve_source
 from .trainer import TrainConfig, TrainHistory, seed_everything, train_model
 from .validation import validation_slice
@@ -78,6 +86,16 @@ class LayerHead(BaseEstimator):
             dimension, with the training split's statistics), ``layer_norm`` (per token, needs token
             states), ``none``, or ``auto``: ``standardize`` when the cache comes from a pre-LN model
             (its manifest's ``final_norm`` is not ``none``: GPT-2, Llama, T5), else ``none``.
+        metric: the validation metric that selects the epoch and stops training early: a name from
+            :data:`~.selection.SELECTION_METRICS` for every task, or ``{task: name}``; tasks left out
+            (all, with ``None``) take their default: ``accuracy`` for a sequence task (``mcc`` when its
+            training classes are imbalanced), ``span_f1`` for IOB tags, else ``macro_f1``, and
+            ``pearson`` for regression. A joint head selects on the loss-weighted mean.
+        class_weight: class weights in the cross-entropy of classification tasks: ``None``
+            (unweighted), ``"balanced"`` (scikit-learn's ``n_samples / (n_classes * count_c)`` on
+            the training labels, every classification task), ``{class: weight}`` (by label name or
+            index; the one classification task) or ``{task: "balanced" | {class: weight}}``. The
+            resolved weights are kept in the model config.
         epochs, batch_size, lr, weight_decay, schedule, warmup, patience, max_grad_norm, seed: see
             :class:`TrainConfig`. ``lr=None`` picks 1e-3 for heads with attention or a projection
             (``adaptive``) and 1e-2 for linear heads, which learn too slowly at 1e-3.
@@ -89,7 +107,7 @@ class LayerHead(BaseEstimator):
 
     def __init__(self, mixer: str = "adaptive", *, tasks=None, layers=None, source: str = "auto",
                  mixer_options=None, head_options=None, share_mixer: bool = True, loss_weights=None,
-                 normalize: str = "auto",
+                 normalize: str = "auto", metric=None, class_weight=None,
                  epochs: int = 20, batch_size: int = 32, lr: float | None = None, weight_decay: float = 0.01,
                  schedule: str = "linear", warmup: float = 0.06, patience: int = 3, max_grad_norm: float = 1.0,
                  seed: int = 0, val_fraction: float = 0.1, device: str = "auto", progress: bool = True) -> None:
@@ -102,6 +120,8 @@ class LayerHead(BaseEstimator):
         self.share_mixer = share_mixer
         self.loss_weights = loss_weights
         self.normalize = normalize
+        self.metric = metric
+        self.class_weight = class_weight
         self.epochs = epochs
         self.batch_size = batch_size
         self.lr = lr
@@ -120,6 +140,9 @@ class LayerHead(BaseEstimator):
         """Train on ``split``; validate on ``val_split``, the cache's validation split, or a slice of train."""
         device = resolve_device(self.device)
         tasks = self._resolve_tasks(cache)
+        # Checked before any data is read: a misspelt metric or class should not cost a pass.
+        asked_metrics = requested_metrics(self.metric, tasks)
+        class_weight = parse_class_weight(self.class_weight, tasks)
         index = cache.layer_index(self.layers)
         layer_names = [cache.layer_names[i] for i in index]
         normalize = resolve_normalize(self.normalize, cache.manifest.model.final_norm)
@@ -166,11 +189,26 @@ class LayerHead(BaseEstimator):
             if t.kind == "regression":
                 gold = train_feed.gold(t.name)
                 model.set_target_stats(t.name, np.asarray(gold, dtype=np.float64))
+        # Training labels per class, only where a default or a weight depends on them.
+        counted = [t for t in tasks if class_weight.get(t.name) == BALANCED
+                   or (t.kind == "sequence" and t.name not in asked_metrics)]
+        counts = {t.name: label_counts(train_feed.gold(t.name), t.num_classes) for t in counted}
+        for name, weights in class_weight_values(class_weight, tasks, counts).items():
+            model.set_class_weights(name, weights)
+        self.selection_ = resolve_selection(tasks, asked_metrics, model.loss_weights, counts)
         self.history_: TrainHistory = train_model(model, train_feed, val_feed, self.train_config_, device=device,
-                                                  progress=self.progress)
+                                                  progress=self.progress, selection=self.selection_)
         # Score the kept (best) epoch once more: the numbers a run reports, and the usage pass
         # behind input-dependent mixers' layer weights.
         self.validation_metrics_, self.validation_pass_ = evaluate(model, val_feed, device)
+        self.warnings_: list[str] = []
+        for t in tasks:
+            warning = collapse_warning(t, val_feed.gold(t.name), self.validation_pass_.predictions[t.name].labels,
+                                       metric=self.selection_.metrics[t.name],
+                                       balanced=class_weight.get(t.name) == BALANCED)
+            if warning is not None:
+                self.warnings_.append(warning)
+                log.warning(warning)
         self.model_ = model.cpu().eval()
         self.tasks_ = tasks
         self.layer_names_ = layer_names
@@ -261,6 +299,7 @@ class LayerHead(BaseEstimator):
             "params": jsonable(self.get_params()), "model": self.model_.get_config(),
             "layer_names": self.layer_names_, "source": self.source_, "cache": self.cache_info_,
             "data": self.data_, "train": jsonable(vars(self.train_config_)),
+            "selection": self.selection_.to_json(),
         }
         return write_run(path, state, config, extra_json)
 
@@ -279,6 +318,9 @@ class LayerHead(BaseEstimator):
             head = cls(**config["params"])
             head.model_ = HeadModel.from_config(config["model"])
             head.train_config_ = TrainConfig(**config["train"])
+            # A run saved before selection metrics existed selected on each task's default.
+            head.selection_ = (Selection.from_json(config["selection"]) if "selection" in config
+                               else default_selection(head.model_.tasks, head.model_.loss_weights))
         except (LayercacheError, KeyError, TypeError, ValueError, AttributeError, IndexError, RuntimeError) as err:
             raise damaged(config_file, f"its settings do not build a head: {error_detail(err)}") from None
         if len(config["layer_names"]) != head.model_.n_states or config["cache"]["hidden_size"] != head.model_.dim:

@@ -49,7 +49,11 @@ def is_iob(task: LabelTask) -> bool:
 
 
 def primary_metric(task: LabelTask) -> str:
-    """The metric early stopping and summaries use for a task."""
+    """The metric a task is reported by, and selected on by default when it is balanced.
+
+    A run's selection metric may differ (``--metric``, or ``mcc`` for imbalanced classes): see
+    :mod:`layercache.heads.selection`.
+    """
     if task.kind == "regression":
         return "pearson"
     if task.kind == "token":
@@ -130,7 +134,7 @@ def score(task: LabelTask, gold, predictions: Predictions) -> dict:
         gold = np.asarray(gold, dtype=np.float64)
         pred = np.asarray(pred, dtype=np.float64)
         return {"pearson": M.pearson(gold, pred), "spearman": M.spearman(gold, pred),
-                "mse": float(np.mean((gold - pred) ** 2)), "n": len(gold)}
+                "mse": float(np.mean((gold - pred) ** 2)), "r2": M.r2(gold, pred), "n": len(gold)}
     if task.kind == "token":
         flat_gold, flat_pred = np.concatenate(gold), np.concatenate(pred)
         out = {}
@@ -141,7 +145,7 @@ def score(task: LabelTask, gold, predictions: Predictions) -> dict:
             out["span_precision"], out["span_recall"] = spans["precision"], spans["recall"]
             out["per_type"] = spans["per_type"]
         out.update({"accuracy": M.accuracy(flat_gold, flat_pred), "macro_f1": M.macro_f1(flat_gold, flat_pred),
-                    "n_words": len(flat_gold), "n": len(gold)})
+                    "mcc": M.matthews_corrcoef(flat_gold, flat_pred), "n_words": len(flat_gold), "n": len(gold)})
         out["report"] = M.classification_report(flat_gold, flat_pred, task.label_names)["per_class"]
         return out
     gold = np.asarray(gold)
@@ -158,13 +162,3 @@ def evaluate(model: HeadModel, feed: Feed, device="cpu") -> tuple[dict[str, dict
         metrics[t.name] = score(t, feed.gold(t.name), result.predictions[t.name])
     return metrics, result
 
-
-def summary_score(model: HeadModel, metrics: dict[str, dict]) -> float:
-    """One number to select on: the loss-weighted mean of each task's primary metric (NaN as 0)."""
-    total = weight = 0.0
-    for t in model.tasks:
-        value = metrics[t.name][primary_metric(t)]
-        w = model.loss_weights[t.name]
-        total += w * (0.0 if value != value else value)
-        weight += w
-    return total / weight if weight else 0.0

@@ -1,7 +1,7 @@
 """Evaluation metrics for heads: plain numpy in, Python floats / dicts out.
 
 Classification (``accuracy``, ``macro_f1``, ``matthews_corrcoef``, ``classification_report``),
-regression (``pearson``, ``spearman``) and entity-level span F1 for IOB-tagged sequences
+regression (``pearson``, ``spearman``, ``r2``) and entity-level span F1 for IOB-tagged sequences
 (``entity_spans``, ``span_f1``), scored the way conlleval and seqeval's default mode score them.
 """
 
@@ -19,6 +19,7 @@ __all__ = [
     "matthews_corrcoef",
     "pearson",
     "spearman",
+    "r2",
     "classification_report",
     "entity_spans",
     "span_f1",
@@ -110,6 +111,16 @@ def spearman(x, y) -> float:
     """Spearman rank correlation (ties get their average rank); NaN when either side is constant."""
     a, b = _pair(x, y)
     return pearson(rankdata(a), rankdata(b))
+
+
+def r2(y_true, y_pred) -> float:
+    """Coefficient of determination ``1 - MSE / Var(y_true)``; NaN when ``y_true`` is constant."""
+    a, b = _pair(y_true, y_pred)
+    a, b = a.astype(np.float64), b.astype(np.float64)
+    variance = float(np.var(a))
+    if variance == 0:
+        return float("nan")
+    return float(1.0 - np.mean((a - b) ** 2) / variance)
 
 
 # ------------------------------------------------------------------------- entity-level span F1

@@ -3,7 +3,9 @@
 ``HeadModel`` reads cached states ``(B, T, S, D)`` and returns one output per task. By default all
 tasks share one mixer (the transformer-heads multi-task case: one representation, several heads);
 ``share_mixer=False`` gives each task its own mixer, so each learns its own layer weights from the
-same pass over the cache. The total loss is ``Σ_task weight_task · loss_task + Σ mixer aux losses``.
+same pass over the cache. The total loss is ``Σ_task weight_task · loss_task + Σ mixer aux losses``;
+a classification task's cross-entropy may weigh its classes (``class_weights``, resolved by
+:mod:`.class_weights`).
 
 Before the mixers, the states pass through the input normalisation (:mod:`.normalize`); with
 ``mean_skip_first`` every token mean in the model (mean pooling, the ``gumbel`` policy's summary)
@@ -15,6 +17,7 @@ pickled.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -56,12 +59,14 @@ class HeadModel(nn.Module):
             or ``layer_norm``; see :mod:`.normalize`.
         mean_skip_first: token means leave out each example's first token when it has more than
             one (a decoder's BOS / attention sink), matching a cache that pools that way.
+        class_weights: ``{task: [weight per class]}`` for the cross-entropy of classification
+            tasks (default: unweighted); also settable later with :meth:`set_class_weights`.
     """
 
     def __init__(self, n_states: int, dim: int, tasks: list[LabelTask], *, mixer: str = "adaptive",
                  mixer_options: dict | None = None, head_options: dict | None = None, share_mixer: bool = True,
                  loss_weights: dict[str, float] | None = None, normalize: str = "none",
-                 mean_skip_first: bool = False) -> None:
+                 mean_skip_first: bool = False, class_weights: dict[str, list[float]] | None = None) -> None:
         super().__init__()
         if not tasks:
             raise ConfigError("A head model needs at least one label task.")
@@ -93,6 +98,9 @@ class HeadModel(nn.Module):
             if t.kind == "regression":
                 self.register_buffer(f"target_mean_{t.name}", torch.zeros(()))
                 self.register_buffer(f"target_std_{t.name}", torch.ones(()))
+        self.class_weights: dict[str, list[float]] = {}
+        for name, weights in (class_weights or {}).items():
+            self.set_class_weights(name, weights)
 
     def _resolve_head_options(self, options: dict | None) -> dict[str, dict]:
         options = dict(options or {})
@@ -123,7 +131,7 @@ class HeadModel(nn.Module):
         return {"n_states": self.n_states, "dim": self.dim, "tasks": [t.to_json() for t in self.tasks],
                 "mixer": self.mixer_spec, "mixer_options": self.mixer_options, "head_options": self.head_options,
                 "share_mixer": self.share_mixer, "loss_weights": self.loss_weights, "normalize": self.normalize,
-                "mean_skip_first": self.mean_skip_first}
+                "mean_skip_first": self.mean_skip_first, "class_weights": self.class_weights}
 
     @classmethod
     def from_config(cls, config: dict) -> "HeadModel":
@@ -133,7 +141,8 @@ class HeadModel(nn.Module):
                    mixer=config["mixer"], mixer_options=config["mixer_options"],
                    head_options=config["head_options"], share_mixer=config["share_mixer"],
                    loss_weights=config["loss_weights"], normalize=config.get("normalize", "none"),
-                   mean_skip_first=config.get("mean_skip_first", False))
+                   mean_skip_first=config.get("mean_skip_first", False),
+                   class_weights=config.get("class_weights"))
 
     def set_state_stats(self, mean: np.ndarray, std: np.ndarray) -> None:
         """The per-state, per-dimension training statistics ``(S, D)`` that ``standardize`` uses."""
@@ -165,10 +174,35 @@ class HeadModel(nn.Module):
             target = labels[t.name]
             if t.kind == "regression":
                 target = (target - getattr(self, f"target_mean_{t.name}")) / getattr(self, f"target_std_{t.name}")
-            loss = task_loss(t, out.outputs[t.name], target)
+            loss = task_loss(t, out.outputs[t.name], target, self.class_weight_tensor(t.name))
             parts[t.name] = float(loss.detach())
             total = total + self.loss_weights[t.name] * loss
         return total, parts
+
+    def set_class_weights(self, task: str, weights) -> None:
+        """Weigh ``task``'s classes in its cross-entropy by ``weights`` (one positive number per class)."""
+        known = {t.name: t for t in self.tasks}
+        if task not in known or known[task].kind == "regression":
+            classified = ", ".join(t.name for t in self.tasks if t.kind != "regression") or "none"
+            raise ConfigError(f"Class weights name {task!r}, which is not a classification task of this model "
+                              f"(those are: {classified}).")
+        values = [float(w) for w in weights]
+        n = known[task].num_classes
+        if len(values) != n or not all(math.isfinite(w) and w > 0 for w in values):
+            raise ConfigError(f"Task {task!r} needs {n} positive class weights, got {values}.")
+        self.class_weights[task] = values
+        # A buffer, so it follows the model to its device; not persistent: the config holds it. Named
+        # by the task's position: a task name need not be a valid attribute name.
+        device = next(iter([*self.parameters(), *self.buffers()]), torch.empty(0)).device
+        self.register_buffer(self._class_weight_buffer(task), torch.tensor(values, dtype=torch.float32, device=device),
+                             persistent=False)
+
+    def _class_weight_buffer(self, task: str) -> str:
+        return f"class_weight_{[t.name for t in self.tasks].index(task)}"
+
+    def class_weight_tensor(self, task: str) -> Tensor | None:
+        """``task``'s class weights ``(C,)`` on the model's device, or None when its classes weigh alike."""
+        return getattr(self, self._class_weight_buffer(task)) if task in self.class_weights else None
 
     def set_target_stats(self, task: str, values: np.ndarray) -> None:
         """Standardise a regression task's targets with the mean and std of ``values``."""

@@ -5,7 +5,9 @@ A run folder holds
 - ``config.json``: estimator parameters, model config, the states read, and the identity of the
   cache it was trained on (backbone and tokenizer fingerprints, dataset, storage);
 - ``weights.safetensors``: the weights (no pickle anywhere);
-- ``metrics.json``: validation and test metrics, training history and times;
+- ``metrics.json``: validation and test metrics, training history and times, which metric
+  selected the epoch (``selection``) and any ``warnings`` about the trained head (a collapse onto
+  one class);
 - ``layer_weights.json`` and ``layer_weights.png``: each mixer's weight per state (and per-token
   depth / per-example usage for ``act`` / ``gumbel``).
 
@@ -23,7 +25,6 @@ from pathlib import Path
 from ..errors import ConfigError
 from ..store.reader import LayerCache
 from .estimator import LayerHead
-from .evaluation import primary_metric
 from .finite import check_split_stats
 
 TEST_NAMES = ("test",)
@@ -36,7 +37,7 @@ class TrainResult:
     run: Path
     head: LayerHead
     metrics: dict
-    """``{"validation": {task: metrics}, "test": {...} or absent, "train_seconds": ..., ...}``."""
+    """``{"validation": {task: metrics}, "test": {...} or absent, "selection": ..., "warnings": [...], ...}``."""
     layer_weights: dict
 
 
@@ -112,7 +113,8 @@ def train_head(cache: str | os.PathLike | LayerCache | None = None, mixer: str =
         head.fit(handle, split=split, val_split=val_split)
         train_seconds = time.perf_counter() - started
         metrics: dict = {"mixer": mixer, "normalize": head.normalize_, "train_seconds": train_seconds,
-                         "data": head.data_, "validation": head.validation_metrics_,
+                         "data": head.data_, "selection": head.selection_.to_json(),
+                         "warnings": list(head.warnings_), "validation": head.validation_metrics_,
                          "history": head.history_.to_json()}
         result = head.validation_pass_
         if test_name is not None:
@@ -141,7 +143,7 @@ def evaluate_run(run: str | os.PathLike, cache: str | os.PathLike | LayerCache |
         metrics, result = head.evaluate(handle, split)
         return {"split": split, "cache": str(handle.path), "metrics": metrics, "usage": result.usage,
                 "layer_names": head.layer_names_, "layer_weights": head.layer_weights(),
-                "primary": {t.name: primary_metric(t) for t in head.tasks_}}
+                "primary": dict(head.selection_.metrics)}
     finally:
         if owned:
             handle.close()

@@ -1,9 +1,10 @@
 """The training loop for head models: AdamW, a learning-rate schedule, early stopping.
 
 Training reads minibatches from a feed (a cache, or a live backbone for comparison), computes in
-float32 whatever the storage dtype, validates after every epoch on the primary metric of each task
-and keeps the best epoch's weights. Everything random (initialisation, order, dropout, Gumbel
-noise) is seeded, so the same call gives the same model.
+float32 whatever the storage dtype, validates after every epoch on each task's selection metric
+(:mod:`.selection`: the task's default, or the one asked for) and keeps the best epoch's weights.
+Everything random (initialisation, order, dropout, Gumbel noise) is seeded, so the same call gives
+the same model.
 """
 
 from __future__ import annotations
@@ -21,9 +22,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from ..errors import ConfigError
 from ..store.feed import Feed
-from .evaluation import evaluate, primary_metric, summary_score
+from .evaluation import evaluate
 from .finite import DivergedError, NonFiniteOutputsError, check_loss, first_non_finite_input
 from .model import HeadModel
+from .selection import Selection, best_epoch, default_selection
 
 SCHEDULES = ("linear", "cosine", "constant", "plateau")
 
@@ -72,7 +74,7 @@ class EpochRecord:
     train_loss: float
     val_score: float
     val: dict[str, float]
-    """task -> its primary validation metric."""
+    """task -> its selection metric on the validation data (``TrainHistory.metric`` names it)."""
     lr: float
     seconds: float
 
@@ -87,6 +89,8 @@ class TrainHistory:
     stopped_early: bool = False
     seconds: float = 0.0
     """Wall time of the whole loop, validation included."""
+    metric: dict[str, str] = field(default_factory=dict)
+    """task -> the validation metric that selected the epoch (their weighted mean is ``val_score``)."""
 
     def to_json(self) -> dict:
         """The history as plain JSON-ready dicts and lists."""
@@ -159,21 +163,24 @@ def _schedule(optimizer, config: TrainConfig, total_steps: int):
 
 
 def train_model(model: HeadModel, train_feed: Feed, val_feed: Feed, config: TrainConfig, *, device: str = "cpu",
-                progress: bool = True, log=None) -> TrainHistory:
+                progress: bool = True, log=None, selection: Selection | None = None) -> TrainHistory:
     """Fit ``model`` on ``train_feed``, select the best epoch on ``val_feed``, restore its weights.
 
     Either feed is a :class:`~layercache.store.feed.Feed` (a cache's or a live backbone's):
     ``train_feed`` yields batches through ``epoch(shuffle=True, seed=...)`` and has ``len()``;
-    ``val_feed`` is scored with :func:`~layercache.heads.evaluation.evaluate`.
+    ``val_feed`` is scored with :func:`~layercache.heads.evaluation.evaluate`. ``selection`` says
+    which validation metric picks the epoch (default: each task's default metric, every sequence
+    task taken as balanced; :class:`~.estimator.LayerHead` resolves it from the training labels).
     """
     config.check()
+    selection = selection or default_selection(model.tasks, model.loss_weights)
     model.to(device)
     optimizer = _adamw(_param_groups(model, config.weight_decay), config.lr)
     steps_per_epoch = len(train_feed)
     total = steps_per_epoch * config.epochs
     scheduler = _schedule(optimizer, config, total)
-    history = TrainHistory()
-    best_state, waited, step = None, 0, 0
+    history = TrainHistory(metric=dict(selection.metrics))
+    best_state, step = None, 0
     started = time.perf_counter()
     console = Console(file=sys.stderr)
     bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -212,26 +219,26 @@ def train_model(model: HeadModel, train_feed: Feed, val_feed: Feed, config: Trai
                     raise error from None
                 raise DivergedError(f"Training diverged at epoch {epoch}: the head's validation outputs are not "
                                     f"finite on finite states; lower --lr (it was {config.lr:g}).") from None
-            score = summary_score(model, metrics)
+            score = selection.score(metrics)
             if config.schedule == "plateau":
                 scheduler.step(score)
-            val = {t.name: float(metrics[t.name][primary_metric(t)]) for t in model.tasks}
+            val = selection.values(metrics)
             record = EpochRecord(epoch, float(np.mean(losses)) if losses else float("nan"), score, val,
                                  optimizer.param_groups[0]["lr"], time.perf_counter() - t0)
             history.epochs.append(record)
-            text = " ".join(f"val {primary_metric(model.task(k))} {v:.4f}" for k, v in val.items())
+            text = " ".join(f"val {selection.metrics[k]} {v:.4f}" for k, v in val.items())
             bar.update(task_id, description=f"epoch {epoch}/{config.epochs}", val=text)
             if log is not None:
                 log(record)
-            if score > history.best_score:
-                history.best_score, history.best_epoch, waited = score, epoch, 0
+            # The one selection rule (best_epoch), applied to the epochs so far.
+            best = best_epoch([e.val_score for e in history.epochs])
+            if best == epoch:
+                history.best_score, history.best_epoch = score, epoch
                 best_state = copy.deepcopy(model.state_dict())
-            else:
-                waited += 1
-                if config.patience and waited >= config.patience:
-                    history.stopped_early = True
-                    bar.update(task_id, total=step)
-                    break
+            elif config.patience and epoch - best >= config.patience:
+                history.stopped_early = True
+                bar.update(task_id, total=step)
+                break
     if best_state is not None:
         model.load_state_dict(best_state)
     history.seconds = time.perf_counter() - started

@@ -11,9 +11,10 @@ import typer.main
 from layercache.cli import app
 from layercache.cli.choices import OPTION_CHOICES, choices
 from layercache.core.devices import FORWARD_DTYPE_NAMES
-from layercache.core.tasks import TASK_KINDS
+from layercache.core.tasks import TASK_KINDS, LabelTask
 from layercache.heads.mixers import MIXERS, make_mixer
 from layercache.heads.normalize import NORMALIZATIONS, resolve_normalize
+from layercache.heads.selection import SELECTION_METRICS, requested_metrics
 from layercache.heads.trainer import SCHEDULES
 from layercache.sources.registry import FILE_SOURCES, SUPPORTED_FILES
 from layercache.store.schema import POOLING_MODES, STORAGE_DTYPE_NAMES, STORE_MODES
@@ -50,6 +51,7 @@ def test_every_listed_choice_is_in_the_table_and_every_entry_is_listed():
     (("train-head", "--normalize"), NORMALIZATIONS),
     (("train-head", "--schedule"), SCHEDULES),
     (("train-head", "--source"), ("auto", "tokens", *(f"pooled:{m}" for m in POOLING_MODES))),
+    (("train-head", "--metric"), tuple(SELECTION_METRICS)),
 ])
 def test_lists_equal_their_registry(key, registry):
     assert choices(*key) == tuple(registry)
@@ -65,6 +67,15 @@ def test_every_registered_mixer_is_offered_and_builds():
 def test_every_normalization_offered_is_accepted():
     for mode in choices("train-head", "--normalize"):
         resolve_normalize(mode, "none")
+
+
+def test_every_selection_metric_offered_is_accepted_for_some_task():
+    tasks = [LabelTask("seq", "sequence", ("a", "b")), LabelTask("ner", "token", ("O", "B-X", "I-X")),
+             LabelTask("value", "regression")]
+    for name in choices("train-head", "--metric"):
+        fits = [t for t in tasks if SELECTION_METRICS[name].applies_to(t)]
+        assert fits, name
+        assert requested_metrics(name, fits) == {t.name: name for t in fits}
 
 
 def test_the_dataset_argument_names_every_supported_file():

@@ -14,6 +14,7 @@ from layercache.heads.metrics import (
     macro_f1,
     matthews_corrcoef,
     pearson,
+    r2,
     span_f1,
     spearman,
 )
@@ -37,6 +38,15 @@ def test_matthews_binary_and_multiclass():
     assert matthews_corrcoef([0, 1, 2, 2], [0, 1, 2, 2]) == pytest.approx(1.0)
     assert matthews_corrcoef([0, 1, 2, 0], [1, 1, 1, 1]) == 0.0  # constant prediction
 
+
+def test_r2_by_hand():
+    y = [1.0, 2.0, 3.0, 4.0]
+    p = [1.5, 2.0, 2.5, 4.0]
+    # MSE = (0.25 + 0 + 0.25 + 0) / 4 = 0.125; Var(y) = 1.25
+    assert r2(y, p) == pytest.approx(1 - 0.125 / 1.25)
+    assert r2(y, y) == 1.0
+    assert r2(y, [2.5] * 4) == pytest.approx(0.0)  # the mean of the targets
+    assert math.isnan(r2([2.0, 2.0], [1.0, 3.0]))  # constant targets: undefined
 
 def test_length_mismatch_and_empty_are_refused():
     with pytest.raises(ValueError, match="3 and 2"):
