@@ -213,30 +213,43 @@ def figure_prediction_depth(report: ProbeReport):
 
 
 def figure_token_depth(report: ProbeReport):
-    """Per-token act depth: its histogram, and its mean by token category (one panel per family)."""
+    """Per-token act depth: its histogram, and its mean by token category (one panel per family).
+
+    The panels wrap three to a row, each row as tall as its longest list of categories, so that a
+    family with many categories (CoNLL-2003's 45 POS tags) keeps readable labels.
+    """
     td = report.token_depth
     if td is None:
         return None
     plt = _plt()
-    families = td["by_category"]["families"]
-    fig, axes = plt.subplots(1, 1 + len(families), figsize=(3.4 * (1 + len(families)) + 1, 3.6), squeeze=False)
-    ax = axes[0, 0]
+    families = list(td["by_category"]["families"].items())
+    n_panels = 1 + len(families)
+    n_cols = min(3, n_panels)
+    n_rows = -(-n_panels // n_cols)
+    sizes = [0] + [len(rows) for _, rows in families]  # categories per panel (the histogram: none)
+    heights = [max(3.0, 0.5 + 0.22 * max(sizes[r * n_cols:(r + 1) * n_cols])) for r in range(n_rows)]
+    fig, axes = plt.subplots(n_rows, n_cols, figsize=(4.3 * n_cols + 0.5, sum(heights)), squeeze=False,
+                             gridspec_kw={"height_ratios": heights})
+    panels = list(axes.flat)
+    ax = panels[0]
     edges, counts = _values(td["histogram"]["edges"]), _values(td["histogram"]["counts"])
     ax.bar(edges[:-1], counts / max(counts.sum(), 1), width=np.diff(edges), align="edge", color=_color(0),
            edgecolor="white")
     ax.set_xlabel("depth N + R (layers)")
     ax.set_ylabel("share of tokens")
     ax.set_title(f"act depth, mean {td['mean']:.2f}", fontsize=9)
-    for i, (family, rows) in enumerate(families.items(), start=1):
-        ax = axes[0, i]
+    for i, (family, rows) in enumerate(families, start=1):
+        ax = panels[i]
         labels = [r["category"] for r in rows]
         means = _values([r["mean"] for r in rows])
         stds = _values([r["std"] for r in rows])
         ax.barh(range(len(rows)), means, xerr=stds, color=_color(i), alpha=0.8, error_kw={"lw": 0.8})
-        ax.set_yticks(range(len(rows)), [f"{label} ({r['count']})" for label, r in zip(labels, rows)], fontsize=7)
+        ax.set_yticks(range(len(rows)), [f"{label} ({r['count']:,})" for label, r in zip(labels, rows)], fontsize=8)
         ax.invert_yaxis()
-        ax.set_xlabel("mean depth")
+        ax.set_xlabel("mean depth (layers)")
         ax.set_title(family, fontsize=9)
+    for ax in panels[n_panels:]:
+        ax.set_visible(False)
     fig.tight_layout()
     return fig
 

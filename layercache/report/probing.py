@@ -492,8 +492,11 @@ def probe_report(cache: str | os.PathLike | LayerCache | None = None, out: str |
         act_run = options.pop("act_run", None)
         found = find_runs(handle, options["runs"])
         has_act = any(_run_summary(run)["mixer"] == "act" for run in found)
+        act_seconds = None
         if act_run is None and not has_act and train_act and handle.stores_tokens:
+            t0 = time.perf_counter()
             act_run = _train_act(handle, folder / "act-run", act_epochs, options.get("seed", 0), progress)
+            act_seconds = time.perf_counter() - t0
             options["runs"].append(act_run)  # its layer weights belong in the report too
         eval_split = options.get("eval_split") or default_eval_split(handle)
         total = count_steps(handle, options.get("tasks"), eval_split, options.get("mdl", True),
@@ -501,6 +504,8 @@ def probe_report(cache: str | os.PathLike | LayerCache | None = None, out: str |
                             token_depth=handle.stores_tokens and (act_run is not None or has_act))
         with steps_progress(progress, total, "probe-report") as step:
             report = build_probe_report(handle, act_run=act_run, step=step, **options)
+        if act_seconds is not None:  # part of what the report cost, though trained before the parts
+            report.timings = {"act head (trained for token depth)": act_seconds, **report.timings}
         return report, report.save(folder)
     finally:
         if owned:
