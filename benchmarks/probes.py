@@ -261,7 +261,7 @@ def report_child(path: Path, seed: int, threads: int) -> dict:
         total = time.perf_counter() - t0
         html_mb = paths.html.stat().st_size / 2**20
     parts = dict(report.timings)
-    parts["act head training, HTML and the rest"] = total - sum(parts.values())
+    parts["writing the HTML and the rest"] = total - sum(parts.values())  # the act head is a part of its own
     task = next(iter(report.tasks.values()))
     return {"total_s": total, "parts_s": parts, "html_mb": html_mb, "peak_rss_mb": peak_rss_mb(),
             "best_layer": task["probe"]["best_layer"], "mdl_compression": task["mdl"]["compression"],
