@@ -33,6 +33,7 @@ from sklearn.utils.validation import check_is_fitted
 from torch.nn import functional as F
 
 from ..errors import CacheError, ConfigError
+from ..solvers import n_outputs
 from ..store.reader import LayerCache
 from .features import (
     ProbeInputs,
@@ -46,7 +47,6 @@ from .features import (
     standardise,
 )
 from .registry import register_probe
-from .solver import n_outputs
 
 DEFAULT_C_GRID = (0.1, 1.0, 10.0)
 """A coarser grid than the single-layer probes': each value is a whole non-convex fit of every prefix."""

@@ -6,7 +6,7 @@
 
 A probe is a multinomial logistic regression (binomial for two classes) on one layer's states,
 or a ridge regression for a regression task. The ``G`` values of ``C`` times ``L`` layers are
-``G * L`` independent models; :mod:`.solver` fits them as one batched model (weights
+``G * L`` independent models; :mod:`layercache.solvers` fits them as one batched model (weights
 ``(G, L, D, K)``, float32, CPU), then each layer keeps the ``C`` that scores best on validation
 data. The objective follows scikit-learn's convention (``sum of per-example losses +
 ||w||^2 / (2 C)``), so ``LogisticRegression(C=probes.C_[l])`` on the same standardised features
@@ -26,6 +26,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.validation import check_is_fitted
 
 from ..errors import CacheError, ConfigError
+from ..solvers import fit_logistic, fit_ridge, outputs_to_predictions
 from ..store.reader import LayerCache
 from .control import ControlTask
 from .features import (
@@ -42,7 +43,6 @@ from .features import (
     usable_scale,
 )
 from .registry import register_probe
-from .solver import fit_logistic, fit_ridge, outputs_to_predictions
 
 DEFAULT_C_GRID = (0.01, 0.1, 1.0, 10.0)
 

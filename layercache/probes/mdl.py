@@ -12,7 +12,7 @@ CE_bits(block_{i+1})``; ``compression_ = N log2 K / codelength_``. A layer from 
 easy to read compresses them well; noise gives a compression near one (or below: the probes
 trained on the first few examples overfit).
 
-Each block's probes (one per layer) are fitted as one batched model by :func:`.solver.fit_logistic`
+Each block's probes (one per layer) are fitted as one batched model by :func:`layercache.solvers.fit_logistic`
 (one call per block, every layer together, warm-started from the previous block's fit), with one
 fixed ``C``. Features are read and standardised as :class:`~.linear.LinearProbes` does (word
 states with the cache's token statistics of the split, pooled vectors and arrays with their own
@@ -34,6 +34,7 @@ from sklearn.exceptions import ConvergenceWarning
 from torch.nn import functional as F
 
 from ..errors import CacheError, ConfigError
+from ..solvers import LinearFit, fit_logistic, linear_outputs
 from ..store.reader import LayerCache
 from .features import (
     check_solver_params,
@@ -46,7 +47,6 @@ from .features import (
 )
 from .linear import DEFAULT_C_GRID
 from .registry import register_probe
-from .solver import LinearFit, fit_logistic, linear_outputs
 
 DEFAULT_PORTIONS = (0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.0625, 0.125, 0.25, 0.5, 1.0)
 """Block ends as fractions of the training data: Voita & Titov's 0.1, 0.2, ..., 50, 100 %."""

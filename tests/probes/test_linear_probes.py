@@ -129,7 +129,7 @@ def _validation_rows_regression(probes, n):
 
 
 def test_solver_warm_start_and_inputs_left_alone():
-    from layercache.probes.solver import fit_logistic
+    from layercache.solvers import fit_logistic
 
     X, y = planted(300, layers=2, dim=6, signal_layer=1, classes=3)
     Xt = torch.from_numpy(np.ascontiguousarray(((X - X.mean(0)) / X.std(0)).transpose(1, 0, 2)))

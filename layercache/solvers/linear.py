@@ -9,11 +9,13 @@ features, so fitting four values of ``C`` costs about what fitting one does.
 Objectives, in scikit-learn's ``C`` convention (a fit is comparable with scikit-learn's for the
 same ``C``; the intercept is not penalised, as in scikit-learn's ``lbfgs`` solver):
 
-- logistic: ``sum_i CE(x_i W + b, y_i) + ||W||^2 / (2 C)``. Multinomial for ``K > 2`` classes;
+- logistic: ``sum_i s_i CE(x_i W + b, y_i) + ||W||^2 / (2 C)``, with sample weights ``s_i`` (1 by
+  default; scikit-learn's ``class_weight`` is ``s_i = class_weight[y_i]``). Multinomial for ``K > 2`` classes;
   binomial (one logit, ``sigmoid``) for two classes, which is what ``LogisticRegression`` fits
   for a binary target (a two-class multinomial with the same ``C`` is the binomial model with
   ``2 C``). Solved with full-batch L-BFGS (``torch.optim.LBFGS``, strong-Wolfe line search) on
-  the objective divided by ``N``: same minimum, gradients of order one.
+  the objective divided by ``N`` (by ``sum_i s_i`` with weights, as scikit-learn's ``lbfgs``
+  does): same minimum, gradients of order one.
 - ridge: ``sum_i (y_i - x_i w - b)^2 / 2 + ||w||^2 / (2 C)``, i.e. scikit-learn's
   ``Ridge(alpha=1/C)``. Closed form: one eigendecomposition of ``X^T X`` per layer solves every
   ``C`` at once, exactly.
@@ -35,7 +37,7 @@ starts along the grid saved ~17 % of the time, less than the load noise of a sha
 one code path was kept.
 
 Stopping. As scikit-learn's ``lbfgs``: once the largest entry of the gradient of the
-per-example-mean objective in the weights and intercepts themselves is below ``tol``.
+per-example-mean (per-unit-weight) objective in the weights and intercepts themselves is below ``tol``.
 """
 
 from __future__ import annotations
@@ -46,6 +48,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 from torch.nn import functional as F
+
+from ..errors import ConfigError
 
 CHECK_EVERY = 10
 """L-BFGS iterations between two checks of the stopping rule (each check costs one evaluation)."""
@@ -113,7 +117,7 @@ def _gram_eigen(X: Tensor, rows: int, seed: int) -> tuple[Tensor, Tensor, int]:
 
 def fit_logistic(X: Tensor, y: Tensor, n_classes: int, Cs: Tensor, *, max_iter: int = 500, tol: float = 1e-4,
                  history_size: int = 20, precondition: bool | None = None, seed: int = 0,
-                 init: LinearFit | None = None) -> LinearFit:
+                 init: LinearFit | None = None, sample_weight: Tensor | None = None) -> LinearFit:
     """Fit one logistic regression per layer and per ``C``, all at once.
 
     Args:
@@ -129,9 +133,20 @@ def fit_logistic(X: Tensor, y: Tensor, n_classes: int, Cs: Tensor, *, max_iter: 
         precondition: use the Gram preconditioner (default: when ``D <= PRECONDITION_MAX_DIM``).
         seed: seeds the row sample that estimates the Gram matrix.
         init: a fit to start from (warm start), with the same ``G``, ``L``, ``D``, ``K``.
+        sample_weight: (N,) positive weight of each example in the loss (default: 1 each). With
+            ``class_weight[y]`` it is scikit-learn's ``LogisticRegression(class_weight=...)``: same
+            objective, scaled by the weights' sum as its ``lbfgs`` solver scales it, same stopping rule.
     """
     L, N, D = X.shape
     G, K = len(Cs), n_outputs(n_classes)
+    if sample_weight is None:
+        weight, total = None, float(N)
+    else:
+        weight = torch.as_tensor(sample_weight, dtype=torch.float32).reshape(N)  # (N,)
+        total = float(weight.sum(dtype=torch.float64))
+        if not (total > 0 and bool(torch.isfinite(weight).all()) and bool((weight >= 0).all())):
+            raise ConfigError("sample_weight must be finite and non-negative with a positive sum; give each "
+                              "example a weight of 0 or more.")
     # Free output rows per model. Softmax ignores a shift shared by all classes, so the penalty
     # alone sets the class-mean of the weights, to zero; left free, that direction has curvature
     # 1/(C N) only, far below the others, and the stopping rule waits for L-BFGS to crawl along
@@ -145,7 +160,9 @@ def fit_logistic(X: Tensor, y: Tensor, n_classes: int, Cs: Tensor, *, max_iter: 
     # they are predicted, the bound overestimates them all; the fits converged fastest with the
     # geometric mean of the two (objective gap after 160 iterations, 20k CoNLL words, C = 0.1 /
     # 10: 8e-6 / 5e-4, against 2.4e-4 / 5.3e-4 from frequencies, 2.5e-5 / 1.5e-3 from the bound).
-    prior = torch.bincount(y.long(), minlength=n_classes).double() / N
+    # The (weighted) class frequencies: the best intercept for w = 0 is their logarithm.
+    prior = torch.bincount(y.long(), weights=None if weight is None else weight.double(),
+                           minlength=n_classes).double() / total
     prior = prior.clamp_min(1.0 / (10 * N))  # a class absent from training keeps a finite start
     prior /= prior.sum()
     if K == 1:
@@ -168,14 +185,14 @@ def fit_logistic(X: Tensor, y: Tensor, n_classes: int, Cs: Tensor, *, max_iter: 
     if precondition:
         s, V, n = _gram_eigen(X, PRECONDITION_ROWS, seed)
         # (L, G, R, D): one scale per model, class contrast and feature eigendirection
-        d = (curvature.view(1, 1, R, 1) * s.view(L, 1, 1, D) / n + 1.0 / (Cs.view(1, G, 1, 1) * N)).rsqrt()
+        d = (curvature.view(1, 1, R, 1) * s.view(L, 1, 1, D) / n + 1.0 / (Cs.view(1, G, 1, 1) * total)).rsqrt()
         d = d.reshape(L, GR, D)
     else:
         V = torch.eye(D).expand(L, D, D)
         d = torch.ones(L, GR, D)
     Vt = V.transpose(1, 2)  # (L, D, D)
-    inv_cn = (1.0 / (Cs * N)).repeat_interleave(R).view(1, GR, 1)  # the penalty ||w||^2/(2C), over N
-    inv_ck = (1.0 / (Cs * N)).repeat_interleave(K).view(1, GK, 1)  # the same on the K output rows
+    inv_cn = (1.0 / (Cs * total)).repeat_interleave(R).view(1, GR, 1)  # the penalty ||w||^2/(2C), over N
+    inv_ck = (1.0 / (Cs * total)).repeat_interleave(K).view(1, GK, 1)  # the same on the K output rows
     grad_max = [math.inf]
 
     # Parameters: u (L, G*R, D) with w^T = Q (d * u) V^T (||w|| = ||d * u||: Q and V are
@@ -232,16 +249,25 @@ def fit_logistic(X: Tensor, y: Tensor, n_classes: int, Cs: Tensor, *, max_iter: 
             Z = torch.baddbmm(bias.unsqueeze(1), X, Wt.transpose(1, 2))  # (L, N, G*K)
             if K == 1:
                 # binomial: loss = softplus(z) - y z; d/dz = sigmoid(z) - y
-                loss = (F.softplus(Z) - target * Z).sum(dtype=torch.float64)
+                per_example = F.softplus(Z) - target * Z  # (L, N, G)
+                if weight is not None:
+                    per_example.mul_(weight.view(1, N, 1))
+                loss = per_example.sum(dtype=torch.float64)
                 dZ = torch.sigmoid(Z).sub_(target)  # (L, N, G)
             else:
                 Z4 = Z.view(L, N, G, K)
                 lse = torch.logsumexp(Z4, dim=3, keepdim=True)  # (L, N, G, 1)
-                loss = lse.sum(dtype=torch.float64) - Z4.gather(3, true_class).sum(dtype=torch.float64)
+                if weight is None:
+                    loss = lse.sum(dtype=torch.float64) - Z4.gather(3, true_class).sum(dtype=torch.float64)
+                else:
+                    loss = ((lse - Z4.gather(3, true_class)) * weight.view(1, N, 1, 1)).sum(dtype=torch.float64)
                 dZ4 = Z4.sub_(lse).exp_()  # softmax, written over the logits
                 dZ4.scatter_add_(3, true_class, minus_one)  # p - onehot(y)
                 dZ = dZ4.view(L, N, GK)
-            dZ.div_(N)
+            if weight is None:
+                dZ.div_(N)
+            else:  # each example's gradient weighs s_i / sum(s)
+                dZ.mul_((weight / total).view(1, N, 1))
             dbias = dZ.sum(1)  # (L, G*K)
             dWt = torch.bmm(dZ.transpose(1, 2), X) - dbias.unsqueeze(2) * mean  # (L, G*K, D): d/dw of the data term
             dWd = torch.bmm(to_contrasts(dWt), V)  # (L, G*R, D), back through Q and V
@@ -251,7 +277,7 @@ def fit_logistic(X: Tensor, y: Tensor, n_classes: int, Cs: Tensor, *, max_iter: 
             dW = dWt.add_(dbias.unsqueeze(2) * mean).add_(Wt * inv_ck)  # (L, G*K, D)
             grad_max[0] = max(float(dW.abs().max()), float(dbias.abs().max()))
             # float64 sums: near the end the line search compares losses differing in the 7th digit
-            return loss / N + 0.5 * (Wd * Wd * inv_cn).sum(dtype=torch.float64)
+            return loss / total + 0.5 * (Wd * Wd * inv_cn).sum(dtype=torch.float64)
 
     # L-BFGS's own stopping rule would read the gradient in u, whose scale the preconditioner sets;
     # instead it runs in rounds of CHECK_EVERY iterations (its memory carries over) and stops once
