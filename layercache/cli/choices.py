@@ -65,6 +65,12 @@ def _selection_metrics() -> Sequence[str]:
     return metric_names()
 
 
+def _solvers() -> Sequence[str]:
+    from ..heads.fitting import solver_names
+
+    return solver_names()
+
+
 def _sources() -> Sequence[str]:
     from ..store.feature_source import source_spellings
 
@@ -82,6 +88,7 @@ OPTION_CHOICES: dict[tuple[str, str], Callable[[], Sequence[str]]] = {
     ("train-head", "--schedule"): _schedules,
     ("train-head", "--source"): _sources,
     ("train-head", "--metric"): _selection_metrics,
+    ("train-head", "--solver"): _solvers,
 }
 """(command, option) -> the values it accepts, read from the registry that owns them."""
 

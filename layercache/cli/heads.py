@@ -65,6 +65,10 @@ def train_head(
         None, "--class-weight", help="Class weights in the classification loss: balanced (n_samples / "
         "(n_classes * count), as scikit-learn) or CLASS=WEIGHT pairs, e.g. neg=2,pos=1 (classes by name or "
         "index); TASK:... for one task of several, repeatable.", show_default="unweighted"),
+    solver: str = typer.Option("auto", "--solver", help=choice_help(
+        "train-head", "--solver", "How the head's weights are fitted.",
+        "lbfgs: full batch, the L2 strength C chosen on validation (a linear head on last or layer:<i>); adamw: "
+        "minibatches with early stopping (any head); auto: lbfgs where it applies, else adamw.")),
     seed: int = typer.Option(0, "--seed", help="Seed for initialisation, order, dropout and the validation slice."),
     mixer_option: Optional[list[str]] = typer.Option(
         None, "--mixer-option", help="Mixer setting KEY=VALUE, e.g. k=64, alpha=70, topk=3; repeatable."),
@@ -90,16 +94,15 @@ def train_head(
         head_options=parse_assignments(head_option, "--head-option"), share_mixer=not separate_mixers,
         loss_weights=weights or None, epochs=epochs, batch_size=batch_size, lr=lr, weight_decay=weight_decay,
         schedule=schedule, patience=patience, seed=seed, device=device, progress=not quiet,
-        metric=parse_metric(metric), class_weight=parse_class_weight(class_weight),
+        metric=parse_metric(metric), class_weight=parse_class_weight(class_weight), solver=solver,
     )
     m = result.metrics
     shown = {"validation": m["validation"]}
     if "test" in m:
         shown[m["test_split"]] = m["test"]
-    history, selection = m["history"], result.head.selection_
+    selection = result.head.selection_
     render_metrics(shown, base.out_console, primary=dict(selection.metrics),
-                   title=f"{mixer} (normalize {m['normalize']}): best epoch {history['best_epoch']} of "
-                         f"{len(history['epochs'])} by {selection.describe()}, "
+                   title=f"{mixer} (normalize {m['normalize']}): {result.head.history_.summary(selection.describe())}, "
                          f"{m['train_seconds']:.1f} s; validation = {m['data']['validation']}")
     render_layer_weights(result.layer_weights, base.out_console)
     base.out_console.print(f"Run written: [bold]{result.run}[/]", soft_wrap=True)

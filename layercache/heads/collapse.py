@@ -10,7 +10,9 @@ collapsed predicts ``O`` for 99.5% or more. A task whose truth holds one class o
 The warning is one sentence that names the task, the class, both shares and what to try:
 ``--class-weight balanced`` (unless the task is weighted so already), ``--metric`` with a metric
 that a constant prediction cannot win (``mcc`` for sequences, ``span_f1`` or ``macro_f1`` for
-tokens; unless it already selects on it), and a lower ``--lr`` / more ``--epochs``.
+tokens; unless it already selects on it), and a lower ``--lr`` / more ``--epochs``, or, for a
+head fitted exactly by the convex solver (where no learning rate or epoch is involved), a mixer that
+learns more than one state.
 """
 
 from __future__ import annotations
@@ -78,11 +80,12 @@ def robust_metric(task: LabelTask) -> str:
 
 
 def collapse_warning(task: LabelTask, gold, predicted, *, metric: str | None = None,
-                     balanced: bool = False) -> str | None:
+                     balanced: bool = False, exact: bool = False) -> str | None:
     """The warning for a collapsed classification task, or None when it has not collapsed.
 
     ``metric``: the metric the run selected on; ``balanced``: whether its classes were weighted
-    ``balanced`` already (neither is then suggested again).
+    ``balanced`` already (neither is then suggested again); ``exact``: the head was fitted by the
+    convex solver, at its optimum (no learning rate or epochs to change).
     """
     if task.kind == "regression":
         return None
@@ -95,7 +98,8 @@ def collapse_warning(task: LabelTask, gold, predicted, *, metric: str | None = N
     better = robust_metric(task)
     if metric != better:
         tries.append(f"--metric {better}")
-    tries.append("a lower --lr / more --epochs")
+    tries.append("a mixer that learns from every state (--mixer scalar or adaptive)" if exact
+                 else "a lower --lr / more --epochs")
     what = tries[0] if len(tries) == 1 else f"{', '.join(tries[:-1])}, or {tries[-1]}"
     name = task.label_names[found.class_id]
     return (f"Task {task.name!r} has collapsed onto one class: {found.predicted_share:.1%} of the validation "

@@ -24,6 +24,12 @@ The epoch is selected on each task's selection metric (``metric``, :mod:`.select
 ``mcc`` for a sequence task with imbalanced training classes), the classification losses may
 weigh classes (``class_weight``, :mod:`.class_weights`), and a head that predicts nearly one class
 for everything is reported in ``warnings_`` and the log (:mod:`.collapse`).
+
+A head that is a linear model on fixed features (``last`` or ``layer:<i>`` under a linear sequence
+or regression head) is a convex problem: with ``solver="auto"`` (the default) or ``"lbfgs"`` it is
+fitted in full batch with its L2 strength chosen on validation (:mod:`.convex`), the way
+scikit-learn's ``LogisticRegression`` fits it; every other head trains by minibatch AdamW
+(:mod:`.trainer`). :mod:`.fitting` decides which.
 """
 
 from __future__ import annotations
@@ -43,9 +49,11 @@ from ..store.reader import LayerCache
 from .attention import SelfAttention
 from .class_weights import BALANCED, class_weight_values, label_counts, parse_class_weight
 from .collapse import collapse_warning
+from .convex import check_c_grid, convergence_warnings, fit_convex
 from .evaluation import PassResult, evaluate, predict
 from .feed import CacheFeed
 from .finite import REEXTRACT, NonFiniteStatesError, check_split_stats
+from .fitting import resolve_solver
 from .model import HeadModel
 from .normalize import resolve_normalize
 from .persistence import (
@@ -95,7 +103,18 @@ class LayerHead(BaseEstimator):
             (unweighted), ``"balanced"`` (scikit-learn's ``n_samples / (n_classes * count_c)`` on
             the training labels, every classification task), ``{class: weight}`` (by label name or
             index; the one classification task) or ``{task: "balanced" | {class: weight}}``. The
-            resolved weights are kept in the model config.
+            resolved weights are kept in the model config. The convex fit honours them as
+            scikit-learn's ``class_weight`` does (each example's loss weighed by its class's weight).
+        solver: how the weights are fitted (:data:`~.fitting.SOLVERS`): ``lbfgs``, the convex full-batch
+            fit of a linear head on fixed features (``last`` / ``layer:<i>`` mixers; sequence heads with
+            ``mean``, ``first`` or ``last`` pooling, no attention and no hidden layer): L-BFGS for
+            classification, ridge in closed form for regression, ``C`` chosen per task on validation
+            by its selection metric; ``adamw``, minibatch AdamW with early stopping (any head); or
+            ``auto``: ``lbfgs`` where the model qualifies, else ``adamw``. ``lbfgs`` on a model that
+            does not qualify is refused. The minibatch settings below do not apply to ``lbfgs``. A
+            fitted head's ``fit_`` says which solver fitted it (and, for ``lbfgs``, each task's ``C``).
+        C_grid: the inverse L2 strengths (scikit-learn's ``C``) the convex fit tries, on features
+            standardised per dimension (default :data:`~.convex.DEFAULT_C_GRID`).
         epochs, batch_size, lr, weight_decay, schedule, warmup, patience, max_grad_norm, seed: see
             :class:`TrainConfig`. ``lr=None`` picks 1e-3 for heads with attention or a projection
             (``adaptive``) and 1e-2 for linear heads, which learn too slowly at 1e-3.
@@ -107,7 +126,7 @@ class LayerHead(BaseEstimator):
 
     def __init__(self, mixer: str = "adaptive", *, tasks=None, layers=None, source: str = "auto",
                  mixer_options=None, head_options=None, share_mixer: bool = True, loss_weights=None,
-                 normalize: str = "auto", metric=None, class_weight=None,
+                 normalize: str = "auto", metric=None, class_weight=None, solver: str = "auto", C_grid=None,
                  epochs: int = 20, batch_size: int = 32, lr: float | None = None, weight_decay: float = 0.01,
                  schedule: str = "linear", warmup: float = 0.06, patience: int = 3, max_grad_norm: float = 1.0,
                  seed: int = 0, val_fraction: float = 0.1, device: str = "auto", progress: bool = True) -> None:
@@ -122,6 +141,8 @@ class LayerHead(BaseEstimator):
         self.normalize = normalize
         self.metric = metric
         self.class_weight = class_weight
+        self.solver = solver
+        self.C_grid = C_grid
         self.epochs = epochs
         self.batch_size = batch_size
         self.lr = lr
@@ -153,6 +174,9 @@ class LayerHead(BaseEstimator):
                           mixer_options=self.mixer_options, head_options=self.head_options,
                           share_mixer=self.share_mixer, loss_weights=self.loss_weights, normalize=normalize,
                           mean_skip_first=cache_mean_skip_first(cache))
+        solver = resolve_solver(self.solver, model)
+        if solver == "lbfgs":
+            check_c_grid(self.C_grid)
         source = resolve_source(cache, self.source, tasks, model)
         note = pooled_note(model, source)
         if note is not None:
@@ -196,8 +220,12 @@ class LayerHead(BaseEstimator):
         for name, weights in class_weight_values(class_weight, tasks, counts).items():
             model.set_class_weights(name, weights)
         self.selection_ = resolve_selection(tasks, asked_metrics, model.loss_weights, counts)
-        self.history_: TrainHistory = train_model(model, train_feed, val_feed, self.train_config_, device=device,
-                                                  progress=self.progress, selection=self.selection_)
+        if solver == "lbfgs":
+            self.history_: TrainHistory = fit_convex(model, train_feed, val_feed, self.selection_, C_grid=self.C_grid,
+                                                     device=device, seed=self.seed)
+        else:
+            self.history_ = train_model(model, train_feed, val_feed, self.train_config_, device=device,
+                                        progress=self.progress, selection=self.selection_)
         # Score the kept (best) epoch once more: the numbers a run reports, and the usage pass
         # behind input-dependent mixers' layer weights.
         self.validation_metrics_, self.validation_pass_ = evaluate(model, val_feed, device)
@@ -205,11 +233,15 @@ class LayerHead(BaseEstimator):
         for t in tasks:
             warning = collapse_warning(t, val_feed.gold(t.name), self.validation_pass_.predictions[t.name].labels,
                                        metric=self.selection_.metrics[t.name],
-                                       balanced=class_weight.get(t.name) == BALANCED)
+                                       balanced=class_weight.get(t.name) == BALANCED, exact=solver == "lbfgs")
             if warning is not None:
                 self.warnings_.append(warning)
                 log.warning(warning)
+        for warning in convergence_warnings(self.history_):
+            self.warnings_.append(warning)
+            log.warning(warning)
         self.model_ = model.cpu().eval()
+        self.fit_ = fit_record(self.history_)
         self.tasks_ = tasks
         self.layer_names_ = layer_names
         self.source_ = source
@@ -299,7 +331,7 @@ class LayerHead(BaseEstimator):
             "params": jsonable(self.get_params()), "model": self.model_.get_config(),
             "layer_names": self.layer_names_, "source": self.source_, "cache": self.cache_info_,
             "data": self.data_, "train": jsonable(vars(self.train_config_)),
-            "selection": self.selection_.to_json(),
+            "selection": self.selection_.to_json(), "fit": self.fit_,
         }
         return write_run(path, state, config, extra_json)
 
@@ -335,7 +367,16 @@ class LayerHead(BaseEstimator):
         head.normalize_ = head.model_.normalize
         head.cache_info_ = config["cache"]
         head.data_ = config.get("data", {})
+        head.fit_ = config.get("fit", {"solver": "adamw"})  # runs saved before the convex fit trained by AdamW
         return head
+
+
+def fit_record(history: TrainHistory) -> dict:
+    """What a run's config keeps about how its weights were fitted: the solver, and the convex fit's ``C`` per task."""
+    if history.solver != "lbfgs":
+        return {"solver": history.solver}
+    return {"solver": history.solver, "method": history.fit["method"], "C": history.fit["C"],
+            "C_grid": history.fit["C_grid"]}
 
 
 def default_lr(model: HeadModel) -> float:

@@ -26,7 +26,7 @@ from torch import Tensor, nn
 
 from ..core.tasks import LabelTask
 from ..errors import ConfigError
-from .mixers import LayerMixer, make_mixer
+from .mixers import LayerMixer, MixOutput, make_mixer
 from .normalize import StateNorm
 from .tasks import make_task_head, task_loss
 
@@ -120,7 +120,7 @@ class HeadModel(nn.Module):
     # --- structure ----------------------------------------------------------------------
     def mixer_for(self, task: str) -> LayerMixer:
         """The mixer whose output ``task``'s head reads (the shared one, or the task's own)."""
-        return self.mixers["shared" if self.share_mixer else task]
+        return self.mixers[self.mixer_key(task)]
 
     def task(self, name: str) -> LabelTask:
         """The label task called ``name``."""
@@ -151,17 +151,28 @@ class HeadModel(nn.Module):
         self.norm.set_stats(mean, std)
 
     # --- computation --------------------------------------------------------------------
-    def forward(self, states: Tensor, mask: Tensor) -> HeadOutput:
-        """``states (B, T, S, D)``, ``mask (B, T)`` -> every task's output."""
+    def mix(self, states: Tensor, mask: Tensor) -> dict[str, MixOutput]:
+        """``states (B, T, S, D)`` and ``mask (B, T)``, normalised and mixed: mixer key -> its output.
+
+        What every head reads (``mixed (B, T, D_out)``); :meth:`forward` puts the heads on top.
+        """
         standardize = None
         if self._mixers_standardize:
             standardize = self.norm.affine
         elif self.normalize != "none":
             states = self.norm(states)  # (B, T, S, D) float32
-        mixed = {key: mixer(states, mask, standardize=standardize) for key, mixer in self.mixers.items()}
+        return {key: mixer(states, mask, standardize=standardize) for key, mixer in self.mixers.items()}
+
+    def mixer_key(self, task: str) -> str:
+        """The key in ``self.mixers`` (and in :meth:`mix`'s result) of the mixer ``task``'s head reads."""
+        return "shared" if self.share_mixer else task
+
+    def forward(self, states: Tensor, mask: Tensor) -> HeadOutput:
+        """``states (B, T, S, D)``, ``mask (B, T)`` -> every task's output."""
+        mixed = self.mix(states, mask)
         outputs = {}
         for t in self.tasks:
-            mix = mixed["shared" if self.share_mixer else t.name]
+            mix = mixed[self.mixer_key(t.name)]
             outputs[t.name] = self.heads[t.name](mix.mixed, mask)
         aux = sum((m.aux_loss for m in mixed.values()), states.new_zeros(()))
         return HeadOutput(outputs=outputs, aux_loss=aux, usage={k: m.usage for k, m in mixed.items()})

@@ -6,8 +6,9 @@ A run folder holds
   cache it was trained on (backbone and tokenizer fingerprints, dataset, storage);
 - ``weights.safetensors``: the weights (no pickle anywhere);
 - ``metrics.json``: validation and test metrics, training history and times, which metric
-  selected the epoch (``selection``) and any ``warnings`` about the trained head (a collapse onto
-  one class);
+  selected the epoch (``selection``), how the weights were fitted (``fit``: the solver, and the
+  convex fit's ``C`` per task) and any ``warnings`` about the trained head (a collapse onto one
+  class);
 - ``layer_weights.json`` and ``layer_weights.png``: each mixer's weight per state (and per-token
   depth / per-example usage for ``act`` / ``gumbel``).
 
@@ -112,7 +113,7 @@ def train_head(cache: str | os.PathLike | LayerCache | None = None, mixer: str =
         started = time.perf_counter()
         head.fit(handle, split=split, val_split=val_split)
         train_seconds = time.perf_counter() - started
-        metrics: dict = {"mixer": mixer, "normalize": head.normalize_, "train_seconds": train_seconds,
+        metrics: dict = {"mixer": mixer, "normalize": head.normalize_, "fit": head.fit_, "train_seconds": train_seconds,
                          "data": head.data_, "selection": head.selection_.to_json(),
                          "warnings": list(head.warnings_), "validation": head.validation_metrics_,
                          "history": head.history_.to_json()}

@@ -91,10 +91,29 @@ class TrainHistory:
     """Wall time of the whole loop, validation included."""
     metric: dict[str, str] = field(default_factory=dict)
     """task -> the validation metric that selected the epoch (their weighted mean is ``val_score``)."""
+    solver: str = "adamw"
+    """How the weights were fitted (:data:`~.fitting.SOLVERS`): ``adamw`` epochs here, or ``lbfgs``, the
+    convex full-batch fit (:mod:`.convex`), whose history is one record: the fitted model."""
+    fit: dict = field(default_factory=dict)
+    """The convex fit's choices (empty for ``adamw``): ``C`` and ``method`` per task, ``C_grid``,
+    ``grid_scores`` per task (the selection metric at each ``C``), ``n_iter`` and ``converged``."""
 
     def to_json(self) -> dict:
         """The history as plain JSON-ready dicts and lists."""
         return asdict(self)
+
+    def summary(self, selection: str) -> str:
+        """How the kept weights were chosen, for a title: ``best epoch 3 of 5 by mcc``, or for the convex
+        fit ``fitted by L-BFGS, C=0.1 chosen on validation by mcc``. ``selection`` describes the metric."""
+        if self.solver != "lbfgs":
+            return f"best epoch {self.best_epoch} of {len(self.epochs)} by {selection}"
+        methods = " and ".join(dict.fromkeys(self.fit.get("method", {}).values())) or "L-BFGS"
+        chosen = self.fit.get("C", {})
+        if len(set(chosen.values())) == 1:
+            c_text = f"C={next(iter(chosen.values())):g}"
+        else:
+            c_text = "C " + ", ".join(f"{task}={value:g}" for task, value in chosen.items())
+        return f"fitted by {methods}, {c_text} chosen on validation by {selection}"
 
 
 def seed_everything(seed: int) -> torch.Generator:

@@ -12,6 +12,7 @@ from layercache.cli import app
 from layercache.cli.choices import OPTION_CHOICES, choices
 from layercache.core.devices import FORWARD_DTYPE_NAMES
 from layercache.core.tasks import TASK_KINDS, LabelTask
+from layercache.heads.fitting import SOLVERS
 from layercache.heads.mixers import MIXERS, make_mixer
 from layercache.heads.normalize import NORMALIZATIONS, resolve_normalize
 from layercache.heads.selection import SELECTION_METRICS, requested_metrics
@@ -52,6 +53,7 @@ def test_every_listed_choice_is_in_the_table_and_every_entry_is_listed():
     (("train-head", "--schedule"), SCHEDULES),
     (("train-head", "--source"), ("auto", "tokens", *(f"pooled:{m}" for m in POOLING_MODES))),
     (("train-head", "--metric"), tuple(SELECTION_METRICS)),
+    (("train-head", "--solver"), tuple(SOLVERS)),
 ])
 def test_lists_equal_their_registry(key, registry):
     assert choices(*key) == tuple(registry)

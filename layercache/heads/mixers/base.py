@@ -173,6 +173,16 @@ class LayerMixer(nn.Module):
         """
         return False
 
+    def is_fixed_map(self) -> bool:
+        """Whether this mixer learns nothing: a map of the states that no training changes.
+
+        A linear head on a fixed map is a convex problem, which a full-batch solver fits exactly
+        (:mod:`~layercache.heads.convex`) where minibatches only approach it. True for a mixer
+        without parameters (``last``, ``layer:<i>``); a mixer with parameters that are not trained
+        would override it.
+        """
+        return next(self.parameters(), None) is None
+
     def layer_params(self) -> list[nn.Parameter]:
         """Parameters that encode the global layer weights.
 
