@@ -76,3 +76,14 @@ def tiny_builtin_cache(tiny_models, tmp_path_factory, name: str, limit: int) -> 
         mp.setenv("LAYERCACHE_HOME", str(out.parent / "home"))
         layercache.extract(str(tiny_models["bert"]), "builtin", out, limit=limit, progress=False)
     return out
+
+
+@pytest.fixture(autouse=True)
+def _torch_threads_restored():
+    """Commands set torch's thread count (``--threads``); every test starts from the count it found."""
+    import torch
+
+    before = torch.get_num_threads()
+    yield
+    if torch.get_num_threads() != before:
+        torch.set_num_threads(before)

@@ -15,6 +15,7 @@ from . import base
 from .base import app, friendly
 from .choices import choice_help, supported_files
 from .parsing import layer_specs, parse_size, parse_splits, split_list
+from .threads import apply_threads, threads_option
 
 
 @app.command()
@@ -69,9 +70,11 @@ def extract(
     allow_pickle: bool = typer.Option(
         False, "--allow-pickle", help="Load a model that has only pickle weights (pytorch_model.bin), which can run "
                                       "code when loaded: only for a source you trust."),
+    threads: str = threads_option(),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
 ):
     """Run MODEL frozen over DATASET once and cache every layer's states (resumable)."""
+    apply_threads(threads)
     from ..extraction.run import extract as run_extract
     from ..extraction.specs import BatchSpec, DataSpec, StorageSpec
 

@@ -19,6 +19,7 @@ from .parsing import (
     parse_metric,
     split_list,
 )
+from .threads import apply_threads, threads_option
 
 
 @app.command("train-head")
@@ -79,9 +80,11 @@ def train_head(
     separate_mixers: bool = typer.Option(False, "--separate-mixers", help="One mixer per task instead of one shared."),
     device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Write into a non-empty run folder."),
+    threads: str = threads_option(),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
 ):
     """Learn a head on a cache (no backbone needed): prints metrics and layer weights, writes a run folder."""
+    apply_threads(threads)
     from ..heads.runs import train_head as run_train_head
     from ..report.heads import render_layer_weights, render_metrics
 
@@ -115,8 +118,10 @@ def eval_run(
     cache: Optional[Path] = typer.Argument(None, help="Cache folder.", show_default="the most recent one"),
     split: str = typer.Option("test", "--split", help="Split to score."),
     as_json: bool = typer.Option(False, "--json", help="Print the metrics as JSON."),
+    threads: str = threads_option(),
 ):
     """Score a saved run on a split of a cache (refuses a cache from another backbone)."""
+    apply_threads(threads)
     from ..heads.runs import evaluate_run
     from ..report.heads import render_layer_weights, render_metrics
 

@@ -21,6 +21,16 @@ def parse_size(text: str) -> int:
     return int(float(match.group(1)) * _UNITS[unit])
 
 
+def parse_threads(text: str) -> int | None:
+    """``--threads``: ``auto`` -> None (the library's default), ``4`` -> 4."""
+    value = text.strip().lower()
+    if value == "auto":
+        return None
+    if not value.isdigit() or int(value) < 1:
+        raise ConfigError(f"--threads must be a whole number of at least 1 or auto, got {text!r}.")
+    return int(value)
+
+
 def split_list(values: list[str] | None) -> list[str]:
     """Options that take lists accept repeats and commas: ``--layers 0,3 --layers -1``."""
     return [v.strip() for value in values or [] for v in value.split(",") if v.strip()]

@@ -10,6 +10,7 @@ import typer
 from . import base
 from .base import app, friendly
 from .parsing import split_list
+from .threads import apply_threads, threads_option
 
 
 @app.command("probe-report")
@@ -35,9 +36,11 @@ def probe_report(
     cumulative: bool = typer.Option(True, "--cumulative/--no-cumulative",
                                     help="Cumulative scoring: a probe on the mix of layers 0..l for every l."),
     seed: int = typer.Option(0, "--seed", help="Seed for validation slices, control tasks and samples."),
+    threads: str = threads_option(),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
 ):
     """Probe every layer of a cache (no backbone needed): prints a summary, writes report.json and report.html."""
+    apply_threads(threads)
     from ..report.probing import probe_report as run_probe_report
     from ..report.summary import render_probe_summary
 

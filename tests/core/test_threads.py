@@ -1,0 +1,94 @@
+"""Torch's thread count: never more than the usable cores, and by default no more than are idle."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+from cli_support import assert_refused, invoke
+
+from layercache.core import threads
+from layercache.core.threads import idle_cores, resolve_threads, usable_cores, use_threads
+from layercache.errors import ConfigError
+
+STAT = """cpu  900 0 100 1000 0 0 0 0 0 0
+cpu0 400 0 50 500 0 0 0 0 0 0
+cpu1 500 0 50 500 0 0 0 0 0 0
+intr 12345
+"""
+
+
+def test_a_number_is_used_and_more_than_the_cores_is_refused(monkeypatch):
+    monkeypatch.setattr(threads, "usable_cores", lambda: 2)
+    assert resolve_threads(1).threads == 1 and resolve_threads(2).threads == 2
+    with pytest.raises(ConfigError, match="more than the 2 core"):
+        resolve_threads(3)
+    for bad in (0, -1, 1.5, "two", True):
+        with pytest.raises(ConfigError, match="at least 1"):
+            resolve_threads(bad)
+
+
+@pytest.mark.parametrize("idle, expected", [(2.0, 2), (1.6, 2), (1.0, 1), (1.4, 1), (0.1, 1), (None, 2)])
+def test_auto_takes_the_idle_cores(monkeypatch, idle, expected):
+    monkeypatch.setattr(threads, "usable_cores", lambda: 2)
+    monkeypatch.setattr(threads, "idle_cores", lambda sample_s=0.1: idle)
+    choice = resolve_threads("auto")
+    assert choice.threads == expected and not choice.asked
+    assert resolve_threads(None) == choice
+    text = choice.describe()
+    assert ("--threads 2" in text) == (expected < 2)  # says how to override when it took fewer
+
+
+def test_cgroup_quota_caps_the_cores(monkeypatch, tmp_path):
+    quota = tmp_path / "cpu.max"
+    monkeypatch.setattr(threads, "CGROUP_CPU_MAX", quota)
+    quota.write_text("150000 100000\n")  # 1.5 CPUs
+    assert usable_cores() == 1
+    quota.write_text("max 100000\n")
+    assert usable_cores() == min(len(os.sched_getaffinity(0)), os.cpu_count())
+
+
+def test_idle_time_is_read_per_usable_cpu(monkeypatch, tmp_path):
+    stat = tmp_path / "stat"
+    stat.write_text(STAT)
+    monkeypatch.setattr(threads, "PROC_STAT", stat)
+    assert threads._cpu_times({0}) == (500, 950)
+    assert threads._cpu_times({0, 1}) == (1000, 2000)
+    assert threads._cpu_times({7}) is None  # none of the usable CPUs listed
+    stat.write_text("")
+    assert threads._cpu_times({0}) is None
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/stat") or len(os.sched_getaffinity(0)) < 2,
+                    reason="needs Linux and two usable cores")
+def test_a_busy_process_is_seen():
+    usable = sorted(os.sched_getaffinity(0))
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        os.sched_setaffinity(spinner.pid, {usable[0]})  # holds one core the whole time
+        time.sleep(0.2)
+        idle = idle_cores(0.3)
+    finally:
+        spinner.kill()
+        spinner.wait()
+    assert idle is not None and idle <= len(usable) - 0.6  # other load only lowers it further
+
+
+def test_use_threads_sets_torch():
+    before = torch.get_num_threads()
+    try:
+        assert use_threads(1).threads == 1 and torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_cli_threads_option(tmp_path):
+    assert_refused(invoke("probe-report", tmp_path, "--threads", "zero"), "--threads must be a whole number")
+    assert_refused(invoke("train-head", tmp_path, "--threads", "0"), "--threads must be a whole number")
+    many = str(usable_cores() + 1)
+    for command in ("extract", "train-head", "probe-report"):
+        assert_refused(invoke(command, "--threads", many), f"--threads {many} is more than")
