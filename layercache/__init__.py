@@ -26,6 +26,7 @@ _LAZY = {
     "extract": "layercache.extraction.run", "ExtractResult": "layercache.extraction.run",
     "train_head": "layercache.heads.runs", "evaluate_run": "layercache.heads.runs",
     "TrainResult": "layercache.heads.runs", "LayerHead": "layercache.heads.estimator",
+    "sweep": "layercache.heads.sweep", "SweepResult": "layercache.heads.sweep",
     "LayerCache": "layercache.store.reader", "CacheBatch": "layercache.store.reader",
     "Manifest": "layercache.store.manifest", "read_manifest": "layercache.store.manifest",
     "load_backbone": "layercache.backbone.loader", "Backbone": "layercache.backbone.loader",
@@ -40,6 +41,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerl
     from .extraction.run import ExtractResult, extract
     from .heads.estimator import LayerHead
     from .heads.runs import TrainResult, evaluate_run, train_head
+    from .heads.sweep import SweepResult, sweep
     from .probes.linear import LinearProbes
     from .sources.records import DatasetRecords, SplitRecords
     from .store.manifest import Manifest, read_manifest
@@ -60,7 +62,8 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
-    "__version__", "extract", "ExtractResult", "train_head", "evaluate_run", "TrainResult", "LayerHead",
+    "__version__", "extract", "ExtractResult", "train_head", "evaluate_run", "TrainResult", "LayerHead", "sweep",
+    "SweepResult",
     "LayerCache", "CacheBatch", "Manifest", "read_manifest", "load_backbone", "Backbone", "DEFAULT_MODEL",
     "DatasetRecords", "SplitRecords", "LabelTask", "LinearProbes",
     "LayercacheError", "ConfigError", "ModelLoadError", "DatasetError", "CacheError", "CacheMismatchError",

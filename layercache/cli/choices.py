@@ -47,6 +47,12 @@ def _mixers() -> Sequence[str]:
     return mixer_spec_forms()
 
 
+def _mixer_names() -> Sequence[str]:
+    from ..heads.mixers import mixer_names
+
+    return mixer_names()
+
+
 def _normalizations() -> Sequence[str]:
     from ..heads.normalize import NORMALIZATIONS
 
@@ -89,6 +95,8 @@ OPTION_CHOICES: dict[tuple[str, str], Callable[[], Sequence[str]]] = {
     ("train-head", "--source"): _sources,
     ("train-head", "--metric"): _selection_metrics,
     ("train-head", "--solver"): _solvers,
+    ("sweep", "--mixer"): _mixer_names,
+    ("sweep", "--metric"): _selection_metrics,
 }
 """(command, option) -> the values it accepts, read from the registry that owns them."""
 

@@ -52,6 +52,7 @@ from .collapse import collapse_warning
 from .convex import check_c_grid, convergence_warnings, fit_convex
 from .evaluation import PassResult, evaluate, predict
 from .feed import CacheFeed
+from .feed_pool import FeedPool
 from .finite import REEXTRACT, NonFiniteStatesError, check_split_stats
 from .fitting import resolve_solver
 from .model import HeadModel
@@ -120,6 +121,8 @@ class LayerHead(BaseEstimator):
             (``adaptive``) and 1e-2 for linear heads, which learn too slowly at 1e-3.
         val_fraction: size of the seeded stratified validation slice of the training split, used
             when no validation split is given.
+        val_seed: seed of that slice (default: ``seed``), so that runs of several seeds can share one
+            validation slice (``layercache sweep`` does).
         device: ``cpu``, ``cuda`` or ``auto``.
         progress: show a progress bar while training.
     """
@@ -129,7 +132,8 @@ class LayerHead(BaseEstimator):
                  normalize: str = "auto", metric=None, class_weight=None, solver: str = "auto", C_grid=None,
                  epochs: int = 20, batch_size: int = 32, lr: float | None = None, weight_decay: float = 0.01,
                  schedule: str = "linear", warmup: float = 0.06, patience: int = 3, max_grad_norm: float = 1.0,
-                 seed: int = 0, val_fraction: float = 0.1, device: str = "auto", progress: bool = True) -> None:
+                 seed: int = 0, val_fraction: float = 0.1, val_seed: int | None = None, device: str = "auto",
+                 progress: bool = True) -> None:
         self.mixer = mixer
         self.tasks = tasks
         self.layers = layers
@@ -153,13 +157,25 @@ class LayerHead(BaseEstimator):
         self.max_grad_norm = max_grad_norm
         self.seed = seed
         self.val_fraction = val_fraction
+        self.val_seed = val_seed
         self.device = device
         self.progress = progress
 
     # --- fitting ------------------------------------------------------------------------
-    def fit(self, cache: LayerCache, split: str = "train", val_split: str | None = None) -> "LayerHead":
-        """Train on ``split``; validate on ``val_split``, the cache's validation split, or a slice of train."""
+    def fit(self, cache: LayerCache, split: str = "train", val_split: str | None = None, *,
+            feeds: FeedPool | None = None, deadline: float | None = None) -> "LayerHead":
+        """Train on ``split``; validate on ``val_split``, the cache's validation split, or a slice of train.
+
+        ``feeds``: a :class:`~.feed_pool.FeedPool` of ``cache`` to take the feeds from, so that many
+        fits of one cache share them (``layercache sweep``); by default each fit builds its own.
+        ``deadline``: a :func:`time.perf_counter` value after which minibatch training starts no new
+        epoch (see :func:`~.trainer.train_model`); the convex fit ignores it (it takes a fraction of
+        an epoch's time).
+        """
         device = resolve_device(self.device)
+        if feeds is not None and feeds.cache is not cache:
+            raise ConfigError("The feed pool given to fit() reads another cache; pass a FeedPool of the cache being "
+                              "fitted.")
         tasks = self._resolve_tasks(cache)
         # Checked before any data is read: a misspelt metric or class should not cost a pass.
         asked_metrics = requested_metrics(self.metric, tasks)
@@ -199,15 +215,16 @@ class LayerHead(BaseEstimator):
         if val_split is None:
             val_split = cache.validation_split(exclude=split)
         if val_split is None:
-            train_rows, val_rows = validation_slice(cache, split, tasks, self.val_fraction, self.seed)
-            val_desc = f"{split} (seeded stratified {self.val_fraction:.0%} slice, seed {self.seed})"
-            val_feed = self._feed(cache, split, tasks, layer_names, source, rows=val_rows)
+            slice_seed = self.seed if self.val_seed is None else self.val_seed
+            train_rows, val_rows = validation_slice(cache, split, tasks, self.val_fraction, slice_seed)
+            val_desc = f"{split} (seeded stratified {self.val_fraction:.0%} slice, seed {slice_seed})"
+            val_feed = self._feed(cache, split, tasks, layer_names, source, rows=val_rows, pool=feeds)
         else:
             cache.require_split(val_split)
             check_split_stats(cache, val_split, layer_names)
             val_desc = val_split
-            val_feed = self._feed(cache, val_split, tasks, layer_names, source)
-        train_feed = self._feed(cache, split, tasks, layer_names, source, rows=train_rows)
+            val_feed = self._feed(cache, val_split, tasks, layer_names, source, pool=feeds)
+        train_feed = self._feed(cache, split, tasks, layer_names, source, rows=train_rows, pool=feeds)
         self.train_config_ = self._train_config(default_lr(model))
         for t in tasks:
             if t.kind == "regression":
@@ -225,7 +242,7 @@ class LayerHead(BaseEstimator):
                                                      device=device, seed=self.seed)
         else:
             self.history_ = train_model(model, train_feed, val_feed, self.train_config_, device=device,
-                                        progress=self.progress, selection=self.selection_)
+                                        progress=self.progress, selection=self.selection_, deadline=deadline)
         # Score the kept (best) epoch once more: the numbers a run reports, and the usage pass
         # behind input-dependent mixers' layer weights.
         self.validation_metrics_, self.validation_pass_ = evaluate(model, val_feed, device)
@@ -260,21 +277,13 @@ class LayerHead(BaseEstimator):
                            patience=self.patience, max_grad_norm=self.max_grad_norm, seed=self.seed).check()
 
     def _resolve_tasks(self, cache: LayerCache) -> list[LabelTask]:
-        if not cache.tasks:
-            raise ConfigError(f"The cache {cache.path} has no labels to learn from; extract a labelled dataset "
-                              "(or give --label-column at extraction).")
-        names = [self.tasks] if isinstance(self.tasks, str) else self.tasks
-        if names is None:
-            return list(cache.tasks)
-        known = {t.name: t for t in cache.tasks}
-        missing = [n for n in names if n not in known]
-        if missing:
-            raise ConfigError(f"The cache has no task {missing[0]!r}; its tasks are: {', '.join(known)}.")
-        return [known[n] for n in names]
+        return resolve_tasks(cache, self.tasks)
 
-    def _feed(self, cache, split, tasks, layer_names, source, rows=None, batch_size=None) -> CacheFeed:
-        return CacheFeed(cache, split, tasks=[t.name for t in tasks], rows=rows, layers=layer_names,
-                         source=source, batch_size=batch_size or self.batch_size)
+    def _feed(self, cache, split, tasks, layer_names, source, rows=None, batch_size=None, pool=None) -> CacheFeed:
+        names, size = [t.name for t in tasks], batch_size or self.batch_size
+        if pool is not None:
+            return pool.feed(split, tasks=names, rows=rows, layers=layer_names, source=source, batch_size=size)
+        return CacheFeed(cache, split, tasks=names, rows=rows, layers=layer_names, source=source, batch_size=size)
 
     # --- using a fitted head ------------------------------------------------------------
     def _check_fitted(self) -> None:
@@ -369,6 +378,22 @@ class LayerHead(BaseEstimator):
         head.data_ = config.get("data", {})
         head.fit_ = config.get("fit", {"solver": "adamw"})  # runs saved before the convex fit trained by AdamW
         return head
+
+
+def resolve_tasks(cache: LayerCache, tasks: str | list[str] | None) -> list[LabelTask]:
+    """The cache's label tasks named by ``tasks`` (default: every task), refusing a cache without labels or an
+    unknown name."""
+    if not cache.tasks:
+        raise ConfigError(f"The cache {cache.path} has no labels to learn from; extract a labelled dataset "
+                          "(or give --label-column at extraction).")
+    names = [tasks] if isinstance(tasks, str) else tasks
+    if names is None:
+        return list(cache.tasks)
+    known = {t.name: t for t in cache.tasks}
+    missing = [n for n in names if n not in known]
+    if missing:
+        raise ConfigError(f"The cache has no task {missing[0]!r}; its tasks are: {', '.join(known)}.")
+    return [known[n] for n in names]
 
 
 def fit_record(history: TrainHistory) -> dict:

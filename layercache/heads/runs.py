@@ -26,6 +26,7 @@ from pathlib import Path
 from ..errors import ConfigError
 from ..store.reader import LayerCache
 from .estimator import LayerHead
+from .evaluation import PassResult
 from .finite import check_split_stats
 
 TEST_NAMES = ("test",)
@@ -113,25 +114,36 @@ def train_head(cache: str | os.PathLike | LayerCache | None = None, mixer: str =
         started = time.perf_counter()
         head.fit(handle, split=split, val_split=val_split)
         train_seconds = time.perf_counter() - started
-        metrics: dict = {"mixer": mixer, "normalize": head.normalize_, "fit": head.fit_, "train_seconds": train_seconds,
-                         "data": head.data_, "selection": head.selection_.to_json(),
-                         "warnings": list(head.warnings_), "validation": head.validation_metrics_,
-                         "history": head.history_.to_json()}
-        result = head.validation_pass_
-        if test_name is not None:
-            metrics["test"], result = head.evaluate(handle, test_name)
-            metrics["test_split"] = test_name
-        weights = {"layer_names": head.layer_names_, "mixers": head.layer_weights(), "usage": result.usage}
-        head.save(run, metrics=metrics, layer_weights=weights)
-        try:
-            plot_layer_weights(weights, run / "layer_weights.png", title=f"{mixer} on {handle.manifest.model.name}")
-        except OSError as err:
-            raise ConfigError(f"The run folder {run} cannot be written ({err.strerror or err}); choose another "
-                              "--out.") from None
-        return TrainResult(run=run, head=head, metrics=metrics, layer_weights=weights)
+        test = None if test_name is None else (test_name, *head.evaluate(handle, test_name))
+        return write_trained_run(run, head, handle, train_seconds=train_seconds, test=test)
     finally:
         if owned:
             handle.close()
+
+
+def write_trained_run(run: Path, head: LayerHead, cache: LayerCache, *, train_seconds: float,
+                      test: tuple[str, dict, PassResult] | None = None) -> TrainResult:
+    """Write the run folder of a head just fitted on ``cache``: what :func:`train_head` writes.
+
+    ``test`` is ``(split, metrics, pass)`` of the head scored on a test split, or None. The layer
+    weights' usage summaries come from that pass when given, else from the validation pass.
+    """
+    mixer = head.mixer
+    metrics: dict = {"mixer": mixer, "normalize": head.normalize_, "fit": head.fit_, "train_seconds": train_seconds,
+                     "data": head.data_, "selection": head.selection_.to_json(),
+                     "warnings": list(head.warnings_), "validation": head.validation_metrics_,
+                     "history": head.history_.to_json()}
+    result = head.validation_pass_
+    if test is not None:
+        metrics["test_split"], metrics["test"], result = test
+    weights = {"layer_names": head.layer_names_, "mixers": head.layer_weights(), "usage": result.usage}
+    head.save(run, metrics=metrics, layer_weights=weights)
+    try:
+        plot_layer_weights(weights, run / "layer_weights.png", title=f"{mixer} on {cache.manifest.model.name}")
+    except OSError as err:
+        raise ConfigError(f"The run folder {run} cannot be written ({err.strerror or err}); choose another "
+                          "--out.") from None
+    return TrainResult(run=run, head=head, metrics=metrics, layer_weights=weights)
 
 
 def evaluate_run(run: str | os.PathLike, cache: str | os.PathLike | LayerCache | None = None,

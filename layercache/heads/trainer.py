@@ -87,6 +87,8 @@ class TrainHistory:
     best_epoch: int = 0
     best_score: float = float("-inf")
     stopped_early: bool = False
+    out_of_time: bool = False
+    """Training ended before ``epochs`` because the next epoch would have run past its ``deadline``."""
     seconds: float = 0.0
     """Wall time of the whole loop, validation included."""
     metric: dict[str, str] = field(default_factory=dict)
@@ -182,7 +184,8 @@ def _schedule(optimizer, config: TrainConfig, total_steps: int):
 
 
 def train_model(model: HeadModel, train_feed: Feed, val_feed: Feed, config: TrainConfig, *, device: str = "cpu",
-                progress: bool = True, log=None, selection: Selection | None = None) -> TrainHistory:
+                progress: bool = True, log=None, selection: Selection | None = None,
+                deadline: float | None = None) -> TrainHistory:
     """Fit ``model`` on ``train_feed``, select the best epoch on ``val_feed``, restore its weights.
 
     Either feed is a :class:`~layercache.store.feed.Feed` (a cache's or a live backbone's):
@@ -190,6 +193,10 @@ def train_model(model: HeadModel, train_feed: Feed, val_feed: Feed, config: Trai
     ``val_feed`` is scored with :func:`~layercache.heads.evaluation.evaluate`. ``selection`` says
     which validation metric picks the epoch (default: each task's default metric, every sequence
     task taken as balanced; :class:`~.estimator.LayerHead` resolves it from the training labels).
+
+    ``deadline`` (a :func:`time.perf_counter` value) ends training between epochs: an epoch is not
+    started when the mean time of the epochs so far says it would finish after it, and the best epoch
+    so far is kept (``history.out_of_time``). The first epoch always runs: a head needs one.
     """
     config.check()
     selection = selection or default_selection(model.tasks, model.loss_weights)
@@ -209,6 +216,12 @@ def train_model(model: HeadModel, train_feed: Feed, val_feed: Feed, config: Trai
         task_id = bar.add_task("epoch 1", total=total, loss=float("nan"), val="")
         for epoch in range(1, config.epochs + 1):
             t0 = time.perf_counter()
+            # Checked between epochs only: a part of an epoch would leave the schedule and the
+            # validation score of a run nobody asked for.
+            if deadline is not None and history.epochs and t0 + (t0 - started) / len(history.epochs) > deadline:
+                history.out_of_time = True
+                bar.update(task_id, total=step)
+                break
             model.train()
             losses = []
             for batch in train_feed.epoch(shuffle=True, seed=config.seed * 1_000_003 + epoch):

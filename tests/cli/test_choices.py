@@ -54,6 +54,8 @@ def test_every_listed_choice_is_in_the_table_and_every_entry_is_listed():
     (("train-head", "--source"), ("auto", "tokens", *(f"pooled:{m}" for m in POOLING_MODES))),
     (("train-head", "--metric"), tuple(SELECTION_METRICS)),
     (("train-head", "--solver"), tuple(SOLVERS)),
+    (("sweep", "--mixer"), tuple(MIXERS)),
+    (("sweep", "--metric"), tuple(SELECTION_METRICS)),
 ])
 def test_lists_equal_their_registry(key, registry):
     assert choices(*key) == tuple(registry)

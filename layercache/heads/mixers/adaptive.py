@@ -57,6 +57,8 @@ class AdaptiveMix(LayerMixer):
     name: ClassVar[str] = "adaptive"
     widens_own_inputs: ClassVar[bool] = True
     prefers_low_lr: ClassVar[bool] = True  # a learned projection per state
+    #: Projection width a quarter and four times the default; the weights' sharpness α a third and three times.
+    sweep_options: ClassVar[tuple[dict, ...]] = ({"k": 32}, {"k": 512}, {"alpha": 3.0}, {"alpha": 30.0})
 
     def __init__(
         self,

@@ -27,6 +27,8 @@ class AttentionMix(LayerMixer):
 
     name: ClassVar[str] = "attention"
     input_dependent: ClassVar[bool] = True
+    #: The scoring width a quarter and four times the default (64).
+    sweep_options: ClassVar[tuple[dict, ...]] = ({"attn_dim": 16}, {"attn_dim": 256})
 
     def __init__(
         self,

@@ -101,6 +101,10 @@ class LayerMixer(nn.Module):
     #: How messages name this mixer where it reads one pooled vector exactly as it reads every token
     #: (see :meth:`commutes_with_token_mean`), e.g. ``"scalar without layer_norm"``; None where it needs tokens.
     pooled_form: ClassVar[str | None] = None
+    #: Variants of this mixer's options that ``layercache sweep`` tries besides its defaults, each merged
+    #: over them: a width and a temperature below and above the default, where the mixer has them
+    #: (:mod:`layercache.heads.sweep`). Empty: the defaults only.
+    sweep_options: ClassVar[tuple[dict, ...]] = ()
 
     def __init__(self, n_states: int, dim: int) -> None:
         super().__init__()
@@ -141,6 +145,14 @@ class LayerMixer(nn.Module):
         takes none and returns ``options`` as given.
         """
         return options
+
+    @classmethod
+    def sweep_specs(cls, n_states: int) -> list[str]:
+        """The specs a sweep tries this mixer as, at its default options, for a cache of ``n_states`` states.
+
+        The mixer's name; none for a mixer whose spec needs an argument, unless it says which ones.
+        """
+        return [] if cls.spec_argument is not None else [cls.name]
 
     @classmethod
     def default_head_options(cls, task_kind: str) -> dict:

@@ -38,6 +38,9 @@ class GumbelMix(LayerMixer):
 
     name: ClassVar[str] = "gumbel"
     input_dependent: ClassVar[bool] = True
+    #: The Gumbel-softmax temperature schedule (5 -> 0.5) at 0.4 and 2 times, start and end alike.
+    sweep_options: ClassVar[tuple[dict, ...]] = ({"tau_start": 2.0, "tau_end": 0.2},
+                                                 {"tau_start": 10.0, "tau_end": 1.0})
     usage_labels: ClassVar[dict[str, str]] = {"mean_states_used": "states used per example"}
 
     def __init__(

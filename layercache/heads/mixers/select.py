@@ -46,6 +46,11 @@ class SelectLayer(LayerMixer):
             raise ConfigError(f"{spec!r} conflicts with index={options['index']!r}")
         return {**options, "index": index}
 
+    @classmethod
+    def sweep_specs(cls, n_states: int) -> list[str]:
+        """Every state but the last (``layer:0`` ... ``layer:<S-2>``): the last one is ``last``'s."""
+        return [f"layer:{i}" for i in range(n_states - 1)]
+
     def commutes_with_token_mean(self) -> bool:
         """True: selecting a state is the same linear map at every token."""
         return True
@@ -90,6 +95,11 @@ class LastLayer(SelectLayer):
     def spec_options(cls, spec: str, argument: str | None, options: dict) -> dict:
         """The options as given: ``last`` takes no argument and no index."""
         return options
+
+    @classmethod
+    def sweep_specs(cls, n_states: int) -> list[str]:
+        """``last``."""
+        return ["last"]
 
     @property
     def spec(self) -> str:

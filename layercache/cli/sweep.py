@@ -1,0 +1,117 @@
+"""``sweep``: train candidate heads from a cache inside a time budget, print the leaderboard, keep the winner."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from . import base
+from .base import app, friendly
+from .choices import choice_help
+from .parsing import parse_class_weight, parse_metric, split_list
+from .threads import apply_threads, threads_option
+
+
+@app.command("sweep")
+@friendly
+def sweep(
+    cache: Optional[Path] = typer.Argument(None, help="Cache folder.", show_default="the most recent one"),
+    budget: str = typer.Option("5m", "--budget", "-b", help="Wall time for the whole sweep: 300s, 5m, 1h30m or plain "
+                               "seconds. Candidates whose estimated cost no longer fits are not started."),
+    out: Optional[Path] = typer.Option(
+        None, "--out", "-o", help="Sweep folder: sweep.json and the winner's run folder best/.",
+        show_default="a new <cache>.runs/sweep-<n> beside the cache"),
+    task: Optional[list[str]] = typer.Option(
+        None, "--task", help="Task(s) to learn jointly; repeatable.", show_default="every task in the cache"),
+    mixer: Optional[list[str]] = typer.Option(
+        None, "--mixer", "-m", help=choice_help(
+            "sweep", "--mixer", "Mixers to try (repeatable); layer is every single state.")),
+    grid: bool = typer.Option(True, "--grid/--no-grid", help="Also try learning rates, widths and temperatures "
+                              "around each mixer's defaults."),
+    seeds: int = typer.Option(3, "--seeds", help="Runs per candidate (a deterministic convex fit runs once)."),
+    seed: int = typer.Option(0, "--seed", help="First seed; also seeds the validation slice when the cache has no "
+                             "validation split."),
+    ensemble: int = typer.Option(0, "--ensemble", help="Also score the top K candidates as one model (their "
+                                 "probabilities averaged); 0 = none."),
+    metric: Optional[list[str]] = typer.Option(
+        None, "--metric", help=choice_help(
+            "sweep", "--metric", "Validation metric that ranks the candidates (and selects each run's epoch).",
+            "NAME for every task, or TASK=NAME per task (repeatable)."),
+        show_default="accuracy (mcc when the train classes are imbalanced), span_f1 for IOB tags else macro_f1, "
+                     "pearson for regression"),
+    class_weight: Optional[list[str]] = typer.Option(
+        None, "--class-weight", help="Class weights in the classification loss: balanced or CLASS=WEIGHT pairs; "
+        "TASK:... for one task of several, repeatable.", show_default="unweighted"),
+    epochs: int = typer.Option(20, "--epochs", help="Most epochs per run (early stopping may end sooner)."),
+    patience: int = typer.Option(3, "--patience", help="Epochs without validation gain before a run stops."),
+    batch_size: int = typer.Option(32, "--batch-size", help="Examples per minibatch."),
+    train_split: str = typer.Option("train", "--train-split", help="Split to train on."),
+    val_split: Optional[str] = typer.Option(
+        None, "--val-split", help="Validation split (ranks the candidates).",
+        show_default="the cache's validation split, else one seeded 10% slice of train"),
+    test_split: Optional[str] = typer.Option(
+        None, "--test-split", help="Split to report on (never used to choose).", show_default="test when present"),
+    device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Write into a non-empty sweep folder."),
+    threads: str = threads_option(),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
+):
+    """Train many heads from a cache inside a time budget: prints the leaderboard, keeps the best run."""
+    apply_threads(threads)
+    from ..core.units import parse_duration
+    from ..heads.sweep import sweep as run_sweep
+
+    seconds = parse_duration(budget, "--budget")  # refused before the cache is opened
+    result = run_sweep(
+        cache, out=out, tasks=split_list(task) or None, budget=seconds, seeds=seeds, seed=seed, ensemble=ensemble,
+        mixers=split_list(mixer) or None, grid=grid, split=train_split, val_split=val_split, test_split=test_split,
+        overwrite=overwrite, progress=not quiet, metric=parse_metric(metric),
+        class_weight=parse_class_weight(class_weight), epochs=epochs, patience=patience, batch_size=batch_size,
+        device=device)
+    render_leaderboard(result, base.out_console)
+    base.out_console.print(f"Best run written: [bold]{result.best}[/] ({result.winner.candidate}, seed "
+                           f"{result.winner.best_seed}); leaderboard: {result.out / 'sweep.json'}", soft_wrap=True)
+
+
+def _score(mean: float | None, sd: float | None) -> str:
+    if mean is None or not math.isfinite(mean):
+        return "" if mean is None else str(mean)
+    return f"{mean:.4f}" + (f" ± {sd:.4f}" if sd is not None else "")
+
+
+def render_leaderboard(result, console: Console) -> None:
+    """The leaderboard, best first: candidate, validation and test score (mean ± sd over seeds), seeds, time."""
+    from ..core.units import human_seconds
+
+    selection = result.selection.get("score", "")
+    budget = "no budget" if result.budget is None else f"budget {human_seconds(result.budget)}"
+    title = (f"sweep: {len(result.leaderboard)} candidates in {human_seconds(result.elapsed)} ({budget}); ranked by "
+             f"{selection} on {result.validation}")
+    notes = any(row.note for row in result.leaderboard)
+    columns = ["#", "candidate", "validation", result.test_split or "test", "seeds", "time"]
+    columns += ["note"] if notes else []
+    convex = any(row.deterministic for row in result.leaderboard)
+    caption = "* fitted by the convex solver: deterministic, so one seed" if convex else None
+    table = Table(*columns, title=title, caption=caption)
+    for rank, row in enumerate(result.leaderboard, start=1):
+        seeds = "1*" if row.deterministic else str(len(row.seeds))
+        cells = [str(rank), row.candidate, _score(row.validation_mean, row.validation_sd),
+                 _score(row.test_mean, row.test_sd), seeds, human_seconds(row.seconds)]
+        table.add_row(*cells, *([row.note] if notes else []))
+    if result.ensemble is not None:
+        members = ", ".join(m["candidate"] for m in result.ensemble["members"])
+        table.add_section()
+        table.add_row("", f"ensemble of {len(result.ensemble['members'])}: {members}",
+                      _score(result.ensemble["validation"], None), _score(result.ensemble["test"], None),
+                      *[""] * (len(columns) - 4))
+    console.print(table)
+    if result.skipped:
+        console.print(f"{len(result.skipped)} candidate(s) not run or not counted; see skipped in sweep.json "
+                      f"(first: {result.skipped[0]['candidate']}: {result.skipped[0]['reason']}).", soft_wrap=True)
+    feeds = result.feeds
+    console.print(f"Shared feeds: {feeds['built']} built once for {feeds['served']} requests.", style="dim")

@@ -1,0 +1,680 @@
+"""``sweep``: train many candidate heads from one cache inside a time budget and keep the validation winner.
+
+An epoch from a cache costs seconds, so trying every way to combine the layers costs minutes. The
+sweep trains each candidate with a few seeds, ranks them on validation by each task's selection
+metric (:mod:`.selection`; a joint head on the loss-weighted mean), reports the test split beside
+it (never used to choose), and writes the winner as an ordinary run folder.
+
+**Candidates** (:func:`candidate_grid`), in the order they run:
+
+1. every registered mixer at its defaults, in registry order (:data:`~.mixers.MIXERS`): ``last``,
+   every single state ``layer:0`` ... ``layer:<S-2>`` (the convex fit makes each one a fraction of
+   a second), ``scalar``, ``adaptive``, ``attention``, ``gumbel``, ``act``, and any mixer added
+   later (each mixer says which specs it is tried as: :meth:`~.mixers.LayerMixer.sweep_specs`);
+2. a small grid around each mixer's defaults, one setting changed at a time: the learning rate at
+   :data:`LR_FACTORS` times the one its default run used (mixers trained by minibatches; a head
+   fitted by the convex solver has no learning rate), and the variants the mixer declares in
+   :attr:`~.mixers.LayerMixer.sweep_options`: a width and a temperature below and above the default
+   (``adaptive``: ``k`` 32 / 512, ``alpha`` 3 / 30; ``attention``: ``attn_dim`` 16 / 256;
+   ``gumbel``: ``tau`` 2 -> 0.2 / 10 -> 1; ``act``: ``ponder_weight`` 1e-4 / 1e-2). This stage runs
+   the mixers' variants in the order of their defaults' validation scores, best first, so a short
+   budget refines the most promising mixer; a mixer whose default did not run is not refined.
+
+Each candidate trains with every seed (default three); a head that the convex solver fitted
+(``last`` / ``layer:<i>`` with linear sequence or regression heads) is deterministic and trains
+once. Every run validates on the same data: the cache's validation split, or one seeded slice of
+train for all (``val_seed``).
+
+**Budget.** A candidate starts only when its estimated cost fits in what is left: its seeds times
+the mean time of a fit of the same candidate, else the longest fit of the same mixer, else the mean
+fit of the mixers of its kind so far (mixers that learn, or fixed maps); plus the time the last
+write of the best run took.
+A candidate nothing predicts yet (the first of its kind) starts while time is left. Training
+itself gets the budget's end as a deadline and starts no epoch that its mean epoch time says would
+pass it (:func:`~.trainer.train_model`), so at most a first epoch can run over. Only candidates
+that finish inside the budget count; a budget too small for any is refused with the time the
+first one took.
+
+**One read of the cache.** Every fit takes its feeds from one :class:`~.feed_pool.FeedPool`: the
+train, validation and test feeds of the token states and of the pooled vectors are built once
+(offsets, word ids and labels read out of every shard, the shards mapped) and shared by all
+candidates and seeds; what they read stays in the OS page cache.
+
+**Output** (``out``, default ``<cache>.runs/sweep-<n>`` beside the cache): ``best/``, the winner's
+best seed as the run folder :func:`~.runs.train_head` writes (``LayerHead.load``, ``layercache
+eval``), rewritten whenever the leader changes; ``sweep.json``, the leaderboard
+(:class:`SweepResult`). With ``ensemble=K`` the top K candidates (each by its best seed) are also
+scored as one model (:mod:`.ensemble`); the members are not saved.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import statistics
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..core.files import write_text_atomic
+from ..core.units import human_seconds, parse_duration
+from ..errors import ConfigError
+from ..progress import steps_progress
+from ..store.reader import LayerCache
+from .ensemble import ensemble_metrics
+from .estimator import LayerHead, resolve_tasks
+from .evaluation import PassResult, evaluate
+from .feed_pool import FeedPool
+from .finite import DivergedError, check_split_stats
+from .mixers import MIXERS, make_mixer, mixer_names
+from .runs import TEST_NAMES, check_run_folder, default_run_folder, write_trained_run
+from .validation import validation_slice
+
+DEFAULT_BUDGET = "5m"
+"""The sweep's time budget unless told otherwise."""
+DEFAULT_SEEDS = 3
+"""Seeds per candidate (a deterministic convex fit runs once)."""
+LR_FACTORS = (0.3, 3.0)
+"""The learning rates a sweep tries besides a mixer's default, as multiples of it."""
+EVAL_BATCH = 128
+"""Examples per batch when scoring the test split (no gradients: larger batches are cheaper)."""
+SWEEP_FILE = "sweep.json"
+BEST_RUN = "best"
+#: LayerHead settings the sweep chooses itself, refused among ``**params``.
+CHOSEN = ("mixer", "mixer_options", "lr", "seed", "val_seed", "progress")
+
+
+# --- the candidates ----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Candidate:
+    """One way to build a head: a mixer spec, options over its defaults, and a learning rate factor."""
+
+    mixer: str
+    """The mixer spec (``last``, ``layer:3``, ``adaptive`` ...)."""
+    mixer_options: dict = field(default_factory=dict)
+    lr_factor: float | None = None
+    """A multiple of the learning rate the default run of this mixer used; None: the head's default."""
+    base: str | None = None
+    """For a grid variant, the name of the default candidate it varies (which must have run first)."""
+
+    @property
+    def name(self) -> str:
+        """``adaptive``, ``adaptive k=32``, ``scalar lr×3``: how tables and messages name it."""
+        parts = [self.mixer, *(f"{k}={_short(v)}" for k, v in self.mixer_options.items())]
+        if self.lr_factor is not None:
+            parts.append(f"lr×{_short(self.lr_factor)}")
+        return " ".join(parts)
+
+    @property
+    def family(self) -> str:
+        """The registry name of its mixer (``layer`` for ``layer:3``): candidates of a family cost alike."""
+        return self.mixer.partition(":")[0].strip().lower()
+
+
+def _short(value) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def candidate_grid(n_states: int, mixers: Sequence[str] | None = None, *, grid: bool = True) -> list[Candidate]:
+    """The candidates a sweep of a cache with ``n_states`` states tries, in order (see the module docstring).
+
+    ``mixers``: registry names to try (default: every registered mixer; ``layer`` is every single
+    state but the last, ``last`` the last one). ``grid=False`` keeps the defaults only.
+    """
+    asked = mixer_names() if mixers is None else [m.strip().lower() for m in mixers]
+    unknown = [m for m in asked if m not in MIXERS]
+    if unknown:
+        raise ConfigError(f"Unknown mixer {unknown[0]!r} to sweep; choose among: {', '.join(mixer_names())}.")
+    names = [name for name in mixer_names() if name in asked]  # registry order: the cheap ones first
+    defaults = [Candidate(spec) for name in names for spec in MIXERS[name].sweep_specs(n_states)]
+    if not grid:
+        return defaults
+    variants = []
+    for name in names:
+        cls = MIXERS[name]
+        if cls.sweep_specs(n_states) != [name]:  # tried state by state (layer:<i>): the states are its variants
+            continue
+        variants += [Candidate(name, lr_factor=f, base=name) for f in LR_FACTORS]
+        variants += [Candidate(name, dict(options), base=name) for options in cls.sweep_options]
+    return defaults + variants
+
+
+# --- what a sweep produced ---------------------------------------------------------------------
+@dataclass
+class CandidateResult:
+    """One candidate's runs: a validation (and test) score per seed, and what they cost."""
+
+    candidate: str
+    mixer: str
+    mixer_options: dict
+    lr: float | None
+    """The learning rate its runs used (None for the convex fit, which has none)."""
+    solver: str
+    seeds: list[int]
+    validation: list[float]
+    """The selection score on validation of each seed's run."""
+    test: list[float] | None
+    """The same score on the test split (reported, never used to choose), or None without one."""
+    seconds: float
+    """Wall time of its runs: fits, validation and test scoring."""
+    epochs: list[int]
+    """Epochs each run trained (1 for the convex fit)."""
+    deterministic: bool = False
+    """Fitted by the convex solver: the same result for every seed, so one run."""
+    note: str = ""
+    warnings: list[str] = field(default_factory=list)
+    """The warnings of its best run (a collapse onto one class ...)."""
+
+    @property
+    def best_seed(self) -> int:
+        """The seed of the run with the best validation score (the first of ties)."""
+        return self.seeds[max(range(len(self.seeds)), key=lambda i: (self.validation[i], -i))]
+
+    @property
+    def validation_mean(self) -> float:
+        """Mean validation score over its seeds."""
+        return statistics.fmean(self.validation)
+
+    @property
+    def validation_sd(self) -> float | None:
+        """Sample standard deviation over its seeds; None for one run."""
+        return statistics.stdev(self.validation) if len(self.validation) > 1 else None
+
+    @property
+    def test_mean(self) -> float | None:
+        """Mean test score over its seeds, or None."""
+        return statistics.fmean(self.test) if self.test else None
+
+    @property
+    def test_sd(self) -> float | None:
+        """Sample standard deviation of the test scores; None for one run or without a test split."""
+        return statistics.stdev(self.test) if self.test and len(self.test) > 1 else None
+
+    def to_json(self) -> dict:
+        """Plain JSON: the fields, plus means and standard deviations for readers that do not recompute them."""
+        return {"candidate": self.candidate, "mixer": self.mixer, "mixer_options": self.mixer_options, "lr": self.lr,
+                "solver": self.solver, "seeds": self.seeds, "deterministic": self.deterministic,
+                "validation": {"mean": self.validation_mean, "sd": self.validation_sd, "runs": self.validation},
+                "test": None if self.test is None else {"mean": self.test_mean, "sd": self.test_sd, "runs": self.test},
+                "best_seed": self.best_seed, "seconds": self.seconds, "epochs": self.epochs, "note": self.note,
+                "warnings": self.warnings}
+
+    @classmethod
+    def from_json(cls, data: dict) -> "CandidateResult":
+        """Rebuild from :meth:`to_json`."""
+        return cls(data["candidate"], data["mixer"], dict(data["mixer_options"]), data["lr"], data["solver"],
+                   list(data["seeds"]), list(data["validation"]["runs"]),
+                   None if data["test"] is None else list(data["test"]["runs"]), float(data["seconds"]),
+                   list(data["epochs"]), bool(data["deterministic"]), data.get("note", ""),
+                   list(data.get("warnings", [])))
+
+
+@dataclass
+class SweepResult:
+    """What :func:`sweep` produced; ``sweep.json`` in its folder holds the same (:meth:`read`)."""
+
+    out: Path
+    """The sweep's folder."""
+    best: Path
+    """The winner's run folder (``out/best``)."""
+    leaderboard: list[CandidateResult]
+    """Every candidate that finished inside the budget, best validation mean first."""
+    skipped: list[dict]
+    """``{"candidate", "reason"}`` for each candidate that did not run or did not count."""
+    selection: dict
+    """How runs are scored (:meth:`~.selection.Selection.to_json`)."""
+    validation: str
+    """The validation data: a split, or the seeded slice of train every run used."""
+    test_split: str | None
+    budget: float | None
+    """Seconds; None: no budget."""
+    elapsed: float
+    setup_seconds: float
+    """Opening the cache and checking it, before the first candidate."""
+    feeds: dict
+    """The shared feeds: ``{"built", "served", "build_seconds"}`` (:class:`~.feed_pool.FeedPool`)."""
+    ensemble: dict | None = None
+    """With ``ensemble=K``: ``{"members": [{"candidate", "seed"}], "validation": score, "test": score,
+    "validation_metrics": {...}, "test_metrics": {...}}``."""
+    cache: str = ""
+
+    @property
+    def winner(self) -> CandidateResult:
+        """The candidate with the best validation mean."""
+        return self.leaderboard[0]
+
+    def to_json(self) -> dict:
+        """The leaderboard and its context as plain JSON (what ``sweep.json`` holds)."""
+        return {"cache": self.cache, "out": str(self.out), "best": str(self.best),
+                "best_candidate": self.winner.candidate, "best_seed": self.winner.best_seed,
+                "selection": self.selection, "validation": self.validation, "test_split": self.test_split,
+                "budget_seconds": self.budget, "elapsed_seconds": self.elapsed, "setup_seconds": self.setup_seconds,
+                "feeds": self.feeds, "leaderboard": [c.to_json() for c in self.leaderboard],
+                "skipped": self.skipped, "ensemble": self.ensemble}
+
+    @classmethod
+    def from_json(cls, data: dict) -> "SweepResult":
+        """Rebuild from :meth:`to_json`."""
+        return cls(Path(data["out"]), Path(data["best"]), [CandidateResult.from_json(c) for c in data["leaderboard"]],
+                   list(data["skipped"]), dict(data["selection"]), data["validation"], data["test_split"],
+                   data["budget_seconds"], float(data["elapsed_seconds"]), float(data["setup_seconds"]),
+                   dict(data["feeds"]), data.get("ensemble"), data.get("cache", ""))
+
+    def write(self, path: str | os.PathLike | None = None) -> Path:
+        """Write :meth:`to_json` to ``path`` (default ``out/sweep.json``)."""
+        path = Path(path) if path is not None else self.out / SWEEP_FILE
+        try:
+            write_text_atomic(path, json.dumps(self.to_json(), indent=2, default=float) + "\n")
+        except OSError as err:
+            raise ConfigError(f"The sweep folder {path.parent} cannot be written ({err.strerror or err}); choose "
+                              "another --out.") from None
+        return path
+
+    @classmethod
+    def read(cls, path: str | os.PathLike) -> "SweepResult":
+        """Read a ``sweep.json`` (or the folder holding one)."""
+        path = Path(path)
+        path = path / SWEEP_FILE if path.is_dir() else path
+        try:
+            return cls.from_json(json.loads(path.read_text()))
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            raise ConfigError(f"{path} is not a readable sweep leaderboard ({err}); run the sweep again.") from None
+
+
+# --- the sweep ---------------------------------------------------------------------------------
+def sweep(cache: str | os.PathLike | LayerCache | None = None, *, out: str | os.PathLike | None = None,
+          tasks: str | list[str] | None = None, budget: str | float | None = DEFAULT_BUDGET,
+          seeds: int | Sequence[int] = DEFAULT_SEEDS, seed: int = 0, ensemble: int = 0,
+          mixers: Sequence[str] | None = None, grid: bool = True, candidates: Sequence[Candidate | str] | None = None,
+          split: str = "train", val_split: str | None = None, test_split: str | None = None, overwrite: bool = False,
+          progress: bool = True, **params) -> SweepResult:
+    """Train candidate heads on a cache inside ``budget``, keep the validation winner as ``out/best``.
+
+    Args:
+        cache: a cache folder or an open :class:`LayerCache` (default: the most recent cache).
+        out: the sweep's folder (default: a new ``<cache>.runs/sweep-<n>`` beside the cache).
+        tasks: label tasks to learn jointly (default: every task of the cache).
+        budget: wall time for the whole sweep: seconds, or text such as ``300s``, ``5m``, ``1h``
+            (:func:`~layercache.core.units.parse_duration`); None: no limit.
+        seeds: runs per candidate: a count (seeds ``seed``, ``seed+1`` ...) or the seeds themselves.
+        seed: the first seed, and the seed of the validation slice when the cache has no validation split.
+        ensemble: also score the top ``K`` candidates as one model (their best runs' predictions averaged);
+            0 or 1: no ensemble.
+        mixers: registry names to try (default: all); ``grid``: also try the grid around their defaults.
+        candidates: the candidates themselves (specs or :class:`Candidate`), instead of ``mixers`` and ``grid``.
+        split, val_split, test_split: as :func:`~.runs.train_head` (test: ``test`` when the cache has one).
+        overwrite: allow writing into a non-empty ``out``.
+        progress: a progress bar over the candidates.
+        **params: other :class:`LayerHead` settings, shared by every candidate (``epochs``, ``patience``,
+            ``batch_size``, ``metric``, ``class_weight``, ``normalize``, ``device`` ...).
+    """
+    started = time.perf_counter()
+    seconds = None if budget is None else parse_duration(budget, "budget")
+    chosen = sorted(set(params) & set(CHOSEN))
+    if chosen:
+        raise ConfigError(f"The sweep chooses {chosen[0]!r} for each candidate itself; leave it out (give the "
+                          "candidates with candidates= or mixers=).")
+    if isinstance(ensemble, bool) or not isinstance(ensemble, int) or ensemble < 0:
+        raise ConfigError(f"ensemble is the number of top candidates to combine (0 for none), got {ensemble!r}.")
+    seed_list = _seed_list(seeds, seed)
+    owned = not isinstance(cache, LayerCache)
+    handle = LayerCache.open(cache) if owned else cache
+    try:
+        head_tasks = resolve_tasks(handle, tasks)
+        folder = Path(out) if out is not None else default_run_folder(handle.path, "sweep")
+        check_run_folder(folder, overwrite)
+        handle.require_split(split)
+        layer_names = [handle.layer_names[i] for i in handle.layer_index(params.get("layers"))]
+        if val_split is not None:
+            handle.require_split(val_split)
+        if test_split is not None and test_split not in handle.splits:
+            raise ConfigError(f"The cache has no split {test_split!r}; its splits are: {', '.join(handle.splits)}.")
+        test_name = test_split or next((s for s in TEST_NAMES if s in handle.splits and s != split), None)
+        if test_name is not None:
+            check_split_stats(handle, test_name, layer_names)  # refuse a damaged test split before training
+        if candidates is None:
+            plan = candidate_grid(len(layer_names), mixers, grid=grid)
+        elif mixers is not None:
+            raise ConfigError("Give the sweep either candidates or mixers (with grid), not both.")
+        else:
+            given = [c if isinstance(c, Candidate) else Candidate(str(c)) for c in candidates]
+            plan = [c for i, c in enumerate(given) if c.name not in {g.name for g in given[:i]}]  # each once
+        if not plan:
+            raise ConfigError("The sweep has no candidate to try; name a mixer or a candidate.")
+        _import_plotting()  # once, before the clock counts candidates: the best run's plot would pay for it
+        run = _Sweep(handle, folder, head_tasks, layer_names, seed_list, seed, split, val_split, test_name, params,
+                     started, seconds, progress)
+        return run.run(plan, ensemble)
+    finally:
+        if owned:
+            handle.close()
+
+
+def _seed_list(seeds: int | Sequence[int], seed: int) -> list[int]:
+    if isinstance(seeds, bool):
+        seeds = [seeds]  # refused below
+    if isinstance(seeds, int):
+        if seeds < 1:
+            raise ConfigError(f"seeds must be at least 1 run per candidate, got {seeds}.")
+        return [seed + i for i in range(seeds)]
+    out = list(dict.fromkeys(seeds))
+    if not out or not all(isinstance(s, int) and not isinstance(s, bool) for s in out):
+        raise ConfigError(f"seeds must be a count or a list of integer seeds, got {seeds!r}.")
+    return out
+
+
+def _import_plotting() -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot  # noqa: F401
+
+
+@contextmanager
+def _quiet_heads() -> Iterator[None]:
+    """Keep the heads' per-run warnings out of the log while candidates train: dozens of runs would bury
+    the leaderboard. Each candidate keeps its best run's warnings, and the winner's are in its metrics.json."""
+    logger = logging.getLogger("layercache.heads")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+@dataclass
+class _Run:
+    """One fitted seed of a candidate."""
+
+    seed: int
+    head: LayerHead
+    score: float
+    test_score: float | None
+    test: tuple[str, dict, PassResult] | None
+    seconds: float
+    fit_seconds: float
+    test_seconds: float
+
+
+class _Costs:
+    """What has run, and what a candidate should therefore cost (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self.fits: dict[str, list[float]] = {}  # candidate name -> seconds of each fit (test scoring included)
+        self.by_family: dict[str, list[float]] = {}
+        self.by_kind: dict[bool, list[float]] = {}  # fixed map? -> seconds of each fit
+        self.tests: dict[str, list[float]] = {}  # family -> seconds of each test scoring
+        self.deterministic: dict[str, bool] = {}  # family -> fitted by the convex solver
+        self.write_seconds = 0.0
+
+    def record(self, candidate: Candidate, fixed: bool, run: _Run, deterministic: bool) -> None:
+        self.fits.setdefault(candidate.name, []).append(run.seconds)
+        self.by_family.setdefault(candidate.family, []).append(run.seconds)
+        self.by_kind.setdefault(fixed, []).append(run.seconds)
+        self.tests.setdefault(candidate.family, []).append(run.test_seconds)
+        self.deterministic[candidate.family] = deterministic
+
+    def per_fit(self, candidate: Candidate, fixed: bool) -> float | None:
+        """Seconds one fit of ``candidate`` should take; None when nothing that ran predicts it."""
+        if candidate.name in self.fits:
+            return statistics.fmean(self.fits[candidate.name])
+        if candidate.family in self.by_family:
+            return max(self.by_family[candidate.family])
+        if fixed in self.by_kind:  # a mixer not run yet: the mean of its kind, between the cheap and the dear ones
+            return statistics.fmean(self.by_kind[fixed])
+        return None
+
+    def after_training(self, candidate: Candidate) -> float:
+        """Seconds a fit needs after its last epoch: scoring the test split, and writing the best run."""
+        tests = self.tests.get(candidate.family) or [t for ts in self.tests.values() for t in ts] or [0.0]
+        return max(tests) + self.write_seconds
+
+
+class _Sweep:
+    """The state of one sweep: the cache, the shared feeds, the clock, and the results so far."""
+
+    def __init__(self, cache: LayerCache, out: Path, tasks, layer_names: list[str], seeds: list[int], seed: int,
+                 split: str, val_split: str | None, test_name: str | None, params: dict, started: float,
+                 budget: float | None, progress: bool) -> None:
+        self.cache, self.out, self.tasks, self.layer_names = cache, out, tasks, layer_names
+        self.seeds, self.seed, self.split, self.test_name, self.params = seeds, seed, split, test_name, params
+        self.val_split = val_split or cache.validation_split(exclude=split)
+        self.started, self.budget, self.progress = started, budget, progress
+        self.end = None if budget is None else started + budget
+        self.pool = FeedPool(cache)
+        self.costs = _Costs()
+        self.results: list[CandidateResult] = []
+        self.skipped: list[dict] = []
+        self.runs: dict[str, _Run] = {}  # candidate -> its best run, kept while it may lead or join the ensemble
+        self.defaults: dict[str, CandidateResult] = {}  # default candidate -> its result, for its grid variants
+        self.budget_hit = False  # some candidate did not run, or did not count, for lack of time
+        self.leader: CandidateResult | None = None
+        self.ensemble_size = 0
+        self.first_error_raises = True  # until one candidate has trained, a refusal is about the settings
+
+    # --- the clock ---------------------------------------------------------------------------
+    def left(self) -> float:
+        return math.inf if self.end is None else self.end - time.perf_counter()
+
+    # --- the loop -----------------------------------------------------------------------------
+    def run(self, plan: list[Candidate], ensemble: int) -> SweepResult:
+        self.ensemble_size = ensemble
+        setup = time.perf_counter() - self.started
+        if self.left() <= 0:
+            raise ConfigError(f"The budget of {human_seconds(self.budget)} ran out while the sweep opened and checked "
+                              f"the cache ({human_seconds(setup)}); give a budget of at least "
+                              f"{_suggest(setup * 3)}.")
+        defaults = [c for c in plan if c.base is None]
+        variants = [c for c in plan if c.base is not None]
+        first: tuple[str, float] | None = None
+        with steps_progress(self.progress, total=len(plan), title="sweep") as step:
+            for candidate in defaults:
+                step(self._describe(candidate))
+                trained = self._try(candidate)
+                first = first or trained
+            for candidate in self._order_variants(variants):
+                step(self._describe(candidate))
+                trained = self._try(candidate)
+                first = first or trained
+        if not self.results:
+            raise self._too_small(setup, first)
+        ranked = sorted(self.results, key=lambda r: -r.validation_mean)  # stable: earlier (cheaper) first on ties
+        result = SweepResult(out=self.out, best=self.out / BEST_RUN, leaderboard=ranked, skipped=self.skipped,
+                             selection=self.runs[ranked[0].candidate].head.selection_.to_json(),
+                             validation=self.runs[ranked[0].candidate].head.data_["validation"],
+                             test_split=self.test_name, budget=self.budget, elapsed=0.0, setup_seconds=setup,
+                             feeds=self.pool.stats(), cache=str(self.cache.path))
+        if ensemble > 1:
+            result.ensemble = self._ensemble(ranked[:ensemble])
+        result.elapsed = time.perf_counter() - self.started
+        result.write()
+        return result
+
+    def _describe(self, candidate: Candidate) -> str:
+        if self.leader is None:
+            return candidate.name
+        return f"{candidate.name} (best: {self.leader.candidate} {self.leader.validation_mean:.4f})"
+
+    def _order_variants(self, variants: list[Candidate]) -> list[Candidate]:
+        """Grid variants of the mixers whose defaults scored best first; those of a mixer that did not run, dropped."""
+        ready = []
+        for candidate in variants:
+            if candidate.base not in self.defaults:
+                self.skipped.append({"candidate": candidate.name,
+                                     "reason": f"its default, {candidate.base}, did not run"})
+            else:
+                ready.append(candidate)
+        return sorted(ready, key=lambda c: -self.defaults[c.base].validation_mean)
+
+    def _try(self, candidate: Candidate) -> tuple[str, float] | None:
+        """Run ``candidate`` if it is worth it and fits; returns (name, seconds) when it trained at all."""
+        lr = None
+        if candidate.lr_factor is not None:
+            base = self.defaults[candidate.base]
+            if base.lr is None:
+                self.skipped.append({"candidate": candidate.name, "reason": f"{base.candidate} is fitted by the convex "
+                                                                            "solver, which has no learning rate"})
+                return None
+            lr = candidate.lr_factor * base.lr
+        try:
+            fixed = make_mixer(candidate.mixer, len(self.layer_names), 1, **candidate.mixer_options).is_fixed_map()
+        except ConfigError as err:  # a spec this cache cannot take (act on one state ...)
+            if self.first_error_raises:
+                raise
+            self.skipped.append({"candidate": candidate.name, "reason": str(err)})
+            return None
+        estimate = self.costs.per_fit(candidate, fixed)
+        if estimate is not None:
+            n = 1 if self.costs.deterministic.get(candidate.family) else len(self.seeds)
+            needed = n * estimate + self.costs.write_seconds
+            if needed > self.left():
+                self.budget_hit = True
+                self.skipped.append({"candidate": candidate.name,
+                                     "reason": f"the budget: it would take about {human_seconds(needed)}, "
+                                               f"{human_seconds(max(self.left(), 0.0))} were left"})
+                return None
+        elif self.left() <= 0:
+            self.budget_hit = True
+            self.skipped.append({"candidate": candidate.name, "reason": "the budget ran out"})
+            return None
+        return self._train(candidate, lr, fixed)
+
+    def _train(self, candidate: Candidate, lr: float | None, fixed: bool) -> tuple[str, float] | None:
+        runs: list[_Run] = []
+        notes = []
+        t0 = time.perf_counter()
+        deterministic = False
+        for i, seed in enumerate(self.seeds):
+            if deterministic:
+                break
+            if i > 0 and self.costs.per_fit(candidate, fixed) + self.costs.write_seconds > self.left():
+                self.budget_hit = True
+                notes.append(f"{i} of {len(self.seeds)} seeds: the budget ran out")
+                break
+            head = LayerHead(candidate.mixer, tasks=[t.name for t in self.tasks],
+                             mixer_options=candidate.mixer_options or None, lr=lr, seed=seed, val_seed=self.seed,
+                             progress=False, **self.params)
+            deadline = None if self.end is None else self.end - self.costs.after_training(candidate)
+            try:
+                run = self._fit(head, seed, deadline)
+            except DivergedError as err:
+                notes.append(f"seed {seed} diverged: {err}")
+                break
+            except ConfigError as err:
+                if self.first_error_raises:
+                    raise
+                self.skipped.append({"candidate": candidate.name, "reason": str(err)})
+                return None
+            self.first_error_raises = False
+            deterministic = head.fit_["solver"] == "lbfgs"
+            self.costs.record(candidate, fixed, run, deterministic)
+            runs.append(run)
+            if head.history_.out_of_time:
+                notes.append(f"seed {seed} stopped at epoch {len(head.history_.epochs)} of "
+                             f"{head.train_config_.epochs} by the budget")
+        seconds = time.perf_counter() - t0
+        if not runs:
+            self.skipped.append({"candidate": candidate.name, "reason": "; ".join(notes)})
+            return (candidate.name, seconds)
+        if self.left() < 0:
+            self.budget_hit = True
+            self.skipped.append({"candidate": candidate.name,
+                                 "reason": f"it finished {human_seconds(-self.left())} after the budget ran out"})
+            return (candidate.name, seconds)
+        best = max(runs, key=lambda r: r.score)  # the first of ties: the earliest seed
+        head = best.head
+        result = CandidateResult(
+            candidate=candidate.name, mixer=candidate.mixer, mixer_options=dict(candidate.mixer_options),
+            lr=None if deterministic else head.train_config_.lr, solver=head.fit_["solver"],
+            seeds=[r.seed for r in runs], validation=[r.score for r in runs],
+            test=None if self.test_name is None else [r.test_score for r in runs], seconds=seconds,
+            epochs=[len(r.head.history_.epochs) for r in runs], deterministic=deterministic, note="; ".join(notes),
+            warnings=list(head.warnings_))
+        self.results.append(result)
+        if candidate.base is None:
+            self.defaults[candidate.name] = result
+        self._keep(result, best)
+        return (candidate.name, seconds)
+
+    def _fit(self, head: LayerHead, seed: int, deadline: float | None) -> _Run:
+        t0 = time.perf_counter()
+        with _quiet_heads():
+            head.fit(self.cache, self.split, self.val_split, feeds=self.pool, deadline=deadline)
+        fit_seconds = time.perf_counter() - t0
+        score = head.selection_.score(head.validation_metrics_)
+        test = test_score = None
+        t1 = time.perf_counter()
+        if self.test_name is not None:
+            feed = self.pool.feed(self.test_name, tasks=[t.name for t in head.tasks_], layers=head.layer_names_,
+                                  source=head.source_, batch_size=EVAL_BATCH)
+            with _quiet_heads():
+                metrics, passed = evaluate(head.model_, feed)  # on the CPU, as LayerHead.evaluate scores
+            test, test_score = (self.test_name, metrics, passed), head.selection_.score(metrics)
+        test_seconds = time.perf_counter() - t1
+        return _Run(seed, head, score, test_score, test, fit_seconds + test_seconds, fit_seconds, test_seconds)
+
+    def _keep(self, result: CandidateResult, best: _Run) -> None:
+        """Keep the runs the end needs (the leader's, the ensemble's), and rewrite ``best/`` when the leader changes."""
+        self.runs[result.candidate] = best
+        ranked = sorted(self.results, key=lambda r: -r.validation_mean)
+        keep = {r.candidate for r in ranked[:max(1, self.ensemble_size)]}
+        self.runs = {name: run for name, run in self.runs.items() if name in keep}
+        if self.leader is None or ranked[0] is result:
+            self.leader = result
+            t0 = time.perf_counter()
+            write_trained_run(self.out / BEST_RUN, best.head, self.cache, train_seconds=best.fit_seconds,
+                              test=best.test)
+            self.costs.write_seconds = time.perf_counter() - t0
+
+    def _ensemble(self, members: list[CandidateResult]) -> dict:
+        """Score the top candidates' best runs as one model on validation (and test)."""
+        runs = [self.runs[m.candidate] for m in members]
+        first = runs[0].head
+        names = [t.name for t in first.tasks_]
+        val_rows = None
+        if self.val_split is None:
+            val_rows = validation_slice(self.cache, self.split, first.tasks_, first.val_fraction, self.seed)[1]
+        val_feed = self.pool.feed(self.val_split or self.split, tasks=names, rows=val_rows,
+                                  layers=first.layer_names_, source=first.source_, batch_size=first.batch_size)
+        gold = {t: val_feed.gold(t) for t in names}
+        val_metrics = ensemble_metrics([r.head.validation_pass_ for r in runs], first.tasks_, gold)
+        out = {"members": [{"candidate": m.candidate, "seed": m.best_seed} for m in members],
+               "combine": "mean of class probabilities (sequence), of predictions (regression), word-label vote "
+                          "(token)",
+               "validation": first.selection_.score(val_metrics), "validation_metrics": _scalars(val_metrics),
+               "test": None, "test_metrics": None}
+        if self.test_name is not None:
+            feed = self.pool.feed(self.test_name, tasks=names, layers=first.layer_names_, source=first.source_,
+                                  batch_size=EVAL_BATCH)
+            test_metrics = ensemble_metrics([r.test[2] for r in runs], first.tasks_,
+                                            {t: feed.gold(t) for t in names})
+            out["test"], out["test_metrics"] = first.selection_.score(test_metrics), _scalars(test_metrics)
+        return out
+
+    def _too_small(self, setup: float, first: tuple[str, float] | None) -> ConfigError:
+        budget = human_seconds(self.budget) if self.budget is not None else "no limit"
+        if first is None or not self.budget_hit:
+            reasons = "; ".join(f"{s['candidate']}: {s['reason']}" for s in self.skipped[:3])
+            return ConfigError(f"No candidate could run ({reasons}); check the candidates and the cache.")
+        name, took = first
+        return ConfigError(f"The budget of {budget} is too small to train even one candidate: the sweep's set-up took "
+                           f"{human_seconds(setup)} and the first candidate, {name}, {human_seconds(took)}; give a "
+                           f"budget of at least {_suggest((setup + took) * 2)}.")
+
+
+def _suggest(seconds: float) -> str:
+    """A round budget of at least ``seconds``, as ``--budget`` takes it: ``5s``, ``2m``."""
+    if seconds <= 60:
+        return f"{max(1, math.ceil(seconds))}s"
+    return f"{math.ceil(seconds / 60)}m"
+
+
+def _scalars(metrics: dict[str, dict]) -> dict[str, dict]:
+    """Each task's scalar metrics (the per-class reports left out)."""
+    return {task: {k: v for k, v in values.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+            for task, values in metrics.items()}

@@ -1,0 +1,284 @@
+"""``sweep``: candidates from the registry, the validation winner kept as a run, the budget honoured.
+
+The cache is the built-in task set through the tiny BERT with its pooled means replaced by planted
+ones: ``layer_1`` holds the six ``topic`` classes' means, the other states are noise. The candidates
+that read pooled vectors (``last``, ``layer:<i>``, ``scalar``) then have a known best single state.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import time
+
+import h5py
+import numpy as np
+import pytest
+from cli_support import assert_refused, invoke
+
+import layercache as lc
+from layercache.core.units import human_seconds, parse_duration
+from layercache.errors import ConfigError
+from layercache.heads import FeedPool, LayerHead, SweepResult, candidate_grid, sweep
+from layercache.heads.mixers import MIXERS
+from layercache.heads.model import HeadModel
+from layercache.heads.selection import Selection
+from layercache.heads.sweep import LR_FACTORS, Candidate
+from layercache.heads.trainer import TrainConfig, train_model
+
+SIGNAL = 1  # layer_1
+POOLED = ["last", "layer", "scalar"]  # the mixers that read the planted pooled vectors
+QUICK = {"epochs": 2, "patience": 0, "device": "cpu", "progress": False}
+
+
+def plant(path, seed: int = 0) -> None:
+    """Replace every split's pooled means by noise, with the topic classes' means added to ``layer_1``."""
+    manifest = json.loads((path / "manifest.json").read_text())
+    rng = np.random.default_rng(seed)
+    directions = np.random.default_rng(7).standard_normal((6, 32))
+    for info in manifest["splits"].values():
+        for shard in info["shards"]:
+            with h5py.File(path / shard["file"], "r+") as h:
+                n, S, D = h["pooled/mean"].shape
+                topic = h["labels/topic"][:]
+                x = rng.standard_normal((n, S, D))
+                x[:, SIGNAL] += 0.8 * directions[topic]
+                h["pooled/mean"][...] = x.astype(np.float16)
+
+
+@pytest.fixture(scope="module")
+def planted_path(tiny_models, tmp_path_factory):
+    root = tmp_path_factory.mktemp("sweep")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("LAYERCACHE_HOME", str(root / "home"))
+        path = lc.extract(str(tiny_models["bert"]), "builtin", root / "cache", progress=False, limit=300).path
+    plant(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def planted(planted_path):
+    with lc.LayerCache.open(planted_path) as cache:
+        yield cache
+
+
+@pytest.fixture(scope="module")
+def swept(planted, tmp_path_factory):
+    out = tmp_path_factory.mktemp("swept") / "sweep"
+    return sweep(planted, out=out, tasks="topic", mixers=POOLED, seeds=2, budget=None, ensemble=2, **QUICK)
+
+
+# --- budgets --------------------------------------------------------------------------------------
+@pytest.mark.parametrize(("text", "seconds"), [("300", 300), ("300s", 300), ("5m", 300), ("1h", 3600),
+                                               ("1h30m", 5400), ("2m 30s", 150), ("0.5", 0.5), (" 5 min ", 300),
+                                               (90, 90), (1.5, 1.5)])
+def test_budgets_are_parsed_by_one_helper(text, seconds):
+    assert parse_duration(text, "budget") == seconds
+
+
+@pytest.mark.parametrize("text", ["5 parsecs", "-3", "0", "", "m", "5m5", "1e3", "inf", "nan", True])
+def test_bad_budgets_are_refused_in_one_sentence(text):
+    with pytest.raises(ConfigError, match=r"^The budget .* 300s, 5m, 1h30m or plain seconds \(300\)\.$"):
+        parse_duration(text, "budget")
+
+
+def test_durations_read_as_people_write_them():
+    assert [human_seconds(s) for s in (0.042, 4.2, 42, 75, 300, 5430)] == [
+        "0.042 s", "4.2 s", "42 s", "1 min 15 s", "5 min", "1 h 30 min"]
+
+
+# --- the candidates -----------------------------------------------------------------------------------
+def test_the_grid_reads_the_registry_and_varies_one_setting_at_a_time():
+    grid = candidate_grid(4)
+    defaults = [c for c in grid if c.base is None]
+    assert {c.family for c in defaults} == set(MIXERS)  # every registered mixer, nothing hard-coded
+    assert [c.mixer for c in defaults[:4]] == ["last", "layer:0", "layer:1", "layer:2"]  # every state once
+    for name, cls in MIXERS.items():
+        variants = [c for c in grid if c.base == name]
+        if cls.sweep_specs(4) != [name]:
+            assert not variants  # tried state by state: no grid on top
+            continue
+        assert [c.lr_factor for c in variants if c.lr_factor is not None] == list(LR_FACTORS)
+        assert [c.mixer_options for c in variants if c.lr_factor is None] == list(cls.sweep_options)
+        for c in variants:
+            assert c.mixer == name and bool(c.mixer_options) != (c.lr_factor is not None)
+            MIXERS[name](4, 8, **c.mixer_options)  # every option a mixer declares, it takes
+    assert candidate_grid(4, ["scalar", "layer"], grid=False) == [  # registry order: the cheap ones first
+        Candidate("layer:0"), Candidate("layer:1"), Candidate("layer:2"), Candidate("scalar")]
+    assert Candidate("adaptive", {"k": 32}).name == "adaptive k=32"
+    assert Candidate("scalar", lr_factor=3.0).name == "scalar lr×3"
+    with pytest.raises(ConfigError, match="Unknown mixer 'mean' to sweep; choose among: last, layer"):
+        candidate_grid(4, ["mean"])
+
+
+# --- the winner and its run -------------------------------------------------------------------------
+def test_the_sweep_keeps_the_validation_winner_as_a_loadable_run(swept, planted):
+    board = swept.leaderboard
+    means = [c.validation_mean for c in board]
+    assert means == sorted(means, reverse=True)
+    singles = [c.candidate for c in board if c.mixer.startswith("layer:") or c.mixer == "last"]
+    assert singles[0] == f"layer:{SIGNAL}"  # the planted state wins among the single states
+    for c in board:
+        if c.solver == "lbfgs":  # the convex fit is deterministic: one run
+            assert c.deterministic and c.seeds == [0] and c.validation_sd is None and c.lr is None
+        else:
+            assert not c.deterministic and c.seeds == [0, 1] and c.validation_sd is not None and c.lr > 0
+        assert len(c.test) == len(c.seeds)
+    assert {c.candidate for c in board} == {"last", "layer:0", "layer:1", "scalar",  # 3 states: last is the third
+                                            *(f"scalar lr×{f:g}" for f in LR_FACTORS)}
+    assert any("no learning rate" in s["reason"] for s in swept.skipped)  # last's lr grid: convex, so none
+
+    winner = swept.winner
+    best = swept.best
+    assert best == swept.out / "best"
+    metrics = json.loads((best / "metrics.json").read_text())
+    kept = Selection.from_json(metrics["selection"]).score(metrics["validation"])
+    assert kept == pytest.approx(max(winner.validation)) == pytest.approx(
+        winner.validation[winner.seeds.index(winner.best_seed)])
+    assert metrics["mixer"] == winner.mixer
+    for name in ("config.json", "weights.safetensors", "metrics.json", "layer_weights.json", "layer_weights.png"):
+        assert (best / name).is_file(), name
+    head = LayerHead.load(best)
+    assert head.predict(planted, "test").predictions["topic"].labels.shape == (planted.num_examples("test"),)
+    test = Selection.from_json(metrics["selection"]).score(head.score(planted, "test"))
+    assert test == pytest.approx(winner.test[winner.seeds.index(winner.best_seed)])
+    assert swept.feeds["built"] < swept.feeds["served"]  # one read of the cache, shared by every fit
+
+
+def test_the_leaderboard_json_round_trips(swept):
+    on_disk = json.loads((swept.out / "sweep.json").read_text())
+    assert on_disk == json.loads(json.dumps(swept.to_json()))
+    again = SweepResult.read(swept.out)
+    assert again.to_json() == swept.to_json()
+    assert [c.candidate for c in again.leaderboard] == [c.candidate for c in swept.leaderboard]
+    assert on_disk["best_candidate"] == swept.winner.candidate and on_disk["test_split"] == "test"
+    assert on_disk["leaderboard"][0]["validation"]["mean"] == pytest.approx(swept.winner.validation_mean)
+
+
+def test_the_ensemble_of_the_top_runs_is_scored(swept):
+    ensemble = swept.ensemble
+    assert [m["candidate"] for m in ensemble["members"]] == [c.candidate for c in swept.leaderboard[:2]]
+    assert 0 <= ensemble["validation"] <= 1 and 0 <= ensemble["test"] <= 1
+    assert set(ensemble["validation_metrics"]["topic"]) >= {"accuracy", "macro_f1", "mcc"}
+
+
+def test_fitting_from_a_feed_pool_gives_the_same_head_and_reads_each_feed_once(planted):
+    pool = FeedPool(planted)
+    alone = LayerHead("scalar", tasks=["topic"], seed=1, **QUICK).fit(planted)
+    pooled = LayerHead("scalar", tasks=["topic"], seed=1, **QUICK).fit(planted, feeds=pool)
+    LayerHead("scalar", tasks=["topic"], seed=2, **QUICK).fit(planted, feeds=pool)
+    assert pool.built == 2 and pool.served == 4  # train and validation, built once for two fits
+    for (name, a), (_, b) in zip(alone.model_.state_dict().items(), pooled.model_.state_dict().items()):
+        assert np.array_equal(a.numpy(), b.numpy()), name
+    with lc.LayerCache.open(planted.path) as other, pytest.raises(ConfigError, match="reads another cache"):
+        LayerHead("scalar", tasks=["topic"], **QUICK).fit(other, feeds=pool)
+
+
+def test_runs_of_several_seeds_can_share_one_validation_slice(planted, monkeypatch):
+    monkeypatch.setattr(planted, "validation_split", lambda exclude=None: None)  # as a cache with train only
+    heads = [LayerHead("scalar", tasks=["topic"], seed=seed, val_seed=val_seed, **QUICK).fit(planted)
+             for seed, val_seed in ((1, 5), (2, 5), (2, None))]
+    rows = [h.validation_pass_.predictions["topic"].rows for h in heads]
+    assert heads[0].data_["validation"] == heads[1].data_["validation"] == (
+        "train (seeded stratified 10% slice, seed 5)")
+    assert np.array_equal(rows[0], rows[1]) and not np.array_equal(rows[1], rows[2])
+    assert heads[2].data_["validation"].endswith("seed 2)")  # by default the slice follows the seed
+
+
+# --- the budget -------------------------------------------------------------------------------------
+def test_training_starts_no_epoch_past_its_deadline(planted):
+    pool = FeedPool(planted)
+    tasks = [planted.manifest.task("topic")]
+    model = HeadModel(len(planted.layer_names), planted.hidden_size, tasks, mixer="scalar")
+    train = pool.feed("train", tasks=["topic"], source="pooled:mean")
+    val = pool.feed("validation", tasks=["topic"], source="pooled:mean")
+    history = train_model(model, train, val, TrainConfig(epochs=50, patience=0), progress=False,
+                          deadline=time.perf_counter())
+    assert len(history.epochs) == 1 and history.out_of_time and history.best_epoch == 1
+    history = train_model(model, train, val, TrainConfig(epochs=2, patience=0), progress=False,
+                          deadline=time.perf_counter() + 3600)
+    assert len(history.epochs) == 2 and not history.out_of_time
+
+
+def test_a_small_budget_runs_fewer_candidates_and_ends_in_time(planted, tmp_path):
+    budget = 2.0
+    result = sweep(planted, out=tmp_path / "s", tasks="topic", budget=budget, seeds=3,
+                   candidates=["layer:1", "scalar", "attention", "adaptive", "gumbel", "act"],
+                   **{**QUICK, "epochs": 60})
+    assert result.elapsed <= budget + 0.5  # at most a part of one epoch of a candidate nothing predicted yet
+    ran = {c.candidate for c in result.leaderboard}
+    assert "layer:1" in ran and len(ran) < 6
+    reasons = " ".join(s["reason"] for s in result.skipped) + " ".join(c.note for c in result.leaderboard)
+    assert "budget" in reasons
+    assert json.loads((tmp_path / "s" / "sweep.json").read_text())["budget_seconds"] == budget
+
+
+def test_a_budget_too_small_for_anything_is_refused_in_one_sentence(planted, tmp_path, monkeypatch):
+    with pytest.raises(ConfigError, match=r"^The budget of .* ran out while the sweep opened and checked the cache .*; "
+                                          r"give a budget of at least \d+s\.$"):
+        sweep(planted, out=tmp_path / "a", tasks="topic", budget=1e-6, **QUICK)
+    module = importlib.import_module("layercache.heads.sweep")  # layercache.heads.sweep is the function
+    fit = module._Sweep._fit
+
+    def slow_fit(self, *args):
+        time.sleep(0.3)
+        return fit(self, *args)
+
+    monkeypatch.setattr(module._Sweep, "_fit", slow_fit)
+    with pytest.raises(ConfigError, match=r"^The budget of 0.2 s is too small to train even one candidate: .* the "
+                                          r"first candidate, layer:1, .*; give a budget of at least \d+s\.$"):
+        sweep(planted, out=tmp_path / "b", tasks="topic", budget=0.2, candidates=["layer:1"], **QUICK)
+    assert not (tmp_path / "b" / "best").exists()
+
+
+# --- bad input ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize(("kwargs", "fragment"), [
+    ({"tasks": "genre"}, "The cache has no task 'genre'; its tasks are: "),
+    ({"budget": "soon"}, "The budget 'soon' is not a duration"),
+    ({"seeds": 0}, "seeds must be at least 1"),
+    ({"ensemble": -1}, "ensemble is the number of top candidates"),
+    ({"lr": 0.1}, "The sweep chooses 'lr' for each candidate itself"),
+    ({"mixers": ["mean"]}, "Unknown mixer 'mean' to sweep"),
+    ({"test_split": "dev"}, "The cache has no split 'dev'"),
+    ({"candidates": ["layer:9"]}, "layer index 9 is out of range"),
+])
+def test_bad_settings_are_refused_before_training(planted, tmp_path, kwargs, fragment):
+    with pytest.raises(ConfigError, match=fragment.replace("(", r"\(")):
+        sweep(planted, out=tmp_path / "s", **{"budget": None, **kwargs})
+    assert not (tmp_path / "s" / "best").exists()
+
+
+def test_an_unlabelled_cache_is_refused(tiny_models, tmp_path):
+    path = tmp_path / "texts.txt.csv"
+    path.write_text("text\n" + "\n".join(f"the lamp {i} is good" for i in range(10)) + "\n")
+    cache = lc.extract(str(tiny_models["bert"]), str(path), tmp_path / "c", progress=False, no_labels=True).path
+    with pytest.raises(ConfigError, match="has no labels to learn from; extract a labelled dataset"):
+        sweep(cache, out=tmp_path / "s")
+
+
+# --- the command ------------------------------------------------------------------------------------
+def test_cli_sweep_prints_the_leaderboard_and_keeps_an_evaluable_run(planted_path):
+    done = invoke("sweep", planted_path, "--budget", "2m", "--task", "topic", "--mixer", "layer", "--mixer", "scalar",
+                  "--no-grid", "--seeds", "2", "--epochs", "1", "--ensemble", "2", "-q")
+    assert done.exit_code == 0, done.output
+    text = " ".join(done.output.split())
+    out = planted_path.parent / f"{planted_path.name}.runs" / "sweep-001"  # beside the cache, as train-head's runs
+    for fact in ("layer:1", "scalar", "1*", "fitted by the convex solver: deterministic, so one seed", "±",
+                 "ensemble of 2", "ranked by mcc on validation", "test",
+                 f"Best run written: {out / 'best'}"):
+        assert fact in text, fact
+    result = SweepResult.read(out / "sweep.json")
+    assert [c.candidate for c in result.leaderboard][0] == result.winner.candidate
+    scored = invoke("eval", out / "best", planted_path, "--split", "test", "--json")
+    assert scored.exit_code == 0, scored.output
+    kept = json.loads((out / "best" / "metrics.json").read_text())["test"]["topic"]["accuracy"]
+    assert json.loads(scored.output)["metrics"]["topic"]["accuracy"] == pytest.approx(kept)
+
+
+def test_cli_sweep_refuses_bad_input_in_one_sentence(planted_path, tmp_path):
+    assert_refused(invoke("sweep", planted_path, "--budget", "5 parsecs"), "The --budget '5 parsecs' is not a duration",
+                   "5m")
+    assert_refused(invoke("sweep", planted_path, "--budget", "0.000001", "--out", tmp_path / "s"),
+                   "ran out while the sweep opened and checked the cache", "give a budget of at least")
+    assert_refused(invoke("sweep", planted_path, "--task", "genre", "--out", tmp_path / "s"), "no task 'genre'")
+    assert_refused(invoke("sweep", planted_path, "--mixer", "mean", "--out", tmp_path / "s"), "Unknown mixer 'mean'")
