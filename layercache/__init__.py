@@ -33,6 +33,7 @@ _LAZY = {
     "DEFAULT_MODEL": "layercache.backbone.loader",
     "DatasetRecords": "layercache.sources.records", "SplitRecords": "layercache.sources.records",
     "LabelTask": "layercache.core.tasks", "LinearProbes": "layercache.probes.linear",
+    "LiveBundle": "layercache.live.bundle", "attach": "layercache.live.bundle",
 }
 
 if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerly
@@ -42,6 +43,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerl
     from .heads.estimator import LayerHead
     from .heads.runs import TrainResult, evaluate_run, train_head
     from .heads.sweep import SweepResult, sweep
+    from .live.bundle import LiveBundle, attach
     from .probes.linear import LinearProbes
     from .sources.records import DatasetRecords, SplitRecords
     from .store.manifest import Manifest, read_manifest
@@ -65,7 +67,7 @@ __all__ = [
     "__version__", "extract", "ExtractResult", "train_head", "evaluate_run", "TrainResult", "LayerHead", "sweep",
     "SweepResult",
     "LayerCache", "CacheBatch", "Manifest", "read_manifest", "load_backbone", "Backbone", "DEFAULT_MODEL",
-    "DatasetRecords", "SplitRecords", "LabelTask", "LinearProbes",
+    "DatasetRecords", "SplitRecords", "LabelTask", "LinearProbes", "LiveBundle", "attach",
     "LayercacheError", "ConfigError", "ModelLoadError", "DatasetError", "CacheError", "CacheMismatchError",
     "InsufficientDiskError",
 ]

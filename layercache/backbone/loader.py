@@ -153,7 +153,6 @@ def load_backbone(name: str = DEFAULT_MODEL, *, device: str = "auto", dtype: str
     has pickle weights (``pytorch_model.bin``) is refused unless ``allow_pickle``.
     """
     from transformers import AutoConfig, AutoModel, AutoTokenizer
-    from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING_NAMES
 
     source = resolve_model_source(name)
     if _looks_like_path(source) and not Path(source).expanduser().is_dir():
@@ -184,6 +183,27 @@ def load_backbone(name: str = DEFAULT_MODEL, *, device: str = "auto", dtype: str
     if not getattr(tokenizer, "is_fast", False):
         raise ModelLoadError(f"The tokenizer of {name!r} is not a fast tokenizer; layercache needs one "
                              "for word alignment (install `tokenizers` or convert the tokenizer).")
+    revision = getattr(config, "_commit_hash", None)
+    return wrap_backbone(full, tokenizer, name=name, source=source, device=torch_device, max_length=max_length,
+                         words_input=words_input, revision=revision,
+                         files=weight_files(source, revision, allow_pickle))
+
+
+def wrap_backbone(full: torch.nn.Module, tokenizer, *, name: str, source: str, device: torch.device | None = None,
+                  max_length: int | None = None, words_input: bool = False, revision: str | None = None,
+                  files: list[Path] | None = None) -> Backbone:
+    """A :class:`Backbone` around a Hugging Face model and fast tokenizer that are already loaded.
+
+    Of an encoder-decoder only the encoder runs. With ``device`` the model is put in eval mode with
+    gradients off and moved there (what :func:`load_backbone` does); with ``None`` it is left as it
+    is, on the device and in the dtype of its parameters (a model a caller already holds).
+    ``files``: the checkpoint it was loaded from, whose bytes make the fingerprint
+    (:func:`model_fingerprint`; without them its tensors do). The tokenizer gets a pad token when it
+    has none and pads on the right, as :func:`load_backbone` prepares it (both enter its fingerprint).
+    """
+    from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING_NAMES
+
+    config = full.config
     encoder_decoder = bool(getattr(config, "is_encoder_decoder", False))
     model = full.get_encoder() if encoder_decoder else full
     if encoder_decoder:
@@ -192,8 +212,9 @@ def load_backbone(name: str = DEFAULT_MODEL, *, device: str = "auto", dtype: str
         kind = "encoder"
     else:
         kind = "decoder"
-    model.eval().requires_grad_(False).to(torch_device)
-
+    if device is not None:
+        model.eval().requires_grad_(False).to(device)
+    first = next(model.parameters())
     pad_from = None
     if tokenizer.pad_token is None:  # decoders: any id works, padded positions are masked and dropped
         pad_from = "eos_token" if tokenizer.eos_token is not None else "unk_token"
@@ -208,12 +229,11 @@ def load_backbone(name: str = DEFAULT_MODEL, *, device: str = "auto", dtype: str
             raise ConfigError(f"--max-length {max_length} is outside what {name!r} supports "
                               f"({tokenizer.num_special_tokens_to_add() + 1} to {limit}).")
         limit = max_length
-    revision = getattr(config, "_commit_hash", None)
     words_prefix = word_prefix(tokenizer) if words_input else ""
     backbone = Backbone(
-        name=name, source=source, model=model, tokenizer=tokenizer, kind=kind, device=torch_device,
-        dtype=torch_dtype, n_layers=n_layers, hidden_size=hidden, max_length=limit, final_norm="none",
-        revision=revision, fingerprint=model_fingerprint(model, weight_files(source, revision, allow_pickle)),
+        name=name, source=source, model=model, tokenizer=tokenizer, kind=kind, device=first.device,
+        dtype=first.dtype, n_layers=n_layers, hidden_size=hidden, max_length=limit, final_norm="none",
+        revision=revision, fingerprint=model_fingerprint(model, files),
         tokenizer_fingerprint=tokenizer_fingerprint(tokenizer, word_prefix=words_prefix), pad_from=pad_from,
     )
     backbone.final_norm = _detect_final_norm(backbone)

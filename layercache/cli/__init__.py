@@ -1,13 +1,14 @@
 """The ``layercache`` command line: parse options, make one library call, render the result.
 
 One module per group of commands (:mod:`.cache`: extract, info, list; :mod:`.heads`: train-head,
-eval; :mod:`.sweep`: sweep; :mod:`.report`: probe-report), each a thin typer wrapper over a public library call;
+eval; :mod:`.sweep`: sweep; :mod:`.report`: probe-report;
+:mod:`.live`: predict), each a thin typer wrapper over a public library call;
 :mod:`.parsing` turns option text into arguments and :mod:`.choices` gives every fixed list of values from its registry.
 """
 
 from __future__ import annotations
 
-from . import cache, heads, report, sweep  # noqa: F401  (each registers its commands on the app)
+from . import cache, heads, live, report, sweep  # noqa: F401  (each registers its commands on the app)
 from .base import app, err_console, friendly, out_console
 from .parsing import parse_assignments, parse_size, parse_splits, split_list
 

@@ -114,17 +114,25 @@ def _batch_predictions(model: HeadModel, task: LabelTask, output: torch.Tensor, 
         probs = torch.softmax(output.float(), dim=-1).cpu().numpy()
         return probs.argmax(-1), probs
     # Token task: per-word predictions from the first sub-token of each word.
-    pred = output.argmax(-1).cpu().numpy()  # (B, T)
-    wid = batch.word_ids.numpy()  # (B, T)
-    n_words = feed.n_words(batch.rows)  # (B,)
-    first = first_subtokens(wid, n_words)  # (B, T) the token that carries each word's label
+    return word_labels(task, output.argmax(-1).cpu().numpy(), batch.word_ids.numpy(), feed.n_words(batch.rows)), None
+
+
+def word_labels(task: LabelTask, token_labels: np.ndarray, word_ids: np.ndarray,
+                n_words: np.ndarray) -> list[np.ndarray]:
+    """Per-word class ids of a token task from ``token_labels (B, T)``: each word takes its first sub-token's.
+
+    ``word_ids (B, T)`` (-1 on special tokens and padding) and ``n_words (B,)`` as in a batch; a word
+    the backbone never saw (cut off at the maximum length) gets ``O`` (else class 0). One ``(n_words_i,)``
+    array per row.
+    """
+    first = first_subtokens(word_ids, n_words)  # (B, T) the token that carries each word's label
     fill = task.label_names.index("O") if "O" in task.label_names else 0
     words = []
     for i, n in enumerate(n_words):
         out = np.full(n, fill, dtype=np.int64)  # (n,)
-        out[wid[i][first[i]]] = pred[i][first[i]]
+        out[word_ids[i][first[i]]] = token_labels[i][first[i]]
         words.append(out)
-    return words, None
+    return words
 
 
 def score(task: LabelTask, gold, predictions: Predictions) -> dict:

@@ -14,12 +14,17 @@ from ..store.reader import LayerCache
 
 
 def cache_identity(cache: LayerCache) -> dict:
-    """What a head must agree with: backbone and tokenizer fingerprints, width, states, dataset."""
+    """What a head must agree with: backbone and tokenizer fingerprints, width, states, dataset.
+
+    The maximum length and window stride (recorded since the live bundle) tell a live backbone how
+    to cut texts exactly as the cache did.
+    """
     m = cache.manifest
     return {"model": m.model.name, "model_fingerprint": m.model.fingerprint,
             "tokenizer_fingerprint": m.tokenizer.fingerprint, "hidden_size": m.hidden_size,
             "final_norm": m.model.final_norm, "dataset": m.dataset.name,
-            "layer_names": m.layer_names, "storage_dtype": m.storage.dtype, "config_hash": m.config_hash}
+            "layer_names": m.layer_names, "storage_dtype": m.storage.dtype, "config_hash": m.config_hash,
+            "max_length": m.tokenizer.max_length, "stride": m.tokenizer.stride}
 
 
 def cache_mean_skip_first(cache: LayerCache) -> bool:

@@ -1,10 +1,13 @@
 """The live backbone joined to trained heads: the one package that imports both.
 
-Today the live feed (:class:`~layercache.live.feed.LiveFeed`), which computes states with the
-backbone in the loop in the shape a cache feed gives them; the bundle, ``predict`` and ``verify``
-come here next.
+:class:`~layercache.live.feed.LiveFeed` computes states with the backbone in the loop in the shape a
+cache feed gives them (training and scoring without a cache); :class:`~layercache.live.bundle.LiveBundle`
+serves trained runs on raw text with one stopped-early forward pass per batch
+(:func:`~layercache.live.bundle.attach` on a model already in memory).
 """
 
+from .bundle import LiveBundle, attach
 from .feed import LiveFeed
+from .results import BundlePredictions, HeadPredictions
 
-__all__ = ["LiveFeed"]
+__all__ = ["LiveFeed", "LiveBundle", "attach", "BundlePredictions", "HeadPredictions"]
