@@ -21,6 +21,8 @@ from .parsing import (
 )
 from .threads import apply_threads, threads_option
 
+LIVE_NOTE = " (live backbone)"
+
 
 @app.command("train-head")
 @friendly
@@ -80,12 +82,18 @@ def train_head(
     separate_mixers: bool = typer.Option(False, "--separate-mixers", help="One mixer per task instead of one shared."),
     device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Write into a non-empty run folder."),
+    live: bool = typer.Option(
+        False, "--live", help="Compute every batch with the cache's backbone instead of reading stored states "
+                              "(the reference for end-to-end checks; metrics.json records it)."),
     threads: str = threads_option(),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
 ):
     """Learn a head on a cache (no backbone needed): prints metrics and layer weights, writes a run folder."""
     apply_threads(threads)
-    from ..heads.runs import train_head as run_train_head
+    if live:
+        from ..live.training import train_head_live as run_train_head
+    else:
+        from ..heads.runs import train_head as run_train_head
     from ..report.heads import render_layer_weights, render_metrics
 
     weights = parse_loss_weights(loss_weight)
@@ -105,7 +113,8 @@ def train_head(
         shown[m["test_split"]] = m["test"]
     selection = result.head.selection_
     render_metrics(shown, base.out_console, primary=dict(selection.metrics),
-                   title=f"{mixer} (normalize {m['normalize']}): {result.head.history_.summary(selection.describe())}, "
+                   title=f"{mixer}{LIVE_NOTE if live else ''} (normalize {m['normalize']}): "
+                         f"{result.head.history_.summary(selection.describe())}, "
                          f"{m['train_seconds']:.1f} s; validation = {m['data']['validation']}")
     render_layer_weights(result.layer_weights, base.out_console)
     base.out_console.print(f"Run written: [bold]{result.run}[/]", soft_wrap=True)

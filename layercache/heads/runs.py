@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -85,7 +86,8 @@ def check_run_folder(run: Path, overwrite: bool = False) -> None:
 
 def train_head(cache: str | os.PathLike | LayerCache | None = None, mixer: str = "adaptive", *,
                out: str | os.PathLike | None = None, split: str = "train", val_split: str | None = None,
-               test_split: str | None = None, overwrite: bool = False, **params) -> TrainResult:
+               test_split: str | None = None, overwrite: bool = False,
+               estimator: Callable[..., LayerHead] = LayerHead, **params) -> TrainResult:
     """Train a head on a cache and write a run folder.
 
     Args:
@@ -97,6 +99,8 @@ def train_head(cache: str | os.PathLike | LayerCache | None = None, mixer: str =
             stratified slice of ``split``).
         test_split: a split to report on (default: ``test`` when the cache has one).
         overwrite: allow writing into a non-empty ``out``.
+        estimator: builds the head from ``(mixer, **params)``; default :class:`LayerHead`
+            (:func:`layercache.live.training.train_head_live` passes one whose feeds run the backbone).
         **params: :class:`LayerHead` parameters (``epochs``, ``lr``, ``tasks``, ``mixer_options`` ...).
     """
     owned = not isinstance(cache, LayerCache)
@@ -110,7 +114,7 @@ def train_head(cache: str | os.PathLike | LayerCache | None = None, mixer: str =
         if test_name is not None:
             read = [handle.layer_names[i] for i in handle.layer_index(params.get("layers"))]
             check_split_stats(handle, test_name, read)  # refuse a damaged test split before training
-        head = LayerHead(mixer, **params)
+        head = estimator(mixer, **params)
         started = time.perf_counter()
         head.fit(handle, split=split, val_split=val_split)
         train_seconds = time.perf_counter() - started

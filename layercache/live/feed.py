@@ -42,7 +42,7 @@ from ..backbone.loader import Backbone
 from ..errors import CacheMismatchError, ConfigError, DatasetError
 from ..extraction.forward import pad_windows, token_index
 from ..extraction.tokenize import EncodedExample, encode_split
-from ..sources.records import DatasetRecords, LabelTask
+from ..sources.records import DatasetRecords, LabelTask, SplitRecords
 from ..store.batches import CacheBatch, consecutive_starts, example_labels, first_subtoken_labels, padded_positions
 from ..store.dtypes import STORAGE_DTYPES, check_storage_dtype
 from ..store.reader import LayerCache, state_positions
@@ -66,6 +66,8 @@ class LiveFeed:
             as ``extract(..., stride=)`` does (default: truncate).
         row_order: ``(n,)`` record position of each feed row (default: the records' order);
             :meth:`matching_cache` sets it to the cache's row order.
+        encoded: the records already tokenized (one per record, in record order), instead of
+            tokenizing them here; :meth:`from_cache_tokens` passes the cache's own.
         storage_dtype: round the states through ``float16`` / ``bfloat16`` (as a cache stores them)
             before handing them out; default: keep the forward pass's values (float32).
         bucket_batches: with ``shuffle``, sort groups of this many batches by length before
@@ -79,7 +81,8 @@ class LiveFeed:
     def __init__(self, backbone: Backbone, records: DatasetRecords, split: str, *,
                  tasks: Sequence[str | LabelTask] = (), rows: Sequence[int] | None = None, layers=None,
                  batch_size: int = 32, stride: int | None = None, row_order: Sequence[int] | None = None,
-                 storage_dtype: str | None = None, bucket_batches: int = 0) -> None:
+                 storage_dtype: str | None = None, bucket_batches: int = 0,
+                 encoded: Sequence[EncodedExample] | None = None) -> None:
         if batch_size < 1:
             raise ConfigError(f"batch_size must be at least 1, got {batch_size}.")
         if bucket_batches < 0:
@@ -115,8 +118,11 @@ class LiveFeed:
 
         # Tokenize once, exactly as extraction does. Every record is encoded (cheap next to one
         # forward pass) so that record positions line up with encode_split's rows.
-        encoded = list(encode_split(backbone.tokenizer, self.split_records, max_length=backbone.max_length,
-                                    stride=stride, causal=backbone.is_causal))
+        if encoded is None:
+            encoded = list(encode_split(backbone.tokenizer, self.split_records, max_length=backbone.max_length,
+                                        stride=stride, causal=backbone.is_causal))
+        elif len(encoded) != n_records:
+            raise ConfigError(f"encoded has {len(encoded)} examples for the {n_records} records of split {split!r}.")
         self._encoded: list[EncodedExample] = [encoded[p] for p in order]  # by feed row
         self.lengths = np.array([ex.n_tokens for ex in self._encoded], dtype=np.int64)  # (n,) stored tokens
         self._has_words = all(ex.word_ids is not None for ex in self._encoded)
@@ -160,6 +166,33 @@ class LiveFeed:
             tasks = [t.name for t in cache.tasks]
         return cls(backbone, records, split, tasks=tasks, layers=cache.layer_names if layers is None else layers,
                    stride=m.tokenizer.stride, row_order=order, **options)
+
+    @classmethod
+    def from_cache_tokens(cls, cache: LayerCache, split: str, backbone: Backbone, *,
+                          tasks: Sequence[str | LabelTask] | None = None, layers=None, **options) -> "LiveFeed":
+        """A live feed of ``cache``'s ``split`` that needs no dataset: the inputs are the cache's stored token ids.
+
+        Each row runs exactly what extraction ran (:func:`~layercache.live.cached_inputs.cached_examples`:
+        the stored ids, windows rebuilt with the cache's stride); labels come from the cache. No
+        stored state is read. The backbone must be the cache's (weights and tokenizer fingerprints).
+        """
+        from .cached_inputs import cached_examples
+        from .verify import check_backbone
+
+        check_backbone(cache, backbone)
+        cache.require_split(split)
+        n = cache.num_examples(split)
+        task_specs = list(cache.tasks)
+        labels = {}
+        for t in task_specs:
+            values = cache.labels(split, t.name)
+            labels[t.name] = [np.asarray(v).tolist() for v in values] if t.kind == "token" else values.tolist()
+        split_records = SplitRecords(texts=[""] * n, labels=labels,
+                                     source_index=cache.example_index(split).tolist())
+        records = DatasetRecords(name=cache.manifest.dataset.name, splits={split: split_records}, tasks=task_specs)
+        encoded = cached_examples(cache, split, range(n), backbone.tokenizer, causal=backbone.is_causal)
+        return cls(backbone, records, split, tasks=[t.name for t in task_specs] if tasks is None else tasks,
+                   layers=cache.layer_names if layers is None else layers, encoded=encoded, **options)
 
     # --- the Feed protocol (layercache.store.feed) --------------------------------------------
     @property

@@ -33,7 +33,7 @@ def test_train_head_defaults_then_eval(cache):
 
     scored = invoke("eval", run, cache, "--split", "test", "--json")
     assert scored.exit_code == 0, scored.output
-    again = json.loads(scored.output)["metrics"]
+    again = json.loads(scored.stdout)["metrics"]
     assert again["sentiment"]["accuracy"] == pytest.approx(metrics["test"]["sentiment"]["accuracy"])
 
     second = invoke("train-head", cache, "--epochs", "1", "-q", "--mixer", "layer:2", "--task", "sentiment",

@@ -35,7 +35,7 @@ def test_metric_and_class_weight_reach_the_run_and_its_output(cache, tmp_path):
     assert set(config["model"]["class_weights"]) == {"sentiment", "negation_scope"}
     scored = invoke("eval", run, cache, "--split", "test", "--json")
     assert scored.exit_code == 0, scored.output
-    assert json.loads(scored.output)["primary"] == {"sentiment": "mcc", "negation_scope": "macro_f1"}
+    assert json.loads(scored.stdout)["primary"] == {"sentiment": "mcc", "negation_scope": "macro_f1"}
 
 
 def test_explicit_class_weights_by_name_and_index(cache, tmp_path):

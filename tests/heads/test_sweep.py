@@ -272,7 +272,7 @@ def test_cli_sweep_prints_the_leaderboard_and_keeps_an_evaluable_run(planted_pat
     scored = invoke("eval", out / "best", planted_path, "--split", "test", "--json")
     assert scored.exit_code == 0, scored.output
     kept = json.loads((out / "best" / "metrics.json").read_text())["test"]["topic"]["accuracy"]
-    assert json.loads(scored.output)["metrics"]["topic"]["accuracy"] == pytest.approx(kept)
+    assert json.loads(scored.stdout)["metrics"]["topic"]["accuracy"] == pytest.approx(kept)
 
 
 def test_cli_sweep_refuses_bad_input_in_one_sentence(planted_path, tmp_path):

@@ -191,7 +191,7 @@ def test_paths_in_a_run_config_are_never_opened(good_run, clean_cache, tmp_path)
     _edit_config(run, lambda c: {**c, "data": {**c["data"], "cache": "/nonexistent/../../etc"}})
     result = invoke("eval", run, clean_cache, "--json")
     assert result.exit_code == 0, result.output
-    assert json.loads(result.output)["cache"] == str(clean_cache)
+    assert json.loads(result.stdout)["cache"] == str(clean_cache)
 
 
 # --- 3. run folders that cannot be written ------------------------------------------------------------------

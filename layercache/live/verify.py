@@ -1,0 +1,338 @@
+"""``verify_cache``: re-run a cache's backbone on a seeded sample of its examples and compare the states.
+
+    result = verify_cache("runs/demo-cache", sample=100, seed=0)
+    result.passed, result.rows          # per state: largest / mean absolute difference, relative to its rms
+    result.failure                       # one sentence naming split, row, state, likely cause and fix
+
+The backbone is loaded by the name, source and revision the manifest records, and refused (one
+sentence, :class:`~layercache.errors.CacheMismatchError`) when its weights or tokenizer fingerprint
+differ from the manifest's: then the cache is already known to be from another model. The sampled
+rows (``sample`` per split, drawn with ``seed``) run through the model exactly as extraction ran
+them (:mod:`.cached_inputs`: the stored token ids, windows rebuilt and checked), in the manifest's
+forward dtype unless ``dtype`` says otherwise; the kept states of the stored tokens are compared
+with the shard's token states, and the pooled vectors (extraction's own
+:func:`~layercache.extraction.forward.pool`, float32, ``mean_skip_first`` as recorded) with the
+stored ones.
+
+**The tolerance.** A stored value passes when
+
+    |stored - fresh| <= ulp(storage, |fresh|) + FORWARD_NOISE[forward dtype] * rms(state)
+
+``ulp(storage, x)`` is the spacing of the storage dtype's numbers at ``x`` (2^(floor(log2 x) - m),
+``m`` = 10 mantissa bits for float16, 7 for bfloat16, 23 for float32; never below the smallest
+subnormal). Rounding to the storage dtype moves a value by at most half of it, so one ulp leaves
+the other half for a value that lies near a rounding boundary and rounds the other way after a
+tiny change. That change comes from the forward pass itself: the sample runs in other batches,
+with other padding, than extraction did, and the kernels' summation order differs with the shapes.
+Its size scales with the state's magnitude, so the second term is a multiple of the state's rms
+(from the manifest's statistics of that split): ``FORWARD_NOISE`` is 100 machine epsilons of the
+forward dtype (about 1e-5 for float32; 0.1 for float16 and 0.8 for bfloat16, whose recomputation in
+other batches is genuinely that loose). A float16 cache is thus held to ~1e-3 of each value, a
+bfloat16 one to ~8e-3, a float32 one to float32 noise. Values beyond the float16 range are compared
+after the clamp extraction applies. A state of another model revision, tokenizer or forward
+dtype differs by a sizeable fraction of its rms and fails by orders of magnitude.
+
+Checksums are not read here: ``verify`` answers whether the *values* are those of the backbone,
+so a shard edited after extraction fails on the states it changed (the failure sentence points to
+``layercache info --check``, which tells an edited shard from a changed model).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import torch
+
+from ..backbone.loader import Backbone, load_backbone, tokenizer_fingerprint
+from ..backbone.words import word_prefix
+from ..errors import CacheMismatchError, ConfigError
+from ..extraction.forward import pad_windows, pool, token_index
+from ..heads.provenance import short_digest
+from ..store.dtypes import FP16_MAX
+from ..store.reader import LayerCache
+from .cached_inputs import cached_examples
+
+MANTISSA_BITS = {"float16": 10, "bfloat16": 7, "float32": 23}
+SMALLEST_SUBNORMAL = {"float16": 2.0**-24, "bfloat16": 2.0**-133, "float32": 2.0**-149}
+FORWARD_NOISE = {dtype: 100 * torch.finfo(getattr(torch, dtype)).eps for dtype in MANTISSA_BITS}
+"""Per forward dtype: the allowed recomputation noise, as a fraction of a state's rms."""
+BATCH_EXAMPLES = 16
+
+
+def ulp(dtype: str, magnitude: torch.Tensor) -> torch.Tensor:
+    """The spacing of ``dtype``'s numbers at ``|magnitude|`` (elementwise, float32)."""
+    exponent = torch.floor(torch.log2(magnitude.abs().clamp_min(torch.finfo(torch.float32).tiny)))
+    return torch.clamp_min(torch.exp2(exponent - MANTISSA_BITS[dtype]), SMALLEST_SUBNORMAL[dtype])
+
+
+def tolerance(dtype: str, forward_dtype: str, fresh: torch.Tensor, rms: torch.Tensor | float) -> torch.Tensor:
+    """The largest difference a stored value may have from ``fresh`` (see the module docstring)."""
+    return ulp(dtype, fresh) + FORWARD_NOISE.get(forward_dtype, FORWARD_NOISE["float32"]) * rms
+
+
+@dataclass
+class StateDiff:
+    """How far the stored values of one state (token states, or one pooling) are from a fresh forward pass."""
+
+    what: str
+    """``tokens`` or ``pooled:<mode>``."""
+    state: str
+    max_abs: float = 0.0
+    mean_abs: float = 0.0
+    max_rel: float = 0.0
+    """Largest absolute difference divided by the state's rms (manifest statistics of its split)."""
+    mean_rel: float = 0.0
+    worst: float = 0.0
+    """Largest difference as a fraction of its tolerance: above 1 fails."""
+    worst_at: dict = field(default_factory=dict)
+    """Where ``worst`` is: split, cache row, source row, token."""
+    values: int = 0
+
+    @property
+    def passed(self) -> bool:
+        """Whether every compared value is within its tolerance."""
+        return self.worst <= 1.0
+
+
+@dataclass
+class VerifyResult:
+    """What :func:`verify_cache` found."""
+
+    cache: str
+    model: str
+    storage_dtype: str
+    forward_dtype: str
+    device: str
+    examples: dict[str, int]
+    """Split -> examples compared."""
+    rows: list[StateDiff]
+    seconds: float
+    failure: str | None = None
+    """One sentence naming the first failing state, where, the likely cause and the fix; None when passed."""
+    parity: dict | None = None
+    """Set by the CLI's ``--run``: :func:`~layercache.live.parity.parity` of that run."""
+
+    @property
+    def passed(self) -> bool:
+        """Whether every state of every sampled example is within tolerance."""
+        return self.failure is None
+
+    def to_json(self) -> dict:
+        """Plain JSON values, ``passed`` included."""
+        out = asdict(self)
+        out["passed"] = self.passed
+        for row, diff in zip(out["rows"], self.rows):
+            row["passed"] = diff.passed
+        return out
+
+
+def load_cache_backbone(cache: LayerCache, *, device: str = "auto", dtype: str | None = None,
+                        allow_pickle: bool = False) -> Backbone:
+    """The backbone the manifest names (source, else name), refused unless weights and tokenizer match it.
+
+    ``dtype``: the forward dtype (default: the one extraction used). The tokenizer is compared with
+    and without the word prefix extraction adds for pre-split words, so either kind of cache matches.
+    """
+    m = cache.manifest
+    source = m.model.source or m.model.name
+    options = {"device": device, "dtype": dtype or m.model.forward_dtype, "max_length": m.tokenizer.max_length,
+               "allow_pickle": allow_pickle}
+    backbone = load_backbone(source, **options)
+    if backbone.fingerprint == m.model.fingerprint and backbone.tokenizer_fingerprint != m.tokenizer.fingerprint:
+        # A cache of pre-split words: its tokenizer fingerprint records the word prefix (and, for
+        # RoBERTa-like tokenizers, add_prefix_space at load), as extraction loaded it.
+        tokenizer = backbone.tokenizer
+        if tokenizer_fingerprint(tokenizer, word_prefix=word_prefix(tokenizer)) == m.tokenizer.fingerprint:
+            backbone.tokenizer_fingerprint = m.tokenizer.fingerprint
+        else:
+            backbone = load_backbone(source, words_input=True, **options)
+    backbone.name = m.model.name
+    check_backbone(cache, backbone)
+    return backbone
+
+
+def check_backbone(cache: LayerCache, backbone: Backbone) -> None:
+    """Refuse (:class:`CacheMismatchError`) a backbone whose weights or tokenizer are not the cache's."""
+    m = cache.manifest
+    source = m.model.source or m.model.name
+    if backbone.fingerprint != m.model.fingerprint:
+        raise CacheMismatchError(
+            f"The backbone {m.model.name!r} at {source} now has different weights ({short_digest(backbone.fingerprint)}"
+            f") than the model that extracted the cache {cache.path} ({short_digest(m.model.fingerprint)}, revision "
+            f"{m.model.revision or 'unknown'}): the cache is from another model; restore that model, or re-extract "
+            "with `layercache extract ... --overwrite`.")
+    if backbone.tokenizer_fingerprint != m.tokenizer.fingerprint:
+        raise CacheMismatchError(
+            f"The tokenizer of {m.model.name!r} at {source} differs from the one that extracted the cache "
+            f"{cache.path}; restore that tokenizer, or re-extract with `layercache extract ... --overwrite`.")
+
+
+def sample_rows(cache: LayerCache, splits: Sequence[str], sample: int, seed: int) -> dict[str, np.ndarray]:
+    """Split -> sorted cache rows: ``sample`` of each split (all when it has fewer), drawn with ``seed``."""
+    if sample < 1:
+        raise ConfigError(f"--sample must be at least 1, got {sample}.")
+    out = {}
+    for i, split in enumerate(splits):
+        n = cache.num_examples(split)
+        rng = np.random.default_rng([seed, i])  # one stream per split: adding a split leaves the others alone
+        out[split] = np.sort(rng.choice(n, size=min(sample, n), replace=False))
+    return out
+
+
+def verify_cache(cache: str | os.PathLike | LayerCache | None = None, *, sample: int = 100, seed: int = 0,
+                 split: str | None = None, device: str = "auto", dtype: str | None = None,
+                 backbone: Backbone | None = None, allow_pickle: bool = False,
+                 progress: Callable[[int], None] | None = None, total: Callable[[int], None] | None = None
+                 ) -> VerifyResult:
+    """Re-run the cache's backbone on ``sample`` seeded random examples of each split and compare.
+
+    Args:
+        cache: a cache folder or an open :class:`LayerCache` (default: the most recent cache).
+        sample, seed: examples per split, and the seed that draws them.
+        split: check only this split (default: every split).
+        device, dtype: the forward pass (default dtype: the one the manifest records).
+        backbone: a backbone already loaded (its fingerprints are checked); default: the manifest's.
+        progress: called with the number of examples of each finished batch; ``total`` first, with
+            how many there are.
+
+    Returns a :class:`VerifyResult`: a :class:`StateDiff` per kept state for token states and each
+    stored pooling, and ``failure`` (None when passed). A model whose fingerprint differs raises
+    :class:`~layercache.errors.CacheMismatchError`.
+    """
+    owned = not isinstance(cache, LayerCache)
+    handle = LayerCache.open(cache) if owned else cache
+    try:
+        return _verify(handle, sample, seed, split, device, dtype, backbone, allow_pickle, progress, total)
+    finally:
+        if owned:
+            handle.close()
+
+
+def _verify(cache, sample, seed, split, device, dtype, backbone, allow_pickle, progress, total) -> VerifyResult:
+    started = time.perf_counter()
+    m = cache.manifest
+    if split is not None:
+        cache.require_split(split)
+    splits = [split] if split is not None else cache.splits
+    rows = sample_rows(cache, splits, sample, seed)  # before the model loads: a bad --sample fails at once
+    if backbone is None:
+        backbone = load_cache_backbone(cache, device=device, dtype=dtype, allow_pickle=allow_pickle)
+    else:
+        check_backbone(cache, backbone)
+    storage = m.storage.dtype
+    forward = str(backbone.dtype).replace("torch.", "")
+    keep = list(m.storage.layers)  # index of each kept state among the backbone's states
+    names = cache.layer_names
+    kinds = (["tokens"] if cache.stores_tokens else []) + [f"pooled:{p}" for p in m.pooling]
+    acc = {(k, s): _Accumulator(k, s) for k in kinds for s in names}
+    if total is not None:
+        total(sum(len(r) for r in rows.values()))
+    for name in splits:
+        rms = _split_rms(cache, name, names)  # (S,)
+        for start in range(0, len(rows[name]), BATCH_EXAMPLES):
+            batch = rows[name][start:start + BATCH_EXAMPLES]
+            fresh_tokens, fresh_pooled, lengths = _fresh(cache, name, batch, backbone, keep)
+            if storage == "float16":  # extraction clamps what float16 cannot hold
+                fresh_tokens = fresh_tokens.clamp(-FP16_MAX, FP16_MAX)
+                fresh_pooled = {k: v.clamp(-FP16_MAX, FP16_MAX) for k, v in fresh_pooled.items()}
+            source = cache.example_index(name)[batch]  # (b,) source rows, for the failure sentence
+            if cache.stores_tokens:
+                stored = torch.from_numpy(np.concatenate(cache.tokens(name, batch)))  # (t, S, D)
+                token_row = np.repeat(np.arange(len(batch)), lengths)  # (t,) batch example of each token
+                token_pos = np.concatenate([np.arange(n) for n in lengths])  # (t,) token within its example
+                for j, state in enumerate(names):
+                    acc["tokens", state].add(stored[:, j], fresh_tokens[:, j], rms[j], storage, forward,
+                                             name, batch[token_row], source[token_row], token_pos)
+            for mode in m.pooling:
+                stored = torch.from_numpy(cache.pooled(name, mode, rows=batch))  # (b, S, D)
+                for j, state in enumerate(names):
+                    acc[f"pooled:{mode}", state].add(stored[:, j], fresh_pooled[mode][:, j], rms[j], storage,
+                                                     forward, name, batch, source, None)
+            if progress is not None:
+                progress(len(batch))
+    diffs = [a.result() for a in acc.values()]
+    worst = max(diffs, key=lambda d: d.worst) if diffs else None
+    failure = None if worst is None or worst.passed else _failure(worst, storage, forward, m)
+    return VerifyResult(cache=str(cache.path), model=m.model.name, storage_dtype=storage, forward_dtype=forward,
+                        device=str(backbone.device), examples={k: len(v) for k, v in rows.items()}, rows=diffs,
+                        seconds=time.perf_counter() - started, failure=failure)
+
+
+@torch.inference_mode()
+def _fresh(cache: LayerCache, split: str, rows: np.ndarray, backbone: Backbone, keep: list[int]):
+    """One forward pass over cached rows: token states (t, S, D) and pooled mode -> (b, S, D), float32 on the CPU."""
+    m = cache.manifest
+    examples = cached_examples(cache, split, rows, backbone.tokenizer, causal=backbone.is_causal)
+    ids, attn = pad_windows(examples, backbone.tokenizer.pad_token_id)  # (R, W) each
+    hidden = backbone.hidden_states(ids, attn)  # L+1 x (R, W, D)
+    where = token_index(examples, attn).to(hidden[0].device)  # (t,) stored tokens in the flattened R * W
+    flat = torch.stack([hidden[i].flatten(0, 1)[where] for i in keep], dim=1).float()  # (t, S, D)
+    lengths = np.array([ex.n_tokens for ex in examples], dtype=np.int64)  # (b,)
+    pooled = pool(flat, torch.from_numpy(lengths).to(flat.device), list(m.pooling),
+                  mean_skip_first=m.storage.skips_first_in_mean)  # mode -> (b, S, D)
+    return flat.cpu(), {k: v.cpu() for k, v in pooled.items()}, lengths
+
+
+def _split_rms(cache: LayerCache, split: str, names: list[str]) -> torch.Tensor:
+    """(S,) rms of each kept state over the split's tokens, from the manifest (1.0 where it records none)."""
+    stats = cache.manifest.splits[split].stats or {}
+    values = []
+    for name in names:
+        rms = (stats.get(name) or {}).get("rms")
+        values.append(float(rms) if rms is not None and np.isfinite(rms) and rms > 0 else 1.0)
+    return torch.tensor(values, dtype=torch.float32)
+
+
+class _Accumulator:
+    """Running max / mean of one state's differences and the worst one relative to its tolerance."""
+
+    def __init__(self, what: str, state: str) -> None:
+        self.diff = StateDiff(what=what, state=state)
+        self.sum_abs = 0.0
+        self.sum_rel = 0.0
+
+    def add(self, stored: torch.Tensor, fresh: torch.Tensor, rms: torch.Tensor, storage: str, forward: str,
+            split: str, rows: np.ndarray, source: np.ndarray, tokens: np.ndarray | None) -> None:
+        """Compare ``stored`` and ``fresh`` (n, D); ``rows``, ``source``, ``tokens``: (n,) where each vector is."""
+        d = self.diff
+        diff = (stored - fresh).abs()  # (n, D)
+        ratio = diff / tolerance(storage, forward, fresh, rms)  # (n, D): above 1 fails
+        per_vector = ratio.amax(dim=1)  # (n,)
+        k = int(per_vector.argmax())
+        if float(per_vector[k]) > d.worst or not d.worst_at:
+            d.worst = float(per_vector[k])
+            d.worst_at = {"split": split, "row": int(rows[k]), "source_row": int(source[k])}
+            if tokens is not None:
+                d.worst_at["token"] = int(tokens[k])
+        d.max_abs = max(d.max_abs, float(diff.max()))
+        d.max_rel = max(d.max_rel, float(diff.max() / rms))
+        self.sum_abs += float(diff.double().sum())
+        self.sum_rel += float(diff.double().sum() / rms)
+        d.values += diff.numel()
+
+    def result(self) -> StateDiff:
+        """The finished summary."""
+        d = self.diff
+        if d.values:
+            d.mean_abs, d.mean_rel = self.sum_abs / d.values, self.sum_rel / d.values
+        return d
+
+
+def _failure(worst: StateDiff, storage: str, forward: str, m) -> str:
+    """One sentence: what differs, where, the likely cause and the fix."""
+    at = worst.worst_at
+    where = f"split {at['split']!r}, cache row {at['row']} (source row {at['source_row']})"
+    if "token" in at:
+        where += f", token {at['token']}"
+    what = "token states" if worst.what == "tokens" else f"{worst.what.split(':')[1]}-pooled vectors"
+    cause = ("a different model revision or tokenizer than the manifest records" if m.model.forward_dtype == forward
+             else f"the forward dtype ({forward} now, {m.model.forward_dtype} at extraction; pass --dtype "
+                  f"{m.model.forward_dtype}) or a different model revision")
+    return (f"The stored {what} of {worst.state} differ from a fresh forward pass at {where} (by up to "
+            f"{worst.max_abs:.3g}, {worst.max_rel:.2%} of the state's rms; {worst.worst:.3g}x the {storage} "
+            f"tolerance): likely {cause}, or a shard edited after extraction (`layercache info --check` tells "
+            "them apart); re-extract with `layercache extract ... --overwrite`.")

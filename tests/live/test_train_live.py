@@ -1,0 +1,56 @@
+"""train-head --live (the backbone in the loop) and parity of a run's cache vs live-bundle predictions."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+from cli_support import invoke
+
+import layercache as lc
+from layercache.live.parity import parity
+from layercache.live.training import train_head_live
+
+
+def test_parity_of_cache_trained_runs_is_one(live_caches, runs):
+    for cache_name in ("bert", "bert-stride", "gpt2"):
+        for name in ("topic", "scope", "sentiment"):
+            report = parity(runs[cache_name][name], live_caches[cache_name], "validation")
+            assert report.agreement == 1.0, (cache_name, name, report.describe())
+        report = parity(runs[cache_name]["intensity"], live_caches[cache_name], "validation")
+        assert report.agreement is None and report.max_abs_diff < 1e-3
+    scope = parity(runs["bert"]["scope"], live_caches["bert"], "validation", rows=[0, 3])
+    assert scope.examples == 2 and scope.tasks["negation_scope"]["compared"] > 2  # per word
+
+
+def test_train_head_live_writes_a_run_that_matches_the_cache_trained_one(live_caches, tmp_path):
+    cache = live_caches["bert"]
+    options = {"tasks": ["topic"], "layers": ["layer_1"], "progress": False, "batch_size": 8}
+    live = train_head_live(cache, "last", out=tmp_path / "live", **options)
+    cached = lc.train_head(cache, "last", out=tmp_path / "cached", **options)
+    metrics = json.loads((tmp_path / "live" / "metrics.json").read_text())
+    assert metrics["data"]["trained"] == "live" and metrics["data"]["live"]["forward_seconds"] > 0
+    assert "trained" not in cached.metrics["data"]
+    # The convex fit on states rounded to the cache's dtype: the same features, so the same head.
+    head = lc.LayerHead.load(live.run)
+    with lc.LayerCache.open(cache) as handle:
+        mine = head.predict(handle, "validation").predictions["topic"].labels
+        theirs = lc.LayerHead.load(cached.run).predict(handle, "validation").predictions["topic"].labels
+    assert np.mean(np.asarray(mine) == np.asarray(theirs)) >= 0.9
+    assert abs(live.metrics["validation"]["topic"]["accuracy"] - cached.metrics["validation"]["topic"]["accuracy"]) \
+        <= 0.1
+
+
+def test_train_head_live_minibatch_and_cli(live_caches, tmp_path):
+    out = invoke("train-head", live_caches["bert"], "--live", "--mixer", "scalar", "--task", "negation_scope",
+                 "--epochs", "1", "--out", tmp_path / "run", "--quiet")
+    assert out.exit_code == 0, out.output
+    assert "live backbone" in out.output
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert metrics["data"]["trained"] == "live"
+    assert 0.0 <= metrics["validation"]["negation_scope"]["macro_f1"] <= 1.0
+    lc.LayerHead.load(tmp_path / "run")  # a loadable run folder
+
+    pooled = invoke("train-head", live_caches["gpt2"], "--live", "--mixer", "last", "--task", "topic",
+                    "--source", "pooled:mean", "--out", tmp_path / "pooled")
+    assert pooled.exit_code == 0, pooled.output
