@@ -17,6 +17,7 @@ import h5py
 import numpy as np
 import pytest
 from cli_support import assert_refused, invoke
+from conftest import tiny_builtin_cache
 from scipy.stats import pearsonr
 from sklearn.linear_model import LogisticRegression, Ridge
 from sklearn.metrics import accuracy_score, matthews_corrcoef
@@ -57,10 +58,7 @@ def plant(path, seed: int = 0) -> None:
 
 @pytest.fixture(scope="module")
 def planted_path(tiny_models, tmp_path_factory):
-    root = tmp_path_factory.mktemp("convex")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("LAYERCACHE_HOME", str(root / "home"))
-        path = lc.extract(str(tiny_models["bert"]), "builtin", root / "cache", progress=False, limit=400).path
+    path = tiny_builtin_cache(tiny_models, tmp_path_factory, "convex", 400)
     plant(path)
     return path
 

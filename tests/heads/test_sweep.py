@@ -15,6 +15,7 @@ import h5py
 import numpy as np
 import pytest
 from cli_support import assert_refused, invoke
+from conftest import tiny_builtin_cache
 
 import layercache as lc
 from layercache.core.units import human_seconds, parse_duration
@@ -48,10 +49,7 @@ def plant(path, seed: int = 0) -> None:
 
 @pytest.fixture(scope="module")
 def planted_path(tiny_models, tmp_path_factory):
-    root = tmp_path_factory.mktemp("sweep")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("LAYERCACHE_HOME", str(root / "home"))
-        path = lc.extract(str(tiny_models["bert"]), "builtin", root / "cache", progress=False, limit=300).path
+    path = tiny_builtin_cache(tiny_models, tmp_path_factory, "sweep", 300)
     plant(path)
     return path
 
