@@ -34,7 +34,6 @@ used: the L2 penalty is the regulariser.
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -45,7 +44,7 @@ from torch import Tensor
 
 from ..core.tasks import IGNORE_INDEX, LabelTask
 from ..errors import ConfigError
-from ..solvers import fit_logistic, fit_ridge
+from ..solvers import check_c_grid, fit_logistic, fit_ridge
 from ..store.feed import Feed
 from .evaluation import Predictions, score
 from .finite import non_finite_input
@@ -66,16 +65,9 @@ TOL = 1e-4
 METHODS = {"logistic": "L-BFGS", "ridge": "ridge (closed form)"}
 
 
-def check_c_grid(C_grid: float | Sequence[float] | None) -> np.ndarray:
-    """The ascending grid of ``C`` (float64; default :data:`DEFAULT_C_GRID`), refusing one that is not positive."""
-    grid = DEFAULT_C_GRID if C_grid is None else ([C_grid] if isinstance(C_grid, (int, float)) else C_grid)
-    try:
-        Cs = sorted(float(c) for c in grid)
-    except (TypeError, ValueError):
-        raise ConfigError(f"C_grid must be a list of positive numbers, got {C_grid!r}.") from None
-    if not Cs or not all(math.isfinite(c) and c > 0 for c in Cs):
-        raise ConfigError(f"C_grid must be a non-empty list of positive numbers, e.g. [0.1, 1, 10], got {C_grid!r}.")
-    return np.asarray(Cs, dtype=np.float64)
+def resolved_c_grid(C_grid: float | Sequence[float] | None) -> np.ndarray:
+    """The ascending grid of ``C`` (float64; default :data:`DEFAULT_C_GRID`), checked by the solvers' one rule."""
+    return np.asarray(check_c_grid(DEFAULT_C_GRID if C_grid is None else C_grid), dtype=np.float64)
 
 
 @dataclass
@@ -214,7 +206,7 @@ def fit_convex(model: HeadModel, train_feed: Feed, val_feed: Feed, selection: Se
     with ``solver="lbfgs"`` and the choices in ``fit``; the weights are written into the model.
     """
     started = time.perf_counter()
-    Cs = check_c_grid(C_grid)
+    Cs = resolved_c_grid(C_grid)
     model.to(device).eval()
     train, val = _read(model, train_feed, device), _read(model, val_feed, device)
     fits = {t.name: _fit_task(model, t, train, val, selection.metrics[t.name], Cs, seed) for t in model.tasks}

@@ -49,7 +49,7 @@ from ..store.reader import LayerCache
 from .attention import SelfAttention
 from .class_weights import BALANCED, class_weight_values, label_counts, parse_class_weight
 from .collapse import collapse_warning
-from .convex import check_c_grid, convergence_warnings, fit_convex
+from .convex import convergence_warnings, fit_convex, resolved_c_grid
 from .evaluation import PassResult, evaluate, predict
 from .feed import CacheFeed
 from .feed_pool import FeedPool
@@ -192,7 +192,7 @@ class LayerHead(BaseEstimator):
                           mean_skip_first=cache_mean_skip_first(cache))
         solver = resolve_solver(self.solver, model)
         if solver == "lbfgs":
-            check_c_grid(self.C_grid)
+            resolved_c_grid(self.C_grid)
         source = resolve_source(cache, self.source, tasks, model)
         note = pooled_note(model, source)
         if note is not None:

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from ..errors import CacheError, ConfigError
+from ..solvers import check_c_grid
 from ..store.feature_source import parse_source, require_source
 from ..store.manifest import LabelTask
 from ..store.reader import LayerCache
@@ -285,13 +286,7 @@ def check_solver_params(C_grid, max_iter, seed, tol) -> np.ndarray:
     ``C_grid`` may be one number or a list of positive numbers; ``max_iter`` a positive integer,
     ``seed`` a non-negative integer, ``tol`` a positive number.
     """
-    grid = [C_grid] if isinstance(C_grid, (int, float)) else C_grid
-    try:
-        Cs = sorted(float(c) for c in grid)
-    except (TypeError, ValueError):
-        raise ConfigError(f"C_grid must be a list of positive numbers, got {C_grid!r}.") from None
-    if not Cs or not all(math.isfinite(c) and c > 0 for c in Cs):
-        raise ConfigError(f"C_grid must be a non-empty list of positive numbers, got {C_grid!r}.")
+    Cs = check_c_grid(C_grid)
     if not isinstance(max_iter, (int, np.integer)) or max_iter < 1:
         raise ConfigError(f"max_iter must be a positive integer, got {max_iter!r}.")
     if not isinstance(seed, (int, np.integer)) or seed < 0:

@@ -75,6 +75,21 @@ class LinearFit:
     """Whether the stopping rule was met (False: ``max_iter`` reached or no more progress)."""
 
 
+def check_c_grid(C_grid) -> list[float]:
+    """``C_grid`` (one number or a list) as ascending floats, refusing in one sentence one that is not all positive.
+
+    The one check of an L2 grid, for every caller of the solvers (probes, convex heads).
+    """
+    grid = [C_grid] if isinstance(C_grid, (int, float)) else C_grid
+    try:
+        Cs = sorted(float(c) for c in grid)
+    except (TypeError, ValueError):
+        raise ConfigError(f"C_grid must be a list of positive numbers, got {C_grid!r}.") from None
+    if not Cs or not all(math.isfinite(c) and c > 0 for c in Cs):
+        raise ConfigError(f"C_grid must be a non-empty list of positive numbers, e.g. [0.1, 1, 10], got {C_grid!r}.")
+    return Cs
+
+
 def n_outputs(n_classes: int | None) -> int:
     """Output columns for ``n_classes`` (None = regression): one for binary and regression."""
     return 1 if n_classes is None or n_classes == 2 else n_classes
