@@ -83,6 +83,12 @@ def _sources() -> Sequence[str]:
     return source_spellings()
 
 
+def _sweep_picks() -> Sequence[str]:
+    from ..heads.sweep import PICKS
+
+    return tuple(PICKS)
+
+
 OPTION_CHOICES: dict[tuple[str, str], Callable[[], Sequence[str]]] = {
     ("extract", "--store"): _store_modes,
     ("extract", "--pooling"): _pooling_modes,
@@ -97,6 +103,7 @@ OPTION_CHOICES: dict[tuple[str, str], Callable[[], Sequence[str]]] = {
     ("train-head", "--solver"): _solvers,
     ("sweep", "--mixer"): _mixer_names,
     ("sweep", "--metric"): _selection_metrics,
+    ("sweep", "--pick"): _sweep_picks,
 }
 """(command, option) -> the values it accepts, read from the registry that owns them."""
 

@@ -73,6 +73,9 @@ def train_head(
         "lbfgs: full batch, the L2 strength C chosen on validation (a linear head on last or layer:<i>); adamw: "
         "minibatches with early stopping (any head); auto: lbfgs where it applies, else adamw.")),
     seed: int = typer.Option(0, "--seed", help="Seed for initialisation, order, dropout and the validation slice."),
+    seeds: int = typer.Option(
+        1, "--seeds", help="Train N heads (seeds SEED to SEED+N-1) on one validation slice and predict with their "
+                           "averaged probabilities: steadier and usually better than one seed, N times the training."),
     mixer_option: Optional[list[str]] = typer.Option(
         None, "--mixer-option", help="Mixer setting KEY=VALUE, e.g. k=64, alpha=70, topk=3; repeatable."),
     head_option: Optional[list[str]] = typer.Option(
@@ -104,7 +107,7 @@ def train_head(
         mixer_options=parse_assignments(mixer_option, "--mixer-option"),
         head_options=parse_assignments(head_option, "--head-option"), share_mixer=not separate_mixers,
         loss_weights=weights or None, epochs=epochs, batch_size=batch_size, lr=lr, weight_decay=weight_decay,
-        schedule=schedule, patience=patience, seed=seed, device=device, progress=not quiet,
+        schedule=schedule, patience=patience, seed=seed, seeds=seeds, device=device, progress=not quiet,
         metric=parse_metric(metric), class_weight=parse_class_weight(class_weight), solver=solver,
     )
     m = result.metrics

@@ -36,6 +36,10 @@ def sweep(
     seeds: int = typer.Option(3, "--seeds", help="Runs per candidate (a deterministic convex fit runs once)."),
     seed: int = typer.Option(0, "--seed", help="First seed; also seeds the validation slice when the cache has no "
                              "validation split."),
+    pick: str = typer.Option("seeds", "--pick", help=choice_help(
+        "sweep", "--pick", "What best/ keeps of the winner.",
+        "seeds: its seeds' runs averaged (a seed ensemble, steadier than any one seed); best-seed: its run with the "
+        "best validation score.")),
     ensemble: int = typer.Option(0, "--ensemble", help="Also score the top K candidates as one model (their "
                                  "probabilities averaged); 0 = none."),
     metric: Optional[list[str]] = typer.Option(
@@ -68,14 +72,23 @@ def sweep(
 
     seconds = parse_duration(budget, "--budget")  # refused before the cache is opened
     result = run_sweep(
-        cache, out=out, tasks=split_list(task) or None, budget=seconds, seeds=seeds, seed=seed, ensemble=ensemble,
+        cache, out=out, tasks=split_list(task) or None, budget=seconds, seeds=seeds, seed=seed, pick=pick,
+        ensemble=ensemble,
         mixers=split_list(mixer) or None, grid=grid, split=train_split, val_split=val_split, test_split=test_split,
         overwrite=overwrite, progress=not quiet, metric=parse_metric(metric),
         class_weight=parse_class_weight(class_weight), epochs=epochs, patience=patience, batch_size=batch_size,
         device=device)
     render_leaderboard(result, base.out_console)
-    base.out_console.print(f"Best run written: [bold]{result.best}[/] ({result.winner.candidate}, seed "
-                           f"{result.winner.best_seed}); leaderboard: {result.out / 'sweep.json'}", soft_wrap=True)
+    base.out_console.print(f"Best run written: [bold]{result.best}[/]; leaderboard: {result.out / 'sweep.json'}",
+                           soft_wrap=True)
+
+
+def describe_pick(pick: dict) -> str:
+    """``adaptive, seeds 0, 1, 2 averaged`` or ``adaptive, seed 1``: what best/ holds."""
+    seeds = ", ".join(str(s) for s in pick["seeds"])
+    if pick["kind"] == "seeds":
+        return f"{pick['candidate']}, seeds {seeds} averaged"
+    return f"{pick['candidate']}, seed {seeds}"
 
 
 def _score(mean: float | None, sd: float | None) -> str:
@@ -93,23 +106,34 @@ def render_leaderboard(result, console: Console) -> None:
     title = (f"sweep: {len(result.leaderboard)} candidates in {human_seconds(result.elapsed)} ({budget}); ranked by "
              f"{selection} on {result.validation}")
     notes = any(row.note for row in result.leaderboard)
-    columns = ["#", "candidate", "validation", result.test_split or "test", "seeds", "time"]
+    averaged = any(row.averaged for row in result.leaderboard)
+    test_name = result.test_split or "test"
+    columns = ["#", "candidate", "validation", test_name, "seeds", "time"]
+    columns += ["averaged"] if averaged else []
     columns += ["note"] if notes else []
     convex = any(row.deterministic for row in result.leaderboard)
-    caption = "* fitted by the convex solver: deterministic, so one seed" if convex else None
+    captions = ["* fitted by the convex solver: deterministic, so one seed"] if convex else []
+    if averaged:
+        captions.append(f"averaged: validation / {test_name} of the seeds' runs averaged as one model (--pick seeds)")
+    caption = "\n".join(captions) or None
     table = Table(*columns, title=title, caption=caption)
     for rank, row in enumerate(result.leaderboard, start=1):
         seeds = "1*" if row.deterministic else str(len(row.seeds))
         cells = [str(rank), row.candidate, _score(row.validation_mean, row.validation_sd),
                  _score(row.test_mean, row.test_sd), seeds, human_seconds(row.seconds)]
+        if averaged:
+            cells.append("" if not row.averaged else f"{_score(row.averaged['validation'], None)} / "
+                                                     f"{_score(row.averaged['test'], None)}")
         table.add_row(*cells, *([row.note] if notes else []))
+    console.print(table)
     if result.ensemble is not None:
         members = ", ".join(m["candidate"] for m in result.ensemble["members"])
-        table.add_section()
-        table.add_row("", f"ensemble of {len(result.ensemble['members'])}: {members}",
-                      _score(result.ensemble["validation"], None), _score(result.ensemble["test"], None),
-                      *[""] * (len(columns) - 4))
-    console.print(table)
+        console.print(f"ensemble of {len(result.ensemble['members'])} ({members}): validation "
+                      f"{_score(result.ensemble['validation'], None)}, {test_name} "
+                      f"{_score(result.ensemble['test'], None)} (not saved)", soft_wrap=True)
+    if result.pick is not None:
+        console.print(f"best/: {describe_pick(result.pick)}: validation {_score(result.pick['validation'], None)}, "
+                      f"{test_name} {_score(result.pick['test'], None)}", soft_wrap=True)
     if result.skipped:
         console.print(f"{len(result.skipped)} candidate(s) not run or not counted; see skipped in sweep.json "
                       f"(first: {result.skipped[0]['candidate']}: {result.skipped[0]['reason']}).", soft_wrap=True)

@@ -1,10 +1,11 @@
 """Ensembles of fitted heads: their predictions over one split combined task by task, then scored.
 
-- sequence classification: the members' class probabilities averaged, the class of the highest
-  mean probability predicted (soft voting);
+- classification (sequence, and token tasks word by word): the members' class probabilities
+  averaged, the class of the highest mean probability predicted (soft voting), which is what a
+  seed ensemble's model computes (:class:`~.seed_ensemble.SeedEnsemble`);
 - regression: the members' predictions averaged;
-- token classification: each word's label by majority vote (a token head's pass keeps labels, not
-  probabilities), a tie going to the member listed first (the best one, in a sweep).
+- a token pass that kept labels without probabilities: each word's label by majority vote, a tie
+  going to the member listed first (the best one, in a sweep).
 
 Every member must have made its pass over the same rows (the predictions come in row order).
 """
@@ -45,10 +46,25 @@ def average_predictions(passes: Sequence[PassResult], tasks: Sequence[LabelTask]
         elif task.kind == "sequence":
             probabilities = np.mean([p.probabilities for p in preds], axis=0)  # (n, C)
             out[task.name] = Predictions(task, rows, probabilities.argmax(-1), probabilities)
-        else:  # token: per-word labels of every example
+        elif all(p.probabilities is not None for p in preds):  # token: per-word probabilities of every example
+            probabilities = [np.mean([p.probabilities[i] for p in preds], axis=0) for i in range(len(rows))]
+            out[task.name] = Predictions(task, rows, [w.argmax(-1) for w in probabilities], probabilities)
+        else:  # token passes with labels only
             words = [_vote([p.labels[i] for p in preds]) for i in range(len(rows))]
             out[task.name] = Predictions(task, rows, words)
     return out
+
+
+def combine_passes(passes: Sequence[PassResult], tasks: Sequence[LabelTask]) -> PassResult:
+    """One pass of the ensemble from its members' passes: predictions averaged (:func:`average_predictions`),
+    each member's usage summaries kept under ``<mixer key>[<member>]`` as a seed ensemble's model names them."""
+    usage = {member_key(key, i): values for i, p in enumerate(passes) for key, values in p.usage.items()}
+    return PassResult(average_predictions(passes, tasks), usage)
+
+
+def member_key(key: str, member: int) -> str:
+    """How an ensemble names member ``member``'s mixer ``key`` (``shared[0]``): in usage and layer weights."""
+    return f"{key}[{member}]"
 
 
 def ensemble_metrics(passes: Sequence[PassResult], tasks: Sequence[LabelTask],

@@ -30,6 +30,10 @@ or regression head) is a convex problem: with ``solver="auto"`` (the default) or
 fitted in full batch with its L2 strength chosen on validation (:mod:`.convex`), the way
 scikit-learn's ``LogisticRegression`` fits it; every other head trains by minibatch AdamW
 (:mod:`.trainer`). :mod:`.fitting` decides which.
+
+With ``seeds=M`` a minibatch-trained head is fitted ``M`` times from consecutive seeds on one
+validation slice and predicts with their average (:mod:`.seed_ensemble`; :meth:`LayerHead.from_seeds`
+combines heads fitted separately, as ``layercache sweep`` does with its winner's seeds).
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ import logging
 from pathlib import Path
 
 import numpy as np
-from sklearn.base import BaseEstimator
+from sklearn.base import BaseEstimator, clone
 
 from ..core.devices import resolve_device
 from ..core.tasks import LabelTask
@@ -50,7 +54,9 @@ from .attention import SelfAttention
 from .class_weights import BALANCED, class_weight_values, label_counts, parse_class_weight
 from .collapse import collapse_warning
 from .convex import convergence_warnings, fit_convex, resolved_c_grid
+from .ensemble import combine_passes
 from .evaluation import PassResult, evaluate, predict
+from .evaluation import score as score_predictions
 from .feed import CacheFeed
 from .feed_pool import FeedPool
 from .finite import REEXTRACT, NonFiniteStatesError, check_split_stats
@@ -68,6 +74,7 @@ from .persistence import (
     write_run,
 )
 from .provenance import cache_identity, cache_mean_skip_first, check_backbone_matches, check_cache_matches
+from .seed_ensemble import SeedEnsemble, SeedHistories, model_from_config
 from .selection import Selection, default_selection, requested_metrics, resolve_selection
 from .source import pooled_note, resolve_source
 from .trainer import TrainConfig, TrainHistory, seed_everything, train_model
@@ -119,6 +126,10 @@ class LayerHead(BaseEstimator):
         epochs, batch_size, lr, weight_decay, schedule, warmup, patience, max_grad_norm, seed: see
             :class:`TrainConfig`. ``lr=None`` picks 1e-3 for heads with attention or a projection
             (``adaptive``) and 1e-2 for linear heads, which learn too slowly at 1e-3.
+        seeds: train this many heads, with seeds ``seed``, ``seed + 1`` ..., on one validation slice,
+            and predict with their average (a seed ensemble, :mod:`.seed_ensemble`): steadier and
+            usually better than one seed, for ``seeds`` times the training. ``fit_["seeds"]`` lists
+            the members' seeds. The convex fit is deterministic, so it refuses ``seeds > 1``.
         val_fraction: size of the seeded stratified validation slice of the training split, used
             when no validation split is given.
         val_seed: seed of that slice (default: ``seed``), so that runs of several seeds can share one
@@ -132,8 +143,8 @@ class LayerHead(BaseEstimator):
                  normalize: str = "auto", metric=None, class_weight=None, solver: str = "auto", C_grid=None,
                  epochs: int = 20, batch_size: int = 32, lr: float | None = None, weight_decay: float = 0.01,
                  schedule: str = "linear", warmup: float = 0.06, patience: int = 3, max_grad_norm: float = 1.0,
-                 seed: int = 0, val_fraction: float = 0.1, val_seed: int | None = None, device: str = "auto",
-                 progress: bool = True) -> None:
+                 seed: int = 0, seeds: int = 1, val_fraction: float = 0.1, val_seed: int | None = None,
+                 device: str = "auto", progress: bool = True) -> None:
         self.mixer = mixer
         self.tasks = tasks
         self.layers = layers
@@ -156,6 +167,7 @@ class LayerHead(BaseEstimator):
         self.patience = patience
         self.max_grad_norm = max_grad_norm
         self.seed = seed
+        self.seeds = seeds
         self.val_fraction = val_fraction
         self.val_seed = val_seed
         self.device = device
@@ -172,10 +184,12 @@ class LayerHead(BaseEstimator):
         epoch (see :func:`~.trainer.train_model`); the convex fit ignores it (it takes a fraction of
         an epoch's time).
         """
-        device = resolve_device(self.device)
         if feeds is not None and feeds.cache is not cache:
             raise ConfigError("The feed pool given to fit() reads another cache; pass a FeedPool of the cache being "
                               "fitted.")
+        if check_seed_count(self.seeds) > 1:
+            return self._fit_seeds(cache, split, val_split, feeds or FeedPool(cache), deadline)
+        device = resolve_device(self.device)
         tasks = self._resolve_tasks(cache)
         # Checked before any data is read: a misspelt metric or class should not cost a pass.
         asked_metrics = requested_metrics(self.metric, tasks)
@@ -211,19 +225,7 @@ class LayerHead(BaseEstimator):
                     f"{layer_names[bad[0]]}, so its states cannot be standardised; {REEXTRACT}, or pass "
                     "--normalize none.")
             model.set_state_stats(mean, std)
-        train_rows = None
-        if val_split is None:
-            val_split = cache.validation_split(exclude=split)
-        if val_split is None:
-            slice_seed = self.seed if self.val_seed is None else self.val_seed
-            train_rows, val_rows = validation_slice(cache, split, tasks, self.val_fraction, slice_seed)
-            val_desc = f"{split} (seeded stratified {self.val_fraction:.0%} slice, seed {slice_seed})"
-            val_feed = self._feed(cache, split, tasks, layer_names, source, rows=val_rows, pool=feeds)
-        else:
-            cache.require_split(val_split)
-            check_split_stats(cache, val_split, layer_names)
-            val_desc = val_split
-            val_feed = self._feed(cache, val_split, tasks, layer_names, source, pool=feeds)
+        train_rows, val_feed, val_desc = self._validation(cache, split, val_split, tasks, layer_names, source, feeds)
         train_feed = self._feed(cache, split, tasks, layer_names, source, rows=train_rows, pool=feeds)
         self.train_config_ = self._train_config(default_lr(model))
         for t in tasks:
@@ -246,14 +248,7 @@ class LayerHead(BaseEstimator):
         # Score the kept (best) epoch once more: the numbers a run reports, and the usage pass
         # behind input-dependent mixers' layer weights.
         self.validation_metrics_, self.validation_pass_ = evaluate(model, val_feed, device)
-        self.warnings_: list[str] = []
-        for t in tasks:
-            warning = collapse_warning(t, val_feed.gold(t.name), self.validation_pass_.predictions[t.name].labels,
-                                       metric=self.selection_.metrics[t.name],
-                                       balanced=class_weight.get(t.name) == BALANCED, exact=solver == "lbfgs")
-            if warning is not None:
-                self.warnings_.append(warning)
-                log.warning(warning)
+        self.warnings_ = self._collapse_warnings(tasks, val_feed, class_weight, exact=solver == "lbfgs")
         for warning in convergence_warnings(self.history_):
             self.warnings_.append(warning)
             log.warning(warning)
@@ -270,6 +265,104 @@ class LayerHead(BaseEstimator):
         if note is not None:
             self.data_["source_note"] = note
         return self
+
+    def _collapse_warnings(self, tasks: list[LabelTask], val_feed, class_weight: dict, exact: bool) -> list[str]:
+        """The collapse warning of every task whose validation predictions sit on (nearly) one class, logged."""
+        warnings = []
+        for t in tasks:
+            warning = collapse_warning(t, val_feed.gold(t.name), self.validation_pass_.predictions[t.name].labels,
+                                       metric=self.selection_.metrics[t.name],
+                                       balanced=class_weight.get(t.name) == BALANCED, exact=exact)
+            if warning is not None:
+                warnings.append(warning)
+                log.warning(warning)
+        return warnings
+
+    def _fit_seeds(self, cache: LayerCache, split: str, val_split: str | None, feeds: FeedPool,
+                   deadline: float | None) -> "LayerHead":
+        """Fit one head per seed on the same validation data, then become their seed ensemble (:meth:`from_seeds`)."""
+        slice_seed = self.seed if self.val_seed is None else self.val_seed
+        members = []
+        for i in range(self.seeds):
+            member = clone(self).set_params(seeds=1, seed=self.seed + i, val_seed=slice_seed)
+            member.fit(cache, split, val_split, feeds=feeds, deadline=deadline)
+            if member.fit_["solver"] == "lbfgs":
+                raise ConfigError(f"The {self.mixer} head is fitted by the convex solver, which gives the same weights "
+                                  "for every seed, so a seed ensemble adds nothing; leave out seeds (--seeds), or "
+                                  "pass solver='adamw' (--solver adamw).")
+            members.append(member)
+        fitted = self.from_seeds(members, cache, split, val_split, feeds=feeds)
+        for name, value in vars(fitted).items():  # the fitted attributes only: fit() leaves the settings alone
+            if name.endswith("_"):
+                setattr(self, name, value)
+        return self
+
+    @classmethod
+    def from_seeds(cls, members: list["LayerHead"], cache: LayerCache, split: str = "train",
+                   val_split: str | None = None, *, feeds: FeedPool | None = None) -> "LayerHead":
+        """One head that predicts with the average of ``members`` (a seed ensemble, :mod:`.seed_ensemble`).
+
+        ``members``: heads fitted on ``cache`` (``split``, ``val_split`` as their :meth:`fit` had them)
+        with the same settings but the seed, all validated on the same data. Their validation passes
+        are combined (no pass is run again) and scored against the validation labels; the collapse
+        check runs on the ensemble's predictions. ``fit_["seeds"]`` lists the members' seeds.
+        """
+        if len(members) < 2:
+            raise ConfigError(f"A seed ensemble needs at least 2 fitted heads, got {len(members)}.")
+        for m in members:
+            m._check_fitted()
+        first = members[0]
+        own = ("seed", "seeds", "val_seed", "progress")
+        settings = {k: v for k, v in first.get_params().items() if k not in own}
+        for i, m in enumerate(members[1:], start=1):
+            same = ({k: v for k, v in m.get_params().items() if k not in own} == settings
+                    and (m.layer_names_, m.source_, m.data_.get("validation"), m.cache_info_)
+                    == (first.layer_names_, first.source_, first.data_.get("validation"), first.cache_info_))
+            if not same:
+                raise ConfigError(f"Head {i} of the seed ensemble was trained with other settings, states or "
+                                  "validation data than head 0; combine heads that differ only in their seed.")
+        if any(m.fit_["solver"] == "lbfgs" for m in members):
+            raise ConfigError("A head fitted by the convex solver is the same for every seed; a seed ensemble of such "
+                              "heads adds nothing.")
+        seeds = [m.seed for m in members]
+        head = cls(**{**first.get_params(), "seeds": len(members)})
+        tasks = first.tasks_
+        head.model_ = SeedEnsemble([m.model_ for m in members]).eval()
+        _, val_feed, val_desc = first._validation(cache, split, val_split, tasks, first.layer_names_, first.source_,
+                                                  feeds)
+        if val_desc != first.data_.get("validation"):
+            raise ConfigError(f"The heads were validated on {first.data_.get('validation')}, not on {val_desc}; pass "
+                              "the split and validation split they were fitted with.")
+        head.validation_pass_ = combine_passes([m.validation_pass_ for m in members], tasks)
+        head.validation_metrics_ = {t.name: score_predictions(t, val_feed.gold(t.name),
+                                                              head.validation_pass_.predictions[t.name])
+                                    for t in tasks}
+        head.selection_ = first.selection_
+        head.warnings_ = head._collapse_warnings(tasks, val_feed, parse_class_weight(first.class_weight, tasks),
+                                                 exact=False)
+        head.history_ = SeedHistories(seeds, [m.history_ for m in members])
+        head.fit_ = {"solver": first.fit_["solver"], "seeds": seeds,
+                     "combine": "mean of class probabilities (regression: of predictions)"}
+        head.train_config_ = first.train_config_
+        head.tasks_, head.layer_names_, head.source_ = list(tasks), list(first.layer_names_), first.source_
+        head.normalize_, head.cache_info_ = first.normalize_, first.cache_info_
+        head.data_ = {**first.data_, "seeds": seeds}
+        return head
+
+    def _validation(self, cache: LayerCache, split: str, val_split: str | None, tasks: list[LabelTask],
+                    layer_names: list[str], source: str, feeds: FeedPool | None) -> tuple:
+        """(training rows or None for all, validation feed, its description): ``val_split``, the cache's
+        validation split, or the seeded slice of ``split``."""
+        if val_split is None:
+            val_split = cache.validation_split(exclude=split)
+        if val_split is None:
+            slice_seed = self.seed if self.val_seed is None else self.val_seed
+            train_rows, val_rows = validation_slice(cache, split, tasks, self.val_fraction, slice_seed)
+            val_desc = f"{split} (seeded stratified {self.val_fraction:.0%} slice, seed {slice_seed})"
+            return train_rows, self._feed(cache, split, tasks, layer_names, source, rows=val_rows, pool=feeds), val_desc
+        cache.require_split(val_split)
+        check_split_stats(cache, val_split, layer_names)
+        return None, self._feed(cache, val_split, tasks, layer_names, source, pool=feeds), val_split
 
     def _train_config(self, lr: float) -> TrainConfig:
         return TrainConfig(epochs=self.epochs, batch_size=self.batch_size, lr=self.lr or lr,
@@ -357,7 +450,7 @@ class LayerHead(BaseEstimator):
         config = read_run_config(config_file)
         try:
             head = cls(**config["params"])
-            head.model_ = HeadModel.from_config(config["model"])
+            head.model_ = model_from_config(config["model"])
             head.train_config_ = TrainConfig(**config["train"])
             # A run saved before selection metrics existed selected on each task's default.
             head.selection_ = (Selection.from_json(config["selection"]) if "selection" in config
@@ -378,6 +471,13 @@ class LayerHead(BaseEstimator):
         head.data_ = config.get("data", {})
         head.fit_ = config.get("fit", {"solver": "adamw"})  # runs saved before the convex fit trained by AdamW
         return head
+
+
+def check_seed_count(seeds) -> int:
+    """``seeds`` (heads in a seed ensemble), refused unless a positive integer."""
+    if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
+        raise ConfigError(f"seeds is the number of heads to train and average (1 for one head), got {seeds!r}.")
+    return seeds
 
 
 def resolve_tasks(cache: LayerCache, tasks: str | list[str] | None) -> list[LabelTask]:

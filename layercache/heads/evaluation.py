@@ -29,8 +29,10 @@ class Predictions:
     rows: np.ndarray
     labels: np.ndarray | list[np.ndarray]
     """(n,) class ids or values; for a token task one (n_words,) array per example."""
-    probabilities: np.ndarray | None = None
-    """(n, C) class probabilities of a sequence classification task."""
+    probabilities: np.ndarray | list[np.ndarray] | None = None
+    """(n, C) class probabilities of a sequence classification task; for a token task one (n_words, C)
+    array per example (each word's first sub-token's; a word the backbone never saw is certain of the
+    fill label). None for regression, and where a producer keeps labels only."""
 
 
 @dataclass
@@ -95,8 +97,8 @@ def predict(model: HeadModel, feed: Feed, device: str | torch.device = "cpu") ->
         parts = per_task[t.name]
         if t.kind == "token":
             flat = [p for part in parts for p in part[0]]
-            labels = [flat[i] for i in order]
-            result[t.name] = Predictions(t, rows[order], labels)
+            flat_probs = [p for part in parts for p in part[1]]
+            result[t.name] = Predictions(t, rows[order], [flat[i] for i in order], [flat_probs[i] for i in order])
         else:
             labels = np.concatenate([p[0] for p in parts])[order]
             probs = None if t.kind == "regression" else np.concatenate([p[1] for p in parts])[order]
@@ -107,14 +109,25 @@ def predict(model: HeadModel, feed: Feed, device: str | torch.device = "cpu") ->
 
 
 def _batch_predictions(model: HeadModel, task: LabelTask, output: torch.Tensor, batch: CacheBatch, feed: Feed):
-    """One batch's predictions of ``task``: (values, None), (class ids, probabilities), or (per-word ids, None)."""
+    """One batch's predictions of ``task``: (values, None), (class ids, probabilities), or per-word
+    (class ids, probabilities), one array of each per example."""
     if task.kind == "regression":
         return model.regression_values(task.name, output).cpu().numpy(), None
+    probs = torch.softmax(output.float(), dim=-1).cpu().numpy()  # (B, C) or (B, T, C)
     if task.kind == "sequence":
-        probs = torch.softmax(output.float(), dim=-1).cpu().numpy()
         return probs.argmax(-1), probs
     # Token task: per-word predictions from the first sub-token of each word.
-    return word_labels(task, output.argmax(-1).cpu().numpy(), batch.word_ids.numpy(), feed.n_words(batch.rows)), None
+    word_ids, n_words = batch.word_ids.numpy(), feed.n_words(batch.rows)
+    return word_labels(task, probs.argmax(-1), word_ids, n_words), word_probabilities(task, probs, word_ids, n_words)
+
+
+def fill_label(task: LabelTask) -> int:
+    """The class a word the backbone never saw (cut off at the maximum length) is predicted: ``O``, else class 0.
+
+    Outside every entity is the safe guess for a tagging task: truncation then costs recall, and the
+    word still counts in the test set.
+    """
+    return task.label_names.index("O") if "O" in task.label_names else 0
 
 
 def word_labels(task: LabelTask, token_labels: np.ndarray, word_ids: np.ndarray,
@@ -126,11 +139,26 @@ def word_labels(task: LabelTask, token_labels: np.ndarray, word_ids: np.ndarray,
     array per row.
     """
     first = first_subtokens(word_ids, n_words)  # (B, T) the token that carries each word's label
-    fill = task.label_names.index("O") if "O" in task.label_names else 0
+    fill = fill_label(task)
     words = []
     for i, n in enumerate(n_words):
         out = np.full(n, fill, dtype=np.int64)  # (n,)
         out[word_ids[i][first[i]]] = token_labels[i][first[i]]
+        words.append(out)
+    return words
+
+
+def word_probabilities(task: LabelTask, token_probs: np.ndarray, word_ids: np.ndarray,
+                       n_words: np.ndarray) -> list[np.ndarray]:
+    """Per-word class probabilities ``(n_words_i, C)`` from ``token_probs (B, T, C)``, as :func:`word_labels`
+    takes labels: each word its first sub-token's, a word the backbone never saw certain of the fill label."""
+    first = first_subtokens(word_ids, n_words)  # (B, T)
+    fill = fill_label(task)
+    words = []
+    for i, n in enumerate(n_words):
+        out = np.zeros((n, token_probs.shape[-1]), dtype=np.float32)  # (n, C)
+        out[:, fill] = 1.0
+        out[word_ids[i][first[i]]] = token_probs[i][first[i]]
         words.append(out)
     return words
 

@@ -21,6 +21,7 @@ import os
 import torch
 
 from ..backbone.loader import Backbone
+from ..errors import ConfigError
 from ..heads.estimator import LayerHead
 from ..heads.runs import TrainResult, train_head
 from ..store.batches import CacheBatch
@@ -55,7 +56,10 @@ class LiveLayerHead(LayerHead):
         return feed
 
     def fit(self, cache: LayerCache, split: str = "train", val_split: str | None = None, **kwargs) -> "LiveLayerHead":
-        """Fit as :meth:`LayerHead.fit` does, every batch from the live backbone."""
+        """Fit as :meth:`LayerHead.fit` does, every batch from the live backbone (one head: no seed ensemble)."""
+        if self.seeds != 1:
+            raise ConfigError("Training with the live backbone fits one head, the reference for end-to-end checks; "
+                              "leave out --seeds (or train the seed ensemble from the cache).")
         super().fit(cache, split, val_split, **kwargs)
         feeds = self.__dict__.pop("_live_feeds", [])
         self.data_["trained"] = "live"

@@ -16,6 +16,7 @@ from layercache.heads.fitting import SOLVERS
 from layercache.heads.mixers import MIXERS, make_mixer
 from layercache.heads.normalize import NORMALIZATIONS, resolve_normalize
 from layercache.heads.selection import SELECTION_METRICS, requested_metrics
+from layercache.heads.sweep import PICKS
 from layercache.heads.trainer import SCHEDULES
 from layercache.sources.registry import FILE_SOURCES, SUPPORTED_FILES
 from layercache.store.schema import POOLING_MODES, STORAGE_DTYPE_NAMES, STORE_MODES
@@ -56,6 +57,7 @@ def test_every_listed_choice_is_in_the_table_and_every_entry_is_listed():
     (("train-head", "--solver"), tuple(SOLVERS)),
     (("sweep", "--mixer"), tuple(MIXERS)),
     (("sweep", "--metric"), tuple(SELECTION_METRICS)),
+    (("sweep", "--pick"), tuple(PICKS)),
 ])
 def test_lists_equal_their_registry(key, registry):
     assert choices(*key) == tuple(registry)

@@ -23,6 +23,7 @@ from layercache.errors import ConfigError
 from layercache.heads import FeedPool, LayerHead, SweepResult, candidate_grid, sweep
 from layercache.heads.mixers import MIXERS
 from layercache.heads.model import HeadModel
+from layercache.heads.seed_ensemble import SeedEnsemble
 from layercache.heads.selection import Selection
 from layercache.heads.sweep import LR_FACTORS, Candidate
 from layercache.heads.trainer import TrainConfig, train_model
@@ -126,21 +127,51 @@ def test_the_sweep_keeps_the_validation_winner_as_a_loadable_run(swept, planted)
                                             *(f"scalar lr×{f:g}" for f in LR_FACTORS)}
     assert any("no learning rate" in s["reason"] for s in swept.skipped)  # last's lr grid: convex, so none
 
-    winner = swept.winner
-    best = swept.best
-    assert best == swept.out / "best"
-    metrics = json.loads((best / "metrics.json").read_text())
-    kept = Selection.from_json(metrics["selection"]).score(metrics["validation"])
-    assert kept == pytest.approx(max(winner.validation)) == pytest.approx(
-        winner.validation[winner.seeds.index(winner.best_seed)])
+    assert_pick_is_the_run(swept, planted)
+    assert swept.feeds["built"] < swept.feeds["served"]  # one read of the cache, shared by every fit
+
+
+def assert_pick_is_the_run(result, cache, kind: str | None = None) -> LayerHead:
+    """``best/`` is the winner's pick (its seeds averaged, or its best run), and scores what sweep.json says."""
+    winner, pick = result.winner, result.pick
+    assert result.best == result.out / "best" and pick["candidate"] == winner.candidate
+    if kind is None:
+        kind = "best-seed" if len(winner.seeds) == 1 else "seeds"
+    assert pick["kind"] == kind
+    metrics = json.loads((result.best / "metrics.json").read_text())
+    selection = Selection.from_json(metrics["selection"])
+    kept = selection.score(metrics["validation"])
+    assert kept == pytest.approx(pick["validation"])
+    head = LayerHead.load(result.best)
+    if kind == "seeds":
+        assert pick["seeds"] == winner.seeds and head.fit_["seeds"] == winner.seeds
+        assert isinstance(head.model_, SeedEnsemble)
+    else:
+        assert pick["seeds"] == [winner.best_seed] and not isinstance(head.model_, SeedEnsemble)
+        assert kept == pytest.approx(max(winner.validation))
+        assert pick["test"] == pytest.approx(winner.test[winner.seeds.index(winner.best_seed)])
     assert metrics["mixer"] == winner.mixer
     for name in ("config.json", "weights.safetensors", "metrics.json", "layer_weights.json", "layer_weights.png"):
-        assert (best / name).is_file(), name
-    head = LayerHead.load(best)
-    assert head.predict(planted, "test").predictions["topic"].labels.shape == (planted.num_examples("test"),)
-    test = Selection.from_json(metrics["selection"]).score(head.score(planted, "test"))
-    assert test == pytest.approx(winner.test[winner.seeds.index(winner.best_seed)])
-    assert swept.feeds["built"] < swept.feeds["served"]  # one read of the cache, shared by every fit
+        assert (result.best / name).is_file(), name
+    assert head.predict(cache, "test").predictions["topic"].labels.shape == (cache.num_examples("test"),)
+    # The loaded run's own pass over the test split scores what the sweep combined from its runs' passes.
+    assert selection.score(head.score(cache, "test")) == pytest.approx(pick["test"])
+    return head
+
+
+@pytest.mark.parametrize("pick", ["seeds", "best-seed"])
+def test_the_pick_of_a_winner_trained_by_minibatches(planted, tmp_path, pick):
+    result = sweep(planted, out=tmp_path / "s", tasks="topic", candidates=["scalar"], seeds=3, pick=pick,
+                   budget=None, **QUICK)
+    head = assert_pick_is_the_run(result, planted, pick)
+    if pick == "seeds":
+        assert len(head.model_.members) == 3
+        history = json.loads((result.best / "metrics.json").read_text())["history"]
+        assert history["seeds"] == [0, 1, 2] and len(history["members"]) == 3
+        # The leaderboard's "seeds averaged" scores are the pick's own.
+        assert result.winner.averaged == pytest.approx({k: result.pick[k] for k in ("validation", "test")})
+    with pytest.raises(ConfigError, match="Unknown pick 'all'; choose one of seeds, best-seed"):
+        sweep(planted, out=tmp_path / "bad", candidates=["scalar"], pick="all", budget=None, **QUICK)
 
 
 def test_the_leaderboard_json_round_trips(swept):
@@ -262,7 +293,7 @@ def test_cli_sweep_prints_the_leaderboard_and_keeps_an_evaluable_run(planted_pat
     text = " ".join(done.output.split())
     out = planted_path.parent / f"{planted_path.name}.runs" / "sweep-001"  # beside the cache, as train-head's runs
     for fact in ("layer:1", "scalar", "1*", "fitted by the convex solver: deterministic, so one seed", "±",
-                 "ensemble of 2", "ranked by mcc on validation", "test",
+                 "ensemble of 2", "ranked by mcc on validation", "test", "best/: ", "averaged as one model",
                  f"Best run written: {out / 'best'}"):
         assert fact in text, fact
     result = SweepResult.read(out / "sweep.json")

@@ -120,6 +120,16 @@ def test_partial_forward_equals_the_full_forward(tiny_models, kind):
             assert torch.equal(got[k], full[k]), (kind, k)
 
 
+def test_a_seed_ensemble_run_predicts_live_what_it_predicts_from_the_cache(live_caches, records, tmp_path):
+    """A run that averages seeds (``train-head --seeds``, a sweep's pick) goes live like any other."""
+    cache, inputs = cache_inputs(live_caches["bert"], records)
+    head = lc.LayerHead("scalar", tasks=["sentiment", "negation_scope"], seeds=2, epochs=2, batch_size=8,
+                        progress=False).fit(cache)
+    run = head.save(tmp_path / "seeds")
+    bundle = LiveBundle.from_runs([run], device="cpu")
+    assert_same_as_cache(bundle, {"seeds": run}, cache, inputs)
+
+
 def test_save_and_load_round_trip(live_caches, runs, records, tmp_path):
     _, inputs = cache_inputs(live_caches["bert"], records)
     bundle = LiveBundle.from_runs(list(runs["bert"].values()), device="cpu")

@@ -1,0 +1,187 @@
+"""A seed ensemble: head models trained alike from different seeds, predicting with their average.
+
+Minibatch training ends in a different optimum for every seed (initialisation, shuffling, dropout,
+Gumbel noise). Which seed is best on a validation slice of a few hundred examples is mostly noise:
+a sweep's best seed scored under the mean of its seeds on SST-2's held-out split. The average of
+the seeds' class probabilities is both steadier and better than a typical seed (three MiniLM
+``adaptive`` seeds on SST-2 score 0.857, 0.854 and 0.865; their average 0.866; figures in
+``benchmarks/README.md``), for the price of running the head ``M`` times, which beside a
+backbone's forward pass is small.
+
+:class:`SeedEnsemble` stands in for a :class:`~.model.HeadModel` wherever a fitted head is used:
+evaluation, the live bundle, saving and loading. Its output per task is what the members agree on:
+
+- classification (sequence ``(B, C)``, token ``(B, T, C)``): ``log`` of the members' mean class
+  probabilities, so a softmax of it gives the mean probabilities back and its argmax is the soft vote;
+- regression ``(B, 1)``: the mean of the members' predictions in the targets' own units.
+
+Usage summaries and layer weights keep each member's under ``<mixer key>[<member>]``
+(:func:`~.ensemble.member_key`). The model is never trained as one; its members were.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from ..core.tasks import LabelTask
+from ..errors import ConfigError
+from .ensemble import member_key
+from .model import HeadModel, HeadOutput
+from .trainer import TrainHistory
+
+KIND = "seed_ensemble"
+"""``config["kind"]`` of a saved seed ensemble (a plain head model's config has no ``kind``)."""
+
+
+class SeedEnsemble(nn.Module):
+    """Several head models over the same states and tasks, predicting with their average (see the module docstring).
+
+    Args:
+        members: the fitted models; they must read the same number of states of the same width, with
+            the same tasks (names, kinds and labels) and the same token means.
+    """
+
+    def __init__(self, members: Sequence[HeadModel]) -> None:
+        super().__init__()
+        if len(members) < 2:
+            raise ConfigError(f"A seed ensemble needs at least 2 members, got {len(members)}.")
+        first = members[0]
+        for i, m in enumerate(members[1:], start=1):
+            if ([t.to_json() for t in m.tasks] != [t.to_json() for t in first.tasks]
+                    or (m.n_states, m.dim, m.mean_skip_first) != (first.n_states, first.dim, first.mean_skip_first)):
+                raise ConfigError(f"Member {i} of the seed ensemble reads other states or predicts other tasks than "
+                                  "member 0; an ensemble averages heads trained alike on one cache.")
+        self.members = nn.ModuleList(members)
+
+    # --- what a HeadModel exposes -----------------------------------------------------------
+    @property
+    def first(self) -> HeadModel:
+        """The first member (its settings are every member's)."""
+        return self.members[0]
+
+    @property
+    def tasks(self) -> list[LabelTask]:
+        """The members' label tasks."""
+        return self.first.tasks
+
+    @property
+    def n_states(self) -> int:
+        """States per token the members read (S)."""
+        return self.first.n_states
+
+    @property
+    def dim(self) -> int:
+        """Their width (D)."""
+        return self.first.dim
+
+    @property
+    def normalize(self) -> str:
+        """The members' input normalisation."""
+        return self.first.normalize
+
+    @property
+    def mean_skip_first(self) -> bool:
+        """Whether token means leave out the first token."""
+        return self.first.mean_skip_first
+
+    @property
+    def loss_weights(self) -> dict[str, float]:
+        """The members' loss weights per task."""
+        return self.first.loss_weights
+
+    @property
+    def class_weights(self) -> dict[str, list[float]]:
+        """The members' class weights per task."""
+        return self.first.class_weights
+
+    @property
+    def mixer_spec(self) -> str:
+        """The members' mixer spec."""
+        return self.first.mixer_spec
+
+    @property
+    def mixers(self) -> dict[str, nn.Module]:
+        """Every member's mixers, keyed ``<key>[<member>]`` as their usage is (a plain dict: the members own them)."""
+        return {member_key(key, i): mixer for i, m in enumerate(self.members) for key, mixer in m.mixers.items()}
+
+    def task(self, name: str) -> LabelTask:
+        """The label task called ``name``."""
+        return self.first.task(name)
+
+    # --- computation --------------------------------------------------------------------
+    def forward(self, states: Tensor, mask: Tensor) -> HeadOutput:
+        """``states (B, T, S, D)``, ``mask (B, T)`` -> every task's averaged output (see the module docstring)."""
+        outs = [m(states, mask) for m in self.members]
+        outputs = {}
+        for t in self.tasks:
+            if t.kind == "regression":
+                values = torch.stack([m.regression_values(t.name, o.outputs[t.name])
+                                      for m, o in zip(self.members, outs)])  # (M, B)
+                outputs[t.name] = values.float().mean(0).unsqueeze(-1)  # (B, 1)
+            else:
+                # (M, B, C) or (M, B, T, C)
+                logp = torch.stack([torch.log_softmax(o.outputs[t.name].float(), dim=-1) for o in outs])
+                outputs[t.name] = torch.logsumexp(logp, dim=0) - math.log(len(outs))  # log mean probability
+        usage = {member_key(key, i): u for i, o in enumerate(outs) for key, u in o.usage.items()}
+        return HeadOutput(outputs=outputs, aux_loss=states.new_zeros(()), usage=usage)
+
+    def regression_values(self, task: str, output: Tensor) -> Tensor:
+        """Predictions of a regression task ``(B,)``: the averaged output is already in the targets' units."""
+        return output.squeeze(-1)
+
+    def layer_weights(self) -> dict[str, list[float] | None]:
+        """Each member's global layer weights, keyed ``<key>[<member>]``."""
+        return {member_key(key, i): w for i, m in enumerate(self.members) for key, w in m.layer_weights().items()}
+
+    # --- persistence --------------------------------------------------------------------
+    def get_config(self) -> dict:
+        """JSON-ready settings: ``kind`` and every member's :meth:`HeadModel.get_config`."""
+        return {"kind": KIND, "members": [m.get_config() for m in self.members]}
+
+    @classmethod
+    def from_config(cls, config: dict) -> "SeedEnsemble":
+        """Untrained members from :meth:`get_config`; load the state dict next."""
+        return cls([HeadModel.from_config(c) for c in config["members"]])
+
+
+def model_from_config(config: dict) -> HeadModel | SeedEnsemble:
+    """The untrained model a saved run's ``config["model"]`` describes: a head model or a seed ensemble."""
+    if config.get("kind") == KIND:
+        return SeedEnsemble.from_config(config)
+    if "kind" in config:
+        raise ConfigError(f"Unknown head model kind {config['kind']!r}; a newer layercache may have written it.")
+    return HeadModel.from_config(config)
+
+
+@dataclass
+class SeedHistories:
+    """How a seed ensemble's members trained: their seeds and histories, with :class:`TrainHistory`'s summary."""
+
+    seeds: list[int]
+    members: list[TrainHistory]
+
+    solver = "adamw"
+
+    @property
+    def out_of_time(self) -> bool:
+        """Whether any member stopped early for lack of time."""
+        return any(h.out_of_time for h in self.members)
+
+    @property
+    def seconds(self) -> float:
+        """Wall time of every member's training."""
+        return sum(h.seconds for h in self.members)
+
+    def to_json(self) -> dict:
+        """``{"seeds", "members": [each member's history]}``."""
+        return {"seeds": list(self.seeds), "members": [h.to_json() for h in self.members]}
+
+    def summary(self, selection: str) -> str:
+        """``3 seeds averaged (best epochs 7, 5, 7 by accuracy)``."""
+        epochs = ", ".join(str(h.best_epoch) for h in self.members)
+        return f"{len(self.members)} seeds averaged (best epochs {epochs} by {selection})"

@@ -1,0 +1,133 @@
+"""Seed ensembles: ``LayerHead(seeds=M)`` and ``LayerHead.from_seeds`` average their members' predictions.
+
+The cache is the built-in task set (a sequence, a token and a regression task at once) through the
+tiny BERT; the members are ``scalar`` heads of two epochs, which differ by seed.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from cli_support import assert_refused, invoke
+from conftest import tiny_builtin_cache
+
+import layercache as lc
+from layercache.errors import ConfigError
+from layercache.heads import LayerHead
+from layercache.heads.seed_ensemble import SeedEnsemble
+
+QUICK = {"epochs": 2, "patience": 0, "device": "cpu", "progress": False, "batch_size": 16}
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread(one_torch_thread):
+    """One torch thread (see the root conftest)."""
+
+
+@pytest.fixture(scope="module")
+def cache_path(tiny_models, tmp_path_factory):
+    return tiny_builtin_cache(tiny_models, tmp_path_factory, "seeds", 120)
+
+
+@pytest.fixture(scope="module")
+def cache(cache_path):
+    with lc.LayerCache.open(cache_path) as handle:
+        yield handle
+
+
+@pytest.fixture(scope="module")
+def members(cache):
+    """Two heads differing only in their seed, validated on the same slice."""
+    return [LayerHead("scalar", seed=s, val_seed=0, **QUICK).fit(cache) for s in (0, 1)]
+
+
+@pytest.fixture(scope="module")
+def ensemble(members, cache):
+    return LayerHead.from_seeds(members, cache)
+
+
+def test_the_ensemble_averages_its_members_probabilities(members, ensemble, cache):
+    assert isinstance(ensemble.model_, SeedEnsemble) and ensemble.fit_["seeds"] == [0, 1]
+    got = ensemble.predict(cache, "test").predictions
+    each = [m.predict(cache, "test").predictions for m in members]
+    kinds = set()
+    for task, p in got.items():
+        kinds.add(p.task.kind)
+        if p.task.kind == "regression":
+            np.testing.assert_allclose(p.labels, np.mean([e[task].labels for e in each], axis=0), rtol=1e-5, atol=1e-5)
+        elif p.task.kind == "sequence":
+            mean = np.mean([e[task].probabilities for e in each], axis=0)  # (n, C)
+            np.testing.assert_allclose(p.probabilities, mean, atol=1e-5)
+            np.testing.assert_array_equal(p.labels, mean.argmax(-1))
+        else:  # per word: the mean of the members' first-sub-token probabilities
+            for i, words in enumerate(p.probabilities):
+                mean = np.mean([e[task].probabilities[i] for e in each], axis=0)  # (n_words, C)
+                np.testing.assert_allclose(words, mean, atol=1e-5)
+                np.testing.assert_array_equal(p.labels[i], mean.argmax(-1))
+    assert kinds == {"sequence", "token", "regression"}
+    # The members really differ, so the average is not one of them.
+    a, b = (e["topic"].probabilities for e in each)
+    assert np.abs(a - b).max() > 1e-3
+
+
+def test_its_validation_metrics_are_what_its_model_scores(ensemble, cache):
+    """The metrics combined from the members' validation passes equal a pass of the ensemble's own model."""
+    _, val_feed, _ = ensemble._validation(cache, "train", None, ensemble.tasks_, ensemble.layer_names_,
+                                          ensemble.source_, None)
+    metrics, _ = lc.heads.evaluation.evaluate(ensemble.model_, val_feed)
+    for task, values in metrics.items():
+        for key, value in values.items():
+            if isinstance(value, float):
+                assert ensemble.validation_metrics_[task][key] == pytest.approx(value, abs=1e-6), (task, key)
+
+
+def test_seeds_trains_the_same_ensemble_as_from_seeds(ensemble, cache):
+    head = LayerHead("scalar", seeds=2, **QUICK)
+    assert head.fit(cache) is head
+    assert head.get_params()["seeds"] == 2 and head.get_params()["val_seed"] is None  # fit leaves settings alone
+    assert head.fit_["seeds"] == [0, 1] and head.history_.summary("mcc").startswith("2 seeds averaged")
+    for task, p in head.predict(cache, "test").predictions.items():
+        q = ensemble.predict(cache, "test").predictions[task]
+        if p.task.kind == "token":
+            assert all(np.array_equal(x, y) for x, y in zip(p.labels, q.labels))
+        else:
+            np.testing.assert_allclose(p.labels, q.labels, rtol=1e-6)
+
+
+def test_save_load_and_the_run_folder(ensemble, cache, cache_path, tmp_path):
+    loaded = LayerHead.load(ensemble.save(tmp_path / "saved"))
+    assert isinstance(loaded.model_, SeedEnsemble) and loaded.seeds == 2
+    for task, p in loaded.predict(cache, "test").predictions.items():
+        q = ensemble.predict(cache, "test").predictions[task]
+        if p.task.kind == "token":
+            assert all(np.array_equal(x, y) for x, y in zip(p.labels, q.labels))
+        else:
+            np.testing.assert_array_equal(p.labels, q.labels)
+    # train-head --seeds writes a run that eval reads; its layer weights name every member's mixer.
+    run = tmp_path / "run"
+    result = invoke("train-head", cache_path, "--mixer", "scalar", "--seeds", 2, "--epochs", 2, "--patience", 0,
+                    "--out", run, "--quiet")
+    assert result.exit_code == 0, result.output
+    assert "2 seeds averaged" in result.output
+    weights = json.loads((run / "layer_weights.json").read_text())
+    assert set(weights["mixers"]) == {"shared[0]", "shared[1]"}
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert metrics["fit"]["seeds"] == [0, 1] and len(metrics["history"]["members"]) == 2
+    evaluated = invoke("eval", run, cache_path, "--json")
+    assert evaluated.exit_code == 0, evaluated.output
+
+
+def test_refusals(members, cache, cache_path):
+    for bad in (0, -1, True, 1.5):
+        with pytest.raises(ConfigError, match="seeds is the number of heads"):
+            LayerHead("scalar", seeds=bad, **QUICK).fit(cache)
+    with pytest.raises(ConfigError, match="at least 2"):
+        LayerHead.from_seeds(members[:1], cache)
+    other = LayerHead("last", seed=2, val_seed=0, solver="adamw", **QUICK).fit(cache)
+    with pytest.raises(ConfigError, match="other settings"):
+        LayerHead.from_seeds([members[0], other], cache)
+    with pytest.raises(ConfigError, match="convex solver"):
+        LayerHead("layer:1", tasks=["topic"], seeds=2, **QUICK).fit(cache)
+    assert_refused(invoke("train-head", cache_path, "--seeds", 0), "seeds")
