@@ -25,10 +25,10 @@ The epoch is selected on each task's selection metric (``metric``, :mod:`.select
 weigh classes (``class_weight``, :mod:`.class_weights`), and a head that predicts nearly one class
 for everything is reported in ``warnings_`` and the log (:mod:`.collapse`).
 
-A head that is a linear model on fixed features (``last`` or ``layer:<i>`` under a linear sequence
-or regression head) is a convex problem: with ``solver="auto"`` (the default) or ``"lbfgs"`` it is
-fitted in full batch with its L2 strength chosen on validation (:mod:`.convex`), the way
-scikit-learn's ``LogisticRegression`` fits it; every other head trains by minibatch AdamW
+A head that is a linear model on fixed features (``last`` or ``layer:<i>`` under a linear
+sequence, token or regression head) is a convex problem: with ``solver="auto"`` (the default) or
+``"lbfgs"`` it is fitted in full batch with its L2 strength chosen on validation (:mod:`.convex`),
+the way scikit-learn's ``LogisticRegression`` fits it; every other head trains by minibatch AdamW
 (:mod:`.trainer`). :mod:`.fitting` decides which.
 
 With ``seeds=M`` a minibatch-trained head is fitted ``M`` times from consecutive seeds on one
@@ -115,12 +115,14 @@ class LayerHead(BaseEstimator):
             scikit-learn's ``class_weight`` does (each example's loss weighed by its class's weight).
         solver: how the weights are fitted (:data:`~.fitting.SOLVERS`): ``lbfgs``, the convex full-batch
             fit of a linear head on fixed features (``last`` / ``layer:<i>`` mixers; sequence heads with
-            ``mean``, ``first`` or ``last`` pooling, no attention and no hidden layer): L-BFGS for
-            classification, ridge in closed form for regression, ``C`` chosen per task on validation
-            by its selection metric; ``adamw``, minibatch AdamW with early stopping (any head); or
-            ``auto``: ``lbfgs`` where the model qualifies, else ``adamw``. ``lbfgs`` on a model that
-            does not qualify is refused. The minibatch settings below do not apply to ``lbfgs``. A
-            fitted head's ``fit_`` says which solver fitted it (and, for ``lbfgs``, each task's ``C``).
+            ``mean``, ``first`` or ``last`` pooling, no attention and no hidden layer; token heads without
+            encoder layers, one example per word's first sub-token): L-BFGS for classification, ridge in
+            closed form for regression, ``C`` chosen per task on validation by its selection metric
+            (a token task's per word, as evaluation scores it); ``adamw``, minibatch AdamW with early
+            stopping (any head); or ``auto``: ``lbfgs`` where the model qualifies, else ``adamw``.
+            ``lbfgs`` on a model that does not qualify is refused. The minibatch settings below do not
+            apply to ``lbfgs``. A fitted head's ``fit_`` says which solver fitted it (and, for ``lbfgs``,
+            each task's ``C``).
         C_grid: the inverse L2 strengths (scikit-learn's ``C``) the convex fit tries, on features
             standardised per dimension (default :data:`~.convex.DEFAULT_C_GRID`).
         epochs, batch_size, lr, weight_decay, schedule, warmup, patience, max_grad_norm, seed: see

@@ -4,23 +4,27 @@
 
 - ``adamw``: minibatch AdamW with a learning-rate schedule and early stopping on the validation
   metric (:mod:`.trainer`). Fits any head.
-- ``lbfgs``: the convex full-batch fit (:mod:`.convex`): L-BFGS for a classification head, ridge in
-  closed form for a regression head, with the L2 strength ``C`` chosen on validation data. Only
-  for a model that is a linear model on fixed features (:func:`convex_obstacle` is None).
+- ``lbfgs``: the convex full-batch fit (:mod:`.convex`): L-BFGS for a classification head (a
+  sequence or a token head), ridge in closed form for a regression head, with the L2 strength ``C``
+  chosen on validation data. Only for a model that is a linear model on fixed features
+  (:func:`convex_obstacle` is None).
 - ``auto``: ``lbfgs`` whenever the model qualifies, else ``adamw``.
 
 A linear head on a mixer that learns nothing (``last``, ``layer:<i>``) is a convex problem: one
 optimum, which a full-batch solver reaches, where minibatch AdamW stopped early on a validation
-slice lands somewhere near it, on a weak signal no better than chance. Everything that learns a
-weight before the head's output layer (layer weights, a projection, attention, a hidden layer,
-attention pooling) makes the problem non-convex, and token heads are left to minibatches.
+slice lands somewhere near it, on a weak signal no better than chance. That holds for a token head
+too: its output layer is one logistic regression over the words' first sub-tokens (CoNLL-2003 NER
+on MiniLM's ``layer:3``, test entity F1: 0.718 by AdamW, 0.753 by this fit, 0.755 by the linear
+probe of the same layer). Everything that learns a weight before the head's output layer (layer
+weights, a projection, attention, a hidden layer, attention pooling, a token head's encoder layers)
+makes the problem non-convex.
 """
 
 from __future__ import annotations
 
 from ..errors import ConfigError
 from .model import HeadModel
-from .tasks import SequenceHead
+from .tasks import SequenceHead, TokenHead
 
 SOLVERS: dict[str, str] = {
     "auto": "lbfgs when the model is a linear head on fixed features (last or layer:<i>), else adamw",
@@ -39,17 +43,24 @@ def convex_obstacle(model: HeadModel) -> str | None:
     """Why ``model`` is not a linear model on fixed features, as a clause; None when it is one.
 
     The model qualifies when every mixer learns nothing (:meth:`~.mixers.LayerMixer.is_fixed_map`)
-    and every head is a sequence classification or regression head whose output layer reads its
-    pooled states directly (pooling ``mean``, ``first`` or ``last``; no self-attention, no hidden
-    layer). The input normalisation never learns, so any is fine.
+    and every head's output layer reads its mixer's states directly: a sequence classification or
+    regression head on its pooled states (pooling ``mean``, ``first`` or ``last``; no self-attention,
+    no hidden layer), or a token head on each token's state (``encoder_layers=0``, the default under
+    ``last`` and ``layer:<i>``; its ``attention_heads`` and ``ff_dim`` then build nothing). The
+    input normalisation never learns, so any is fine.
     """
     not_convex = "so the problem is not convex"
     for mixer in model.mixers.values():
         if not mixer.is_fixed_map():
             return f"the mixer {model.mixer_spec!r} learns layer weights, {not_convex}"
     for name, head in model.heads.items():
+        if isinstance(head, TokenHead):
+            if len(head.encoder):
+                return (f"the head of task {name!r} has transformer encoder layers (encoder_layers="
+                        f"{len(head.encoder)}), {not_convex}")
+            continue
         if not isinstance(head, SequenceHead):
-            return f"task {name!r} is a token task, which the full-batch fit does not cover"
+            return f"the head of task {name!r} ({type(head).__name__}) is not one the full-batch fit covers"
         if head.attention is not None:
             return f"the head of task {name!r} attends over tokens (attention_heads), {not_convex}"
         if head.hidden is not None:

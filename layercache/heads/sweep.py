@@ -21,8 +21,8 @@ it (never used to choose), and writes the winner as an ordinary run folder.
    budget refines the most promising mixer; a mixer whose default did not run is not refined.
 
 Each candidate trains with every seed (default three); a head that the convex solver fitted
-(``last`` / ``layer:<i>`` with linear sequence or regression heads) is deterministic and trains
-once. Every run validates on the same data: the cache's validation split, or one seeded slice of
+(``last`` / ``layer:<i>`` with linear sequence, token or regression heads) is deterministic and
+trains once. Every run validates on the same data: the cache's validation split, or one seeded slice of
 train for all (``val_seed``).
 
 **Budget.** A candidate starts only when its estimated cost fits in what is left: its seeds times

@@ -7,6 +7,9 @@ classes and a linear ``intensity`` target; the other states are noise. A ``layer
 a logistic (ridge) regression on ``layer_1``'s pooled vectors, so it must match scikit-learn's
 ``StandardScaler`` + ``LogisticRegression`` (``Ridge``) with ``C`` chosen the same way: on the
 cache's validation split, by the run's selection metric, from the same grid.
+
+The token task ``negation_scope`` keeps the states the extraction wrote: a ``layer:1`` token head
+is a logistic regression on ``layer_1``'s state of each word's first sub-token, scored per word.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from cli_support import assert_refused, invoke
 from conftest import tiny_builtin_cache
 from scipy.stats import pearsonr
 from sklearn.linear_model import LogisticRegression, Ridge
-from sklearn.metrics import accuracy_score, matthews_corrcoef
+from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
@@ -242,3 +245,104 @@ def test_each_task_is_its_own_problem_with_shared_or_separate_mixers(planted):
     expected = head_probabilities(alone, planted, "topic")
     for head in (shared, separate):
         np.testing.assert_allclose(head_probabilities(head, planted, "topic"), expected, atol=1e-5)
+
+
+def word_vectors(cache, split: str, task: str = "negation_scope"):
+    """Each word's first sub-token state of ``layer_1`` ``(n_seen, D)``, its label, and the words' layout.
+
+    Built from the cache's own arrays, not through the head: which (row, word) each vector is, so
+    per-word predictions can be laid out as evaluation lays them out (a word never seen gets ``O``).
+    """
+    gold = cache.labels(split, task)
+    rows = np.arange(len(gold))
+    states = cache.tokens(split, rows, layers=[SIGNAL])  # (t_i, 1, D) each
+    word_ids = cache.token_arrays(split, "word_ids", rows)
+    X, y, where = [], [], []
+    for row, (h, w) in enumerate(zip(states, word_ids)):
+        w = np.asarray(w, np.int64)
+        previous = np.concatenate([[-2], w[:-1]])
+        first = np.nonzero((w >= 0) & (w != previous) & (w < len(gold[row])))[0]
+        X.append(h[first, 0].astype(np.float64))
+        y.append(np.asarray(gold[row])[w[first]])
+        where.extend((row, int(word)) for word in w[first])
+    return np.concatenate(X), np.concatenate(y), where, gold
+
+
+def per_word(predicted, where, gold, fill: int = 0):
+    """Per-word predictions ``[(n_words_i,)]`` from one prediction per seen word (``fill``: ``O``)."""
+    out = [np.full(len(g), fill, np.int64) for g in gold]
+    for (row, word), label in zip(where, predicted):
+        out[row][word] = label
+    return out
+
+
+def test_token_head_is_fitted_by_lbfgs_and_matches_sklearn_on_the_first_subtokens(planted):
+    head = LayerHead(f"layer:{SIGNAL}", tasks=["negation_scope"], **QUICK).fit(planted)
+    assert head.fit_["solver"] == "lbfgs" and head.history_.fit["method"] == {"negation_scope": "L-BFGS"}
+    assert head.selection_.metrics == {"negation_scope": "macro_f1"}  # not IOB tags: macro-F1 per word
+    X, y, _, _ = word_vectors(planted, "train")
+    assert head.history_.fit["n_train"] == {"negation_scope": len(y)}  # one example per word, not per sentence
+    # The grid was scored per word as evaluation scores: the kept C's entry is the validation metric.
+    chosen = DEFAULT_C_GRID.index(head.fit_["C"]["negation_scope"])
+    assert head.history_.fit["grid_scores"]["negation_scope"][chosen] == pytest.approx(
+        head.validation_metrics_["negation_scope"]["macro_f1"])
+    C = head.fit_["C"]["negation_scope"]
+    sk = make_pipeline(StandardScaler(), LogisticRegression(C=C, max_iter=5000, tol=1e-8)).fit(X, y)
+    X_test, _, where, gold = word_vectors(planted, "test")
+    theirs = per_word(sk.predict(X_test), where, gold)
+    ours = head.predict(planted, "test").predictions["negation_scope"].labels
+    flat_gold, flat_ours, flat_theirs = (np.concatenate(a) for a in (gold, ours, theirs))
+    agree = np.mean(flat_ours == flat_theirs)
+    scores = {name: (accuracy_score(flat_gold, p), f1_score(flat_gold, p, average="macro"))
+              for name, p in (("head", flat_ours), ("sklearn", flat_theirs))}
+    print(f"negation_scope: C {C:g}; {len(flat_gold)} test words, {agree:.2%} predicted alike; accuracy / macro-F1 "
+          f"head {scores['head'][0]:.4f} / {scores['head'][1]:.4f}, sklearn {scores['sklearn'][0]:.4f} / "
+          f"{scores['sklearn'][1]:.4f}")
+    assert agree >= 0.99
+    assert abs(scores["head"][0] - scores["sklearn"][0]) <= 0.01
+    assert head.score(planted, "test")["negation_scope"]["macro_f1"] == pytest.approx(scores["head"][1])
+
+
+def test_words_cut_off_at_the_maximum_length_are_scored_as_evaluation_scores_them(tiny_models, tmp_path, monkeypatch):
+    monkeypatch.setenv("LAYERCACHE_HOME", str(tmp_path / "home"))
+    lc.extract(str(tiny_models["bert"]), "builtin", tmp_path / "cache", limit=60, max_length=8, progress=False)
+    with lc.LayerCache.open(tmp_path / "cache") as cache:
+        X, _, _, gold = word_vectors(cache, "validation")
+        assert len(X) < sum(len(g) for g in gold)  # some words were never seen
+        head = LayerHead(f"layer:{SIGNAL}", tasks=["negation_scope"], metric="accuracy", **QUICK).fit(cache)
+    chosen = list(head.fit_["C_grid"]).index(head.fit_["C"]["negation_scope"])
+    # The grid's validation words include the unseen ones, predicted O as evaluation predicts them.
+    assert head.history_.fit["grid_scores"]["negation_scope"][chosen] == pytest.approx(
+        head.validation_metrics_["negation_scope"]["accuracy"])
+    assert head.validation_metrics_["negation_scope"]["n_words"] == sum(len(g) for g in gold)
+
+
+def test_a_token_head_with_encoder_layers_is_not_convex(planted):
+    tasks = [planted.manifest.task("negation_scope")]
+    options = {"encoder_layers": 1, "attention_heads": 2, "ff_dim": 16}
+    model = HeadModel(3, 32, tasks, mixer=f"layer:{SIGNAL}", head_options=options)
+    assert resolve_solver("auto", model) == "adamw"
+    with pytest.raises(ConfigError) as err:
+        LayerHead(f"layer:{SIGNAL}", tasks=["negation_scope"], solver="lbfgs", head_options=options,
+                  **QUICK).fit(planted)
+    message = str(err.value)
+    assert ("the head of task 'negation_scope' has transformer encoder layers (encoder_layers=1), so the problem "
+            "is not convex") in message
+    assert message.endswith("use --solver adamw (or auto, which picks it).") and message.count(". ") == 0
+    # ff_dim and attention_heads build nothing without encoder layers: still a linear head
+    plain = HeadModel(3, 32, tasks, mixer=f"layer:{SIGNAL}", head_options={"ff_dim": 16, "attention_heads": 2})
+    assert convex_obstacle(plain) is None
+
+
+def test_a_convex_token_head_saves_and_loads_predicting_identically(planted, tmp_path):
+    result = train_head(planted, f"layer:{SIGNAL}", out=tmp_path / "run", tasks=["negation_scope", "sentiment"],
+                        C_grid=[0.1, 1.0], **QUICK)
+    assert result.head.fit_["solver"] == "lbfgs" and set(result.head.fit_["C"]) == {"negation_scope", "sentiment"}
+    loaded = LayerHead.load(tmp_path / "run")
+    assert loaded.fit_ == result.head.fit_
+    before, after = result.head.predict(planted, "test"), loaded.predict(planted, "test")
+    for b, a in zip(before.predictions["negation_scope"].labels, after.predictions["negation_scope"].labels):
+        np.testing.assert_array_equal(b, a)
+    np.testing.assert_array_equal(before.predictions["sentiment"].probabilities,
+                                  after.predictions["sentiment"].probabilities)
+    assert loaded.score(planted, "test") == result.head.score(planted, "test")
