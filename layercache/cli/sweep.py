@@ -103,8 +103,9 @@ def render_leaderboard(result, console: Console) -> None:
 
     selection = result.selection.get("score", "")
     budget = "no budget" if result.budget is None else f"budget {human_seconds(result.budget)}"
+    by = "its seeds averaged" if result.ranking == "averaged" else "the mean of its seeds"
     title = (f"sweep: {len(result.leaderboard)} candidates in {human_seconds(result.elapsed)} ({budget}); ranked by "
-             f"{selection} on {result.validation}")
+             f"{selection} on {result.validation}, each candidate by {by}")
     notes = any(row.note for row in result.leaderboard)
     averaged = any(row.averaged for row in result.leaderboard)
     test_name = result.test_split or "test"

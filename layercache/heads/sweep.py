@@ -41,13 +41,20 @@ train, validation and test feeds of the token states and of the pooled vectors a
 (offsets, word ids and labels read out of every shard, the shards mapped) and shared by all
 candidates and seeds; what they read stays in the OS page cache.
 
-**The pick** (:data:`PICKS`). Candidates are ranked by their seeds' mean validation score; what is
-kept of the winner is, by default (``seeds``), the average of all its seeds' runs, a seed
-ensemble (:mod:`.seed_ensemble`), or (``best-seed``) its one run that scored best on validation.
-A seed ensemble is the default because the best seed on a validation slice of a few hundred
-examples is mostly luck: on SST-2 a 320 s sweep's best seed scored under its seeds' mean on the
-held-out split, while the average of three seeds scores above any typical one
-(``benchmarks/README.md``). A winner fitted by the convex solver is one deterministic run.
+**The pick** (:data:`PICKS`). What is kept of the winner is, by default (``seeds``), the average
+of all its seeds' runs, a seed ensemble (:mod:`.seed_ensemble`), or (``best-seed``) its one run
+that scored best on validation. A seed ensemble is the default because the best seed on a
+validation slice of a few hundred examples is mostly luck: on SST-2 a 320 s sweep's best seed
+scored under its seeds' mean on the held-out split, while the average of three seeds scores above
+any typical one (``benchmarks/README.md``). A winner fitted by the convex solver is one
+deterministic run.
+
+**The ranking** follows what is kept: with ``seeds`` each candidate is ranked by the validation
+score of its seeds averaged as one model (:attr:`CandidateResult.averaged`, scored from its runs'
+passes: no pass runs again), the estimate of the model ``best/`` will hold; with ``best-seed`` by
+its seeds' mean score (the best seed's own score is the maximum of noisy draws). Candidates that
+respond to averaging differently rank differently under the two: on MPQA a candidate whose seeds
+scatter widely led on their mean and fell back once averaged.
 
 **Output** (``out``, default ``<cache>.runs/sweep-<n>`` beside the cache): ``best/``, the pick as
 the run folder :func:`~.runs.train_head` writes (``LayerHead.load``, ``layercache eval``,
@@ -200,6 +207,12 @@ class CandidateResult:
         """Mean validation score over its seeds."""
         return statistics.fmean(self.validation)
 
+    def rank_score(self, ranking: str) -> float:
+        """Its validation score under ``ranking``: ``averaged`` (its seeds averaged, or its one run) or ``mean``."""
+        if ranking == "averaged" and self.averaged is not None:
+            return self.averaged["validation"]
+        return self.validation_mean
+
     @property
     def validation_sd(self) -> float | None:
         """Sample standard deviation over its seeds; None for one run."""
@@ -243,7 +256,7 @@ class SweepResult:
     best: Path
     """The winner's run folder (``out/best``)."""
     leaderboard: list[CandidateResult]
-    """Every candidate that finished inside the budget, best validation mean first."""
+    """Every candidate that finished inside the budget, best first by :attr:`ranking`."""
     skipped: list[dict]
     """``{"candidate", "reason"}`` for each candidate that did not run or did not count."""
     selection: dict
@@ -262,13 +275,16 @@ class SweepResult:
     """With ``ensemble=K``: ``{"members": [{"candidate", "seed"}], "validation": score, "test": score,
     "validation_metrics": {...}, "test_metrics": {...}}``."""
     cache: str = ""
+    ranking: str = "mean"
+    """What ranks the candidates on validation: ``averaged`` (their seeds averaged as one model; a
+    single run's own score) or ``mean`` (their seeds' mean score); see the module docstring."""
     pick: dict | None = None
     """What ``best/`` holds: ``{"kind": "seeds" | "best-seed", "candidate", "seeds", "validation", "test"}``
     (the pick's own scores: a seed ensemble's differ from its runs' mean)."""
 
     @property
     def winner(self) -> CandidateResult:
-        """The candidate with the best validation mean."""
+        """The candidate ranked first on validation."""
         return self.leaderboard[0]
 
     def to_json(self) -> dict:
@@ -278,7 +294,7 @@ class SweepResult:
                 "selection": self.selection, "validation": self.validation, "test_split": self.test_split,
                 "budget_seconds": self.budget, "elapsed_seconds": self.elapsed, "setup_seconds": self.setup_seconds,
                 "feeds": self.feeds, "leaderboard": [c.to_json() for c in self.leaderboard],
-                "skipped": self.skipped, "ensemble": self.ensemble, "pick": self.pick}
+                "skipped": self.skipped, "ensemble": self.ensemble, "ranking": self.ranking, "pick": self.pick}
 
     @classmethod
     def from_json(cls, data: dict) -> "SweepResult":
@@ -286,7 +302,8 @@ class SweepResult:
         return cls(Path(data["out"]), Path(data["best"]), [CandidateResult.from_json(c) for c in data["leaderboard"]],
                    list(data["skipped"]), dict(data["selection"]), data["validation"], data["test_split"],
                    data["budget_seconds"], float(data["elapsed_seconds"]), float(data["setup_seconds"]),
-                   dict(data["feeds"]), data.get("ensemble"), data.get("cache", ""), data.get("pick"))
+                   dict(data["feeds"]), data.get("ensemble"), data.get("cache", ""), data.get("ranking", "mean"),
+                   data.get("pick"))
 
     def write(self, path: str | os.PathLike | None = None) -> Path:
         """Write :meth:`to_json` to ``path`` (default ``out/sweep.json``)."""
@@ -473,6 +490,7 @@ class _Sweep:
         self.seeds, self.seed, self.split, self.test_name, self.params = seeds, seed, split, test_name, params
         self.val_split = val_split or cache.validation_split(exclude=split)
         self.started, self.budget, self.progress, self.pick = started, budget, progress, pick
+        self.ranking = "averaged" if pick == "seeds" else "mean"  # rank by what best/ will hold
         # The end of the budget less a reserve for what follows the last candidate (the leaderboard, the
         # ensemble, sweep.json): 1 % of it, at least 0.5 s (but never more than a tenth). Without it a
         # 320 s sweep on MPQA ended 0.5 s late.
@@ -516,12 +534,13 @@ class _Sweep:
                 first = first or trained
         if not self.results:
             raise self._too_small(setup, first)
-        ranked = sorted(self.results, key=lambda r: -r.validation_mean)  # stable: earlier (cheaper) first on ties
+        ranked = self._ranked()
         result = SweepResult(out=self.out, best=self.out / BEST_RUN, leaderboard=ranked, skipped=self.skipped,
                              selection=self.runs[ranked[0].candidate][0].head.selection_.to_json(),
                              validation=self.runs[ranked[0].candidate][0].head.data_["validation"],
                              test_split=self.test_name, budget=self.budget, elapsed=0.0, setup_seconds=setup,
-                             feeds=self.pool.stats(), cache=str(self.cache.path), pick=self.picked)
+                             feeds=self.pool.stats(), cache=str(self.cache.path), ranking=self.ranking,
+                             pick=self.picked)
         if ensemble > 1:
             result.ensemble = self._ensemble(ranked[:ensemble])
         result.elapsed = time.perf_counter() - self.started
@@ -531,7 +550,7 @@ class _Sweep:
     def _describe(self, candidate: Candidate) -> str:
         if self.leader is None:
             return candidate.name
-        return f"{candidate.name} (best: {self.leader.candidate} {self.leader.validation_mean:.4f})"
+        return f"{candidate.name} (best: {self.leader.candidate} {self.leader.rank_score(self.ranking):.4f})"
 
     def _order_variants(self, variants: list[Candidate]) -> list[Candidate]:
         """Grid variants of the mixers whose defaults scored best first; those of a mixer that did not run, dropped."""
@@ -542,7 +561,7 @@ class _Sweep:
                                      "reason": f"its default, {candidate.base}, did not run"})
             else:
                 ready.append(candidate)
-        return sorted(ready, key=lambda c: -self.defaults[c.base].validation_mean)
+        return sorted(ready, key=lambda c: -self.defaults[c.base].rank_score(self.ranking))
 
     def _try(self, candidate: Candidate) -> tuple[str, float] | None:
         """Run ``candidate`` if it is worth it and fits; returns (name, seconds) when it trained at all."""
@@ -654,7 +673,7 @@ class _Sweep:
     def _keep(self, result: CandidateResult, runs: list[_Run]) -> None:
         """Keep the runs the end needs (the leader's, the ensemble's), and rewrite ``best/`` when the leader changes."""
         self.runs[result.candidate] = runs
-        ranked = sorted(self.results, key=lambda r: -r.validation_mean)
+        ranked = self._ranked()
         keep = {r.candidate for r in ranked[:max(1, self.ensemble_size)]}
         self.runs = {name: kept for name, kept in self.runs.items() if name in keep}
         if self.leader is None or ranked[0] is result:
@@ -662,6 +681,10 @@ class _Sweep:
             t0 = time.perf_counter()
             self._write_pick(result, runs)
             self.costs.write_seconds = time.perf_counter() - t0
+
+    def _ranked(self) -> list[CandidateResult]:
+        """The results so far, best first by :attr:`ranking` (stable: the earlier, cheaper candidate first on ties)."""
+        return sorted(self.results, key=lambda r: -r.rank_score(self.ranking))
 
     def _write_pick(self, result: CandidateResult, runs: list[_Run]) -> None:
         """Write the leader's pick (:data:`PICKS`) as ``best/``: its seeds averaged, or its best run."""

@@ -113,8 +113,12 @@ def test_the_grid_reads_the_registry_and_varies_one_setting_at_a_time():
 # --- the winner and its run -------------------------------------------------------------------------
 def test_the_sweep_keeps_the_validation_winner_as_a_loadable_run(swept, planted):
     board = swept.leaderboard
-    means = [c.validation_mean for c in board]
-    assert means == sorted(means, reverse=True)
+    assert swept.ranking == "averaged"  # the default pick keeps the seeds averaged, so it ranks by them
+    scores = [c.rank_score("averaged") for c in board]
+    assert scores == sorted(scores, reverse=True)
+    for c in board:
+        assert (c.averaged is None) == (len(c.seeds) == 1)
+        assert c.rank_score("averaged") == (c.validation[0] if c.averaged is None else c.averaged["validation"])
     singles = [c.candidate for c in board if c.mixer.startswith("layer:") or c.mixer == "last"]
     assert singles[0] == f"layer:{SIGNAL}"  # the planted state wins among the single states
     for c in board:
@@ -164,6 +168,7 @@ def test_the_pick_of_a_winner_trained_by_minibatches(planted, tmp_path, pick):
     result = sweep(planted, out=tmp_path / "s", tasks="topic", candidates=["scalar"], seeds=3, pick=pick,
                    budget=None, **QUICK)
     head = assert_pick_is_the_run(result, planted, pick)
+    assert result.ranking == ("averaged" if pick == "seeds" else "mean")
     if pick == "seeds":
         assert len(head.model_.members) == 3
         history = json.loads((result.best / "metrics.json").read_text())["history"]
