@@ -13,7 +13,8 @@ from rich.console import Console
 from rich.table import Table
 
 #: Metrics shown in the table, in this order, when a task reports them.
-SHOWN = ("accuracy", "macro_f1", "mcc", "span_f1", "span_precision", "span_recall", "pearson", "spearman", "mse")
+SHOWN = ("accuracy", "macro_f1", "mcc", "span_f1", "span_precision", "span_recall", "pearson", "spearman", "r2",
+         "mse")
 
 
 def _number(value) -> float | None:

@@ -123,6 +123,13 @@ def test_renderers_print_nan_instead_of_crashing():
     assert text.count("nan") >= 4 and "layer_1" in text and "0.500" in text
 
 
+def test_the_metrics_table_lists_every_scalar_metric_of_a_regression_task():
+    console = Console(record=True, width=120)
+    render_metrics({"test": {"intensity": {"pearson": 0.9, "spearman": 0.8, "mse": 0.3, "r2": 0.7, "n": 5}}},
+                   console, primary={"intensity": "pearson"})
+    assert "spearman 0.800, r2 0.700, mse 0.300, n 5" in " ".join(console.export_text().split())
+
+
 # --- 2. damaged run folders ------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def good_run(clean_cache, tmp_path_factory):
