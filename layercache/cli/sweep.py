@@ -40,8 +40,8 @@ def sweep(
         "sweep", "--pick", "What best/ keeps of the winner.",
         "seeds: its seeds' runs averaged (a seed ensemble, steadier than any one seed); best-seed: its run with the "
         "best validation score.")),
-    ensemble: int = typer.Option(0, "--ensemble", help="Also score the top K candidates as one model (their "
-                                 "probabilities averaged); 0 = none."),
+    ensemble: int = typer.Option(0, "--ensemble", help="Also average the top K candidates (each as --pick keeps "
+                                 "it) as one head, written as ensemble/ beside best/; 0 = none."),
     metric: Optional[list[str]] = typer.Option(
         None, "--metric", help=choice_help(
             "sweep", "--metric", "Validation metric that ranks the candidates (and selects each run's epoch).",
@@ -131,7 +131,7 @@ def render_leaderboard(result, console: Console) -> None:
         members = ", ".join(m["candidate"] for m in result.ensemble["members"])
         console.print(f"ensemble of {len(result.ensemble['members'])} ({members}): validation "
                       f"{_score(result.ensemble['validation'], None)}, {test_name} "
-                      f"{_score(result.ensemble['test'], None)} (not saved)", soft_wrap=True)
+                      f"{_score(result.ensemble['test'], None)}; written to {result.ensemble['run']}", soft_wrap=True)
     if result.pick is not None:
         console.print(f"best/: {describe_pick(result.pick)}: validation {_score(result.pick['validation'], None)}, "
                       f"{test_name} {_score(result.pick['test'], None)}", soft_wrap=True)

@@ -1,5 +1,6 @@
 """Heads learned from a layer cache: layer mixers, task heads, the trainer and run folders."""
 
+from layercache.heads.ensemble_model import EnsembleModel
 from layercache.heads.estimator import LayerHead
 from layercache.heads.feed import CacheFeed
 from layercache.heads.feed_pool import FeedPool
@@ -13,7 +14,6 @@ from layercache.heads.mixers import (
 )
 from layercache.heads.model import HeadModel
 from layercache.heads.runs import TrainResult, evaluate_run, read_run, train_head
-from layercache.heads.seed_ensemble import SeedEnsemble
 from layercache.heads.selection import SELECTION_METRICS
 from layercache.heads.sweep import Candidate, CandidateResult, SweepResult, candidate_grid, sweep
 from layercache.heads.token_usage import per_token_usage
@@ -22,4 +22,4 @@ from layercache.heads.trainer import TrainConfig, TrainHistory, train_model
 __all__ = ["LayerHead", "CacheFeed", "HeadModel", "TrainConfig", "TrainHistory", "TrainResult", "train_model",
            "train_head", "evaluate_run", "read_run", "MIXERS", "LayerMixer", "MixOutput", "make_mixer",
            "mixer_from_config", "mixer_names", "per_token_usage", "SELECTION_METRICS", "FeedPool", "sweep",
-           "SweepResult", "CandidateResult", "Candidate", "candidate_grid", "SeedEnsemble"]
+           "SweepResult", "CandidateResult", "Candidate", "candidate_grid", "EnsembleModel"]

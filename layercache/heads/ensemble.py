@@ -1,8 +1,8 @@
 """Ensembles of fitted heads: their predictions over one split combined task by task, then scored.
 
 - classification (sequence, and token tasks word by word): the members' class probabilities
-  averaged, the class of the highest mean probability predicted (soft voting), which is what a
-  seed ensemble's model computes (:class:`~.seed_ensemble.SeedEnsemble`);
+  averaged, the class of the highest mean probability predicted (soft voting), as an ensemble
+  head's model computes it (:class:`~.ensemble_model.EnsembleModel`);
 - regression: the members' predictions averaged;
 - a token pass that kept labels without probabilities: each word's label by majority vote, a tie
   going to the member listed first (the best one, in a sweep).
@@ -63,8 +63,10 @@ def combine_passes(passes: Sequence[PassResult], tasks: Sequence[LabelTask]) -> 
 
 
 def member_key(key: str, member: int) -> str:
-    """How an ensemble names member ``member``'s mixer ``key`` (``shared[0]``): in usage and layer weights."""
-    return f"{key}[{member}]"
+    """How an ensemble names member ``member``'s mixer ``key`` in usage and layer weights: ``shared[0]``;
+    a member that is itself an ensemble keeps its own index after it (``shared[2][0]``)."""
+    base, bracket, rest = key.partition("[")
+    return f"{base}[{member}]{bracket}{rest}"
 
 
 def ensemble_metrics(passes: Sequence[PassResult], tasks: Sequence[LabelTask],

@@ -32,8 +32,9 @@ the way scikit-learn's ``LogisticRegression`` fits it; every other head trains b
 (:mod:`.trainer`). :mod:`.fitting` decides which.
 
 With ``seeds=M`` a minibatch-trained head is fitted ``M`` times from consecutive seeds on one
-validation slice and predicts with their average (:mod:`.seed_ensemble`; :meth:`LayerHead.from_seeds`
-combines heads fitted separately, as ``layercache sweep`` does with its winner's seeds).
+validation slice and predicts with their average (:mod:`.ensemble_model`; :meth:`LayerHead.from_seeds`
+combines heads fitted separately, as ``layercache sweep`` does with its winner's seeds, and
+:meth:`LayerHead.from_members` any heads fitted on the same states, as its ``--ensemble`` does).
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ from .class_weights import BALANCED, class_weight_values, label_counts, parse_cl
 from .collapse import collapse_warning
 from .convex import convergence_warnings, fit_convex, resolved_c_grid
 from .ensemble import combine_passes
+from .ensemble_model import EnsembleHistory, EnsembleModel, model_from_config
 from .evaluation import PassResult, evaluate, predict
 from .evaluation import score as score_predictions
 from .feed import CacheFeed
@@ -74,9 +76,8 @@ from .persistence import (
     write_run,
 )
 from .provenance import cache_identity, cache_mean_skip_first, check_backbone_matches, check_cache_matches
-from .seed_ensemble import SeedEnsemble, SeedHistories, model_from_config
 from .selection import Selection, default_selection, requested_metrics, resolve_selection
-from .source import pooled_note, resolve_source
+from .source import pooled_equivalent, pooled_note, resolve_source
 from .trainer import TrainConfig, TrainHistory, seed_everything, train_model
 from .validation import validation_slice
 
@@ -129,7 +130,7 @@ class LayerHead(BaseEstimator):
             :class:`TrainConfig`. ``lr=None`` picks 1e-3 for heads with attention or a projection
             (``adaptive``) and 1e-2 for linear heads, which learn too slowly at 1e-3.
         seeds: train this many heads, with seeds ``seed``, ``seed + 1`` ..., on one validation slice,
-            and predict with their average (a seed ensemble, :mod:`.seed_ensemble`): steadier and
+            and predict with their average (a seed ensemble, :mod:`.ensemble_model`): steadier and
             usually better than one seed, for ``seeds`` times the training. ``fit_["seeds"]`` lists
             the members' seeds. The convex fit is deterministic, so it refuses ``seeds > 1``.
         val_fraction: size of the seeded stratified validation slice of the training split, used
@@ -302,36 +303,67 @@ class LayerHead(BaseEstimator):
     @classmethod
     def from_seeds(cls, members: list["LayerHead"], cache: LayerCache, split: str = "train",
                    val_split: str | None = None, *, feeds: FeedPool | None = None) -> "LayerHead":
-        """One head that predicts with the average of ``members`` (a seed ensemble, :mod:`.seed_ensemble`).
+        """One head that predicts with the average of ``members``, heads that differ only in their seed.
 
         ``members``: heads fitted on ``cache`` (``split``, ``val_split`` as their :meth:`fit` had them)
-        with the same settings but the seed, all validated on the same data. Their validation passes
-        are combined (no pass is run again) and scored against the validation labels; the collapse
-        check runs on the ensemble's predictions. ``fit_["seeds"]`` lists the members' seeds.
+        with the same settings but the seed, all validated on the same data (a seed ensemble,
+        :mod:`.ensemble_model`). ``fit_["seeds"]`` lists the members' seeds; the head's settings
+        are the first member's with ``seeds`` the number of members. See :meth:`from_members`.
         """
         if len(members) < 2:
             raise ConfigError(f"A seed ensemble needs at least 2 fitted heads, got {len(members)}.")
         for m in members:
             m._check_fitted()
-        first = members[0]
         own = ("seed", "seeds", "val_seed", "progress")
-        settings = {k: v for k, v in first.get_params().items() if k not in own}
+        settings = {k: v for k, v in members[0].get_params().items() if k not in own}
         for i, m in enumerate(members[1:], start=1):
-            same = ({k: v for k, v in m.get_params().items() if k not in own} == settings
-                    and (m.layer_names_, m.source_, m.data_.get("validation"), m.cache_info_)
-                    == (first.layer_names_, first.source_, first.data_.get("validation"), first.cache_info_))
-            if not same:
-                raise ConfigError(f"Head {i} of the seed ensemble was trained with other settings, states or "
-                                  "validation data than head 0; combine heads that differ only in their seed.")
+            if {k: v for k, v in m.get_params().items() if k not in own} != settings:
+                raise ConfigError(f"Head {i} of the seed ensemble was trained with other settings than head 0; "
+                                  "combine heads that differ only in their seed (or use from_members).")
         if any(m.fit_["solver"] == "lbfgs" for m in members):
             raise ConfigError("A head fitted by the convex solver is the same for every seed; a seed ensemble of such "
                               "heads adds nothing.")
         seeds = [m.seed for m in members]
-        head = cls(**{**first.get_params(), "seeds": len(members)})
+        head = cls.from_members(members, cache, split, val_split, feeds=feeds, labels=[f"seed {s}" for s in seeds])
+        head.set_params(**{**members[0].get_params(), "seeds": len(members)})
+        head.history_.seeds = seeds
+        head.fit_ = {**head.fit_, "seeds": seeds}
+        head.data_["seeds"] = seeds
+        return head
+
+    @classmethod
+    def from_members(cls, members: list["LayerHead"], cache: LayerCache, split: str = "train",
+                     val_split: str | None = None, *, feeds: FeedPool | None = None,
+                     labels: list[str] | None = None) -> "LayerHead":
+        """One head that predicts with the average of ``members`` (an ensemble, :mod:`.ensemble_model`).
+
+        ``members``: heads (any mixers, single heads or ensembles) fitted on ``cache`` for the same
+        tasks from the same states, validated on the same data (``split`` and ``val_split`` as
+        their :meth:`fit` had them). Their validation passes are combined (no pass is run again) and
+        scored against the validation labels; the collapse check runs on the ensemble's predictions.
+        Members that read different sources are combined on token states when each one reading
+        pooled vectors gives identical results on token states (a linear mixer under a mean-pooling
+        linear head). ``labels`` name the members (default: their mixers); ``fit_["members"]`` keeps
+        them. The head's settings are the first member's, except ``mixer``, which describes them all.
+        """
+        if len(members) < 2:
+            raise ConfigError(f"An ensemble needs at least 2 fitted heads, got {len(members)}.")
+        for m in members:
+            m._check_fitted()
+        first = members[0]
+        for i, m in enumerate(members[1:], start=1):
+            if ([t.to_json() for t in m.tasks_] != [t.to_json() for t in first.tasks_]
+                    or (m.layer_names_, m.data_.get("validation"), m.cache_info_)
+                    != (first.layer_names_, first.data_.get("validation"), first.cache_info_)):
+                raise ConfigError(f"Head {i} of the ensemble predicts other tasks, reads other states or was validated "
+                                  "on other data than head 0; combine heads fitted on one cache alike.")
+        source = _common_source(members, cache)
+        labels = list(labels) if labels is not None else [m.model_.mixer_spec for m in members]
         tasks = first.tasks_
-        head.model_ = SeedEnsemble([m.model_ for m in members]).eval()
-        _, val_feed, val_desc = first._validation(cache, split, val_split, tasks, first.layer_names_, first.source_,
-                                                  feeds)
+        model = EnsembleModel([m.model_ for m in members]).eval()
+        head = cls(**{**first.get_params(), "mixer": model.mixer_spec})
+        head.model_ = model
+        _, val_feed, val_desc = first._validation(cache, split, val_split, tasks, first.layer_names_, source, feeds)
         if val_desc != first.data_.get("validation"):
             raise ConfigError(f"The heads were validated on {first.data_.get('validation')}, not on {val_desc}; pass "
                               "the split and validation split they were fitted with.")
@@ -342,13 +374,14 @@ class LayerHead(BaseEstimator):
         head.selection_ = first.selection_
         head.warnings_ = head._collapse_warnings(tasks, val_feed, parse_class_weight(first.class_weight, tasks),
                                                  exact=False)
-        head.history_ = SeedHistories(seeds, [m.history_ for m in members])
-        head.fit_ = {"solver": first.fit_["solver"], "seeds": seeds,
-                     "combine": "mean of class probabilities (regression: of predictions)"}
+        head.history_ = EnsembleHistory([m.history_ for m in members], labels)
+        solvers = sorted({m.fit_["solver"] for m in members})
+        head.fit_ = {"solver": solvers[0] if len(solvers) == 1 else "+".join(solvers), "members": labels,
+                     "combine": "mean of class probabilities (per word for token tasks; regression: of predictions)"}
         head.train_config_ = first.train_config_
-        head.tasks_, head.layer_names_, head.source_ = list(tasks), list(first.layer_names_), first.source_
+        head.tasks_, head.layer_names_, head.source_ = list(tasks), list(first.layer_names_), source
         head.normalize_, head.cache_info_ = first.normalize_, first.cache_info_
-        head.data_ = {**first.data_, "seeds": seeds}
+        head.data_ = {**first.data_, "members": labels}
         return head
 
     def _validation(self, cache: LayerCache, split: str, val_split: str | None, tasks: list[LabelTask],
@@ -473,6 +506,26 @@ class LayerHead(BaseEstimator):
         head.data_ = config.get("data", {})
         head.fit_ = config.get("fit", {"solver": "adamw"})  # runs saved before the convex fit trained by AdamW
         return head
+
+
+def _common_source(members: list[LayerHead], cache: LayerCache) -> str:
+    """The source every member of an ensemble can read: theirs when they share one, else token states
+    when every member on pooled vectors gives identical results on them (:func:`~.source.pooled_equivalent`)."""
+    sources = list(dict.fromkeys(m.source_ for m in members))
+    if len(sources) == 1:
+        return sources[0]
+    odd = [m for m in members if m.source_ != "tokens" and not _same_on_tokens(m.model_)]
+    if odd or not cache.stores_tokens:
+        raise ConfigError(f"The heads read different data ({', '.join(sources)}) and not all of them can read token "
+                          "states instead; combine heads that read the same source.")
+    return "tokens"
+
+
+def _same_on_tokens(model: HeadModel | EnsembleModel) -> bool:
+    """Whether a model fitted on pooled vectors gives the same outputs on token states (every member of an ensemble)."""
+    if isinstance(model, EnsembleModel):
+        return all(_same_on_tokens(m) for m in model.members)
+    return pooled_equivalent(model)
 
 
 def check_seed_count(seeds) -> int:

@@ -42,7 +42,7 @@ train, validation and test feeds of the token states and of the pooled vectors a
 candidates and seeds; what they read stays in the OS page cache.
 
 **The pick** (:data:`PICKS`). What is kept of the winner is, by default (``seeds``), the average
-of all its seeds' runs, a seed ensemble (:mod:`.seed_ensemble`), or (``best-seed``) its one run
+of all its seeds' runs, a seed ensemble (:mod:`.ensemble_model`), or (``best-seed``) its one run
 that scored best on validation. A seed ensemble is the default because the best seed on a
 validation slice of a few hundred examples is mostly luck: on SST-2 a 320 s sweep's best seed
 scored under its seeds' mean on the held-out split, while the average of three seeds scores above
@@ -59,8 +59,9 @@ scatter widely led on their mean and fell back once averaged.
 **Output** (``out``, default ``<cache>.runs/sweep-<n>`` beside the cache): ``best/``, the pick as
 the run folder :func:`~.runs.train_head` writes (``LayerHead.load``, ``layercache eval``,
 ``layercache predict``), rewritten whenever the leader changes; ``sweep.json``, the leaderboard
-(:class:`SweepResult`). With ``ensemble=K`` the top K candidates (each by its best seed) are also
-scored as one model (:mod:`.ensemble`); the members are not saved.
+(:class:`SweepResult`). With ``ensemble=K`` the top K candidates, each as it would be picked (its
+seeds averaged, or its best run), are also averaged as one head, scored (:mod:`.ensemble`) and
+written as ``ensemble/``, a run folder like ``best/`` (:meth:`~.estimator.LayerHead.from_members`).
 """
 
 from __future__ import annotations
@@ -81,7 +82,7 @@ from ..core.units import human_seconds, parse_duration
 from ..errors import ConfigError
 from ..progress import steps_progress
 from ..store.reader import LayerCache
-from .ensemble import combine_passes, ensemble_metrics
+from .ensemble import combine_passes
 from .estimator import LayerHead, resolve_tasks
 from .evaluation import PassResult, evaluate
 from .evaluation import score as score_predictions
@@ -109,6 +110,7 @@ PICKS = {
 DEFAULT_PICK = "seeds"
 SWEEP_FILE = "sweep.json"
 BEST_RUN = "best"
+ENSEMBLE_RUN = "ensemble"
 #: LayerHead settings the sweep chooses itself, refused among ``**params``.
 CHOSEN = ("mixer", "mixer_options", "lr", "seed", "seeds", "val_seed", "progress")
 
@@ -272,8 +274,8 @@ class SweepResult:
     feeds: dict
     """The shared feeds: ``{"built", "served", "build_seconds"}`` (:class:`~.feed_pool.FeedPool`)."""
     ensemble: dict | None = None
-    """With ``ensemble=K``: ``{"members": [{"candidate", "seed"}], "validation": score, "test": score,
-    "validation_metrics": {...}, "test_metrics": {...}}``."""
+    """With ``ensemble=K``: ``{"members": [{"candidate", "kind", "seeds"}], "run": the ensemble's run folder,
+    "validation": score, "test": score, "validation_metrics": {...}, "test_metrics": {...}}``."""
     cache: str = ""
     ranking: str = "mean"
     """What ranks the candidates on validation: ``averaged`` (their seeds averaged as one model; a
@@ -345,8 +347,8 @@ def sweep(cache: str | os.PathLike | LayerCache | None = None, *, out: str | os.
         seed: the first seed, and the seed of the validation slice when the cache has no validation split.
         pick: what ``best/`` keeps of the winner (:data:`PICKS`): ``seeds``, its seeds averaged, or
             ``best-seed``, its best run on validation.
-        ensemble: also score the top ``K`` candidates as one model (their best runs' predictions averaged);
-            0 or 1: no ensemble.
+        ensemble: also average the top ``K`` candidates as one head (each as ``pick`` keeps it), scored
+            and written as ``out/ensemble``; 0 or 1: no ensemble.
         mixers: registry names to try (default: all); ``grid``: also try the grid around their defaults.
         candidates: the candidates themselves (specs or :class:`Candidate`), instead of ``mixers`` and ``grid``.
         split, val_split, test_split: as :func:`~.runs.train_head` (test: ``test`` when the cache has one).
@@ -686,8 +688,9 @@ class _Sweep:
         """The results so far, best first by :attr:`ranking` (stable: the earlier, cheaper candidate first on ties)."""
         return sorted(self.results, key=lambda r: -r.rank_score(self.ranking))
 
-    def _write_pick(self, result: CandidateResult, runs: list[_Run]) -> None:
-        """Write the leader's pick (:data:`PICKS`) as ``best/``: its seeds averaged, or its best run."""
+    def _pick_of(self, runs: list[_Run]) -> tuple[LayerHead, tuple | None, float, dict]:
+        """What is kept of a candidate's ``runs`` (:data:`PICKS`): (head, its test ``(split, metrics, pass)``
+        or None, training seconds, ``{"kind", "seeds"}``). An average is scored from the runs' passes."""
         if self.pick == "seeds" and len(runs) > 1:
             head = LayerHead.from_seeds([r.head for r in runs], self.cache, self.split, self.val_split,
                                         feeds=self.pool)
@@ -695,11 +698,13 @@ class _Sweep:
             if self.test_name is not None:  # the members' test passes combined: no pass runs again
                 passed = combine_passes([r.test[2] for r in runs], head.tasks_)
                 test = (self.test_name, self._score(head, self._gold(head, self.test_name), passed), passed)
-            picked, seconds = {"kind": "seeds", "seeds": [r.seed for r in runs]}, sum(r.fit_seconds for r in runs)
-        else:
-            best = max(runs, key=lambda r: r.score)  # the first of ties: the earliest seed
-            head, test, seconds = best.head, best.test, best.fit_seconds
-            picked = {"kind": "best-seed", "seeds": [best.seed]}
+            return head, test, sum(r.fit_seconds for r in runs), {"kind": "seeds", "seeds": [r.seed for r in runs]}
+        best = max(runs, key=lambda r: r.score)  # the first of ties: the earliest seed
+        return best.head, best.test, best.fit_seconds, {"kind": "best-seed", "seeds": [best.seed]}
+
+    def _write_pick(self, result: CandidateResult, runs: list[_Run]) -> None:
+        """Write the leader's pick (:data:`PICKS`) as ``best/``: its seeds averaged, or its best run."""
+        head, test, seconds, picked = self._pick_of(runs)
         write_trained_run(self.out / BEST_RUN, head, self.cache, train_seconds=seconds, test=test)
         self.picked = {**picked, "candidate": result.candidate,
                        "validation": head.selection_.score(head.validation_metrics_),
@@ -734,19 +739,24 @@ class _Sweep:
         return out
 
     def _ensemble(self, members: list[CandidateResult]) -> dict:
-        """Score the top candidates' best runs as one model on validation (and test)."""
-        runs = [max(self.runs[m.candidate], key=lambda r: r.score) for m in members]  # each one's best run
-        first = runs[0].head
-        val_metrics = ensemble_metrics([r.head.validation_pass_ for r in runs], first.tasks_, self._gold(first))
-        out = {"members": [{"candidate": m.candidate, "seed": m.best_seed} for m in members],
-               "combine": "mean of class probabilities (per word for token tasks), of predictions (regression)",
-               "validation": first.selection_.score(val_metrics), "validation_metrics": _scalars(val_metrics),
-               "test": None, "test_metrics": None}
+        """The top candidates' picks (each its seeds averaged, or its best run) as one head, written as
+        ``out/ensemble``; its validation and test scores combined from their passes."""
+        picks = [self._pick_of(self.runs[m.candidate]) for m in members]
+        labels = [m.candidate for m in members]
+        head = LayerHead.from_members([p[0] for p in picks], self.cache, self.split, self.val_split, feeds=self.pool,
+                                      labels=labels)
+        test = None
         if self.test_name is not None:
-            test_metrics = ensemble_metrics([r.test[2] for r in runs], first.tasks_,
-                                            self._gold(first, self.test_name))
-            out["test"], out["test_metrics"] = first.selection_.score(test_metrics), _scalars(test_metrics)
-        return out
+            passed = combine_passes([p[1][2] for p in picks], head.tasks_)
+            test = (self.test_name, self._score(head, self._gold(head, self.test_name), passed), passed)
+        write_trained_run(self.out / ENSEMBLE_RUN, head, self.cache, train_seconds=sum(p[2] for p in picks), test=test)
+        return {"members": [{"candidate": name, **p[3]} for name, p in zip(labels, picks)],
+                "combine": "mean of class probabilities (per word for token tasks), of predictions (regression)",
+                "run": str(self.out / ENSEMBLE_RUN),
+                "validation": head.selection_.score(head.validation_metrics_),
+                "validation_metrics": _scalars(head.validation_metrics_),
+                "test": None if test is None else head.selection_.score(test[1]),
+                "test_metrics": None if test is None else _scalars(test[1])}
 
     def _too_small(self, setup: float, first: tuple[str, float] | None) -> ConfigError:
         budget = human_seconds(self.budget) if self.budget is not None else "no limit"

@@ -21,9 +21,9 @@ import layercache as lc
 from layercache.core.units import human_seconds, parse_duration
 from layercache.errors import ConfigError
 from layercache.heads import FeedPool, LayerHead, SweepResult, candidate_grid, sweep
+from layercache.heads.ensemble_model import EnsembleModel
 from layercache.heads.mixers import MIXERS
 from layercache.heads.model import HeadModel
-from layercache.heads.seed_ensemble import SeedEnsemble
 from layercache.heads.selection import Selection
 from layercache.heads.sweep import LR_FACTORS, Candidate
 from layercache.heads.trainer import TrainConfig, train_model
@@ -149,9 +149,9 @@ def assert_pick_is_the_run(result, cache, kind: str | None = None) -> LayerHead:
     head = LayerHead.load(result.best)
     if kind == "seeds":
         assert pick["seeds"] == winner.seeds and head.fit_["seeds"] == winner.seeds
-        assert isinstance(head.model_, SeedEnsemble)
+        assert isinstance(head.model_, EnsembleModel)
     else:
-        assert pick["seeds"] == [winner.best_seed] and not isinstance(head.model_, SeedEnsemble)
+        assert pick["seeds"] == [winner.best_seed] and not isinstance(head.model_, EnsembleModel)
         assert kept == pytest.approx(max(winner.validation))
         assert pick["test"] == pytest.approx(winner.test[winner.seeds.index(winner.best_seed)])
     assert metrics["mixer"] == winner.mixer
@@ -189,11 +189,18 @@ def test_the_leaderboard_json_round_trips(swept):
     assert on_disk["leaderboard"][0]["validation"]["mean"] == pytest.approx(swept.winner.validation_mean)
 
 
-def test_the_ensemble_of_the_top_runs_is_scored(swept):
+def test_the_ensemble_of_the_top_candidates_is_scored_and_written(swept, planted):
     ensemble = swept.ensemble
     assert [m["candidate"] for m in ensemble["members"]] == [c.candidate for c in swept.leaderboard[:2]]
+    for m, c in zip(ensemble["members"], swept.leaderboard):
+        assert m["seeds"] == (c.seeds if len(c.seeds) > 1 else [c.best_seed])  # each as --pick seeds keeps it
     assert 0 <= ensemble["validation"] <= 1 and 0 <= ensemble["test"] <= 1
     assert set(ensemble["validation_metrics"]["topic"]) >= {"accuracy", "macro_f1", "mcc"}
+    head = LayerHead.load(ensemble["run"])
+    assert isinstance(head.model_, EnsembleModel) and len(head.model_.members) == 2
+    assert head.fit_["members"] == [c.candidate for c in swept.leaderboard[:2]]
+    selection = Selection.from_json(swept.selection)
+    assert selection.score(head.score(planted, "test")) == pytest.approx(ensemble["test"])
 
 
 def test_fitting_from_a_feed_pool_gives_the_same_head_and_reads_each_feed_once(planted):
@@ -298,7 +305,8 @@ def test_cli_sweep_prints_the_leaderboard_and_keeps_an_evaluable_run(planted_pat
     text = " ".join(done.output.split())
     out = planted_path.parent / f"{planted_path.name}.runs" / "sweep-001"  # beside the cache, as train-head's runs
     for fact in ("layer:1", "scalar", "1*", "fitted by the convex solver: deterministic, so one seed", "±",
-                 "ensemble of 2", "ranked by mcc on validation", "test", "best/: ", "averaged as one model",
+                 "ensemble of 2", "written to", "ranked by mcc on validation", "test", "best/: ",
+                 "averaged as one model",
                  f"Best run written: {out / 'best'}"):
         assert fact in text, fact
     result = SweepResult.read(out / "sweep.json")

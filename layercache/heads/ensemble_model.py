@@ -1,15 +1,19 @@
-"""A seed ensemble: head models trained alike from different seeds, predicting with their average.
+"""An ensemble head: fitted head models over the same states and tasks, predicting with their average.
 
-Minibatch training ends in a different optimum for every seed (initialisation, shuffling, dropout,
-Gumbel noise). Which seed is best on a validation slice of a few hundred examples is mostly noise:
-a sweep's best seed scored under the mean of its seeds on SST-2's held-out split. The average of
-the seeds' class probabilities is both steadier and better than a typical seed (three MiniLM
-``adaptive`` seeds on SST-2 score 0.857, 0.854 and 0.865; their average 0.866; figures in
-``benchmarks/README.md``), for the price of running the head ``M`` times, which beside a
-backbone's forward pass is small.
+Two kinds are built (:class:`~.estimator.LayerHead`): a **seed ensemble** (``seeds=M``,
+:meth:`~.estimator.LayerHead.from_seeds`), one head trained from several seeds, and an ensemble
+of **different heads** (:meth:`~.estimator.LayerHead.from_members`; ``layercache sweep --ensemble
+K`` saves its top ``K`` candidates so). Minibatch training ends in a different optimum for every
+seed (initialisation, shuffling, dropout, Gumbel noise), and which seed is best on a validation
+slice of a few hundred examples is mostly noise: a sweep's best seed scored under the mean of its
+seeds on SST-2's held-out split. The average of the seeds' class probabilities is both steadier
+and better than a typical seed (three MiniLM ``adaptive`` seeds on SST-2 score 0.857, 0.854 and
+0.865; their average 0.866; ``benchmarks/README.md``), for the price of running the head ``M``
+times, which beside a backbone's forward pass is small.
 
-:class:`SeedEnsemble` stands in for a :class:`~.model.HeadModel` wherever a fitted head is used:
-evaluation, the live bundle, saving and loading. Its output per task is what the members agree on:
+:class:`EnsembleModel` stands in for a :class:`~.model.HeadModel` wherever a fitted head is used:
+evaluation, the live bundle, saving and loading; a member may itself be an ensemble (a sweep's
+top candidates, each its seeds averaged). Its output per task is what the members agree on:
 
 - classification (sequence ``(B, C)``, token ``(B, T, C)``): ``log`` of the members' mean class
   probabilities, so a softmax of it gives the mean probabilities back and its argmax is the soft vote;
@@ -34,34 +38,35 @@ from .ensemble import member_key
 from .model import HeadModel, HeadOutput
 from .trainer import TrainHistory
 
-KIND = "seed_ensemble"
-"""``config["kind"]`` of a saved seed ensemble (a plain head model's config has no ``kind``)."""
+KIND = "ensemble"
+"""``config["kind"]`` of a saved ensemble (a plain head model's config has no ``kind``)."""
 
 
-class SeedEnsemble(nn.Module):
+class EnsembleModel(nn.Module):
     """Several head models over the same states and tasks, predicting with their average (see the module docstring).
 
     Args:
-        members: the fitted models; they must read the same number of states of the same width, with
-            the same tasks (names, kinds and labels) and the same token means.
+        members: the fitted models (head models or ensembles); they must read the same number of
+            states of the same width, with the same tasks (names, kinds and labels) and the same
+            token means.
     """
 
-    def __init__(self, members: Sequence[HeadModel]) -> None:
+    def __init__(self, members: Sequence[HeadModel | EnsembleModel]) -> None:
         super().__init__()
         if len(members) < 2:
-            raise ConfigError(f"A seed ensemble needs at least 2 members, got {len(members)}.")
+            raise ConfigError(f"An ensemble needs at least 2 members, got {len(members)}.")
         first = members[0]
         for i, m in enumerate(members[1:], start=1):
             if ([t.to_json() for t in m.tasks] != [t.to_json() for t in first.tasks]
                     or (m.n_states, m.dim, m.mean_skip_first) != (first.n_states, first.dim, first.mean_skip_first)):
-                raise ConfigError(f"Member {i} of the seed ensemble reads other states or predicts other tasks than "
-                                  "member 0; an ensemble averages heads trained alike on one cache.")
+                raise ConfigError(f"Member {i} of the ensemble reads other states or predicts other tasks than "
+                                  "member 0; an ensemble averages heads trained on the same states of one cache.")
         self.members = nn.ModuleList(members)
 
     # --- what a HeadModel exposes -----------------------------------------------------------
     @property
-    def first(self) -> HeadModel:
-        """The first member (its settings are every member's)."""
+    def first(self) -> HeadModel | EnsembleModel:
+        """The first member (its states, tasks and token means are every member's)."""
         return self.members[0]
 
     @property
@@ -91,18 +96,14 @@ class SeedEnsemble(nn.Module):
 
     @property
     def loss_weights(self) -> dict[str, float]:
-        """The members' loss weights per task."""
+        """The first member's loss weights per task (what weighs a joint selection score)."""
         return self.first.loss_weights
 
     @property
-    def class_weights(self) -> dict[str, list[float]]:
-        """The members' class weights per task."""
-        return self.first.class_weights
-
-    @property
     def mixer_spec(self) -> str:
-        """The members' mixer spec."""
-        return self.first.mixer_spec
+        """The members' mixer specs: ``adaptive``, or ``ensemble of adaptive, layer:3``."""
+        specs = list(dict.fromkeys(m.mixer_spec for m in self.members))
+        return specs[0] if len(specs) == 1 else f"ensemble of {', '.join(specs)}"
 
     @property
     def mixers(self) -> dict[str, nn.Module]:
@@ -144,28 +145,30 @@ class SeedEnsemble(nn.Module):
         return {"kind": KIND, "members": [m.get_config() for m in self.members]}
 
     @classmethod
-    def from_config(cls, config: dict) -> "SeedEnsemble":
+    def from_config(cls, config: dict) -> "EnsembleModel":
         """Untrained members from :meth:`get_config`; load the state dict next."""
-        return cls([HeadModel.from_config(c) for c in config["members"]])
+        return cls([model_from_config(c) for c in config["members"]])
 
 
-def model_from_config(config: dict) -> HeadModel | SeedEnsemble:
-    """The untrained model a saved run's ``config["model"]`` describes: a head model or a seed ensemble."""
+def model_from_config(config: dict) -> HeadModel | EnsembleModel:
+    """The untrained model a saved run's ``config["model"]`` describes: a head model or an ensemble."""
     if config.get("kind") == KIND:
-        return SeedEnsemble.from_config(config)
+        return EnsembleModel.from_config(config)
     if "kind" in config:
         raise ConfigError(f"Unknown head model kind {config['kind']!r}; a newer layercache may have written it.")
     return HeadModel.from_config(config)
 
 
 @dataclass
-class SeedHistories:
-    """How a seed ensemble's members trained: their seeds and histories, with :class:`TrainHistory`'s summary."""
+class EnsembleHistory:
+    """How an ensemble's members trained, with :class:`TrainHistory`'s ``summary`` and ``to_json``."""
 
-    seeds: list[int]
-    members: list[TrainHistory]
-
-    solver = "adamw"
+    members: list
+    """Each member's :class:`TrainHistory` (or :class:`EnsembleHistory`, a member that is an ensemble)."""
+    labels: list[str]
+    """How each member is named: ``seed 0``, or a sweep candidate ``adaptive lr×0.3``."""
+    seeds: list[int] | None = None
+    """A seed ensemble's seeds; None for an ensemble of different heads."""
 
     @property
     def out_of_time(self) -> bool:
@@ -178,10 +181,12 @@ class SeedHistories:
         return sum(h.seconds for h in self.members)
 
     def to_json(self) -> dict:
-        """``{"seeds", "members": [each member's history]}``."""
-        return {"seeds": list(self.seeds), "members": [h.to_json() for h in self.members]}
+        """``{"seeds", "labels", "members": [each member's history]}``."""
+        return {"seeds": self.seeds, "labels": list(self.labels), "members": [h.to_json() for h in self.members]}
 
     def summary(self, selection: str) -> str:
-        """``3 seeds averaged (best epochs 7, 5, 7 by accuracy)``."""
-        epochs = ", ".join(str(h.best_epoch) for h in self.members)
-        return f"{len(self.members)} seeds averaged (best epochs {epochs} by {selection})"
+        """``3 seeds averaged (best epochs 7, 5, 7 by accuracy)`` or ``3 heads averaged (adaptive, ...)``."""
+        if self.seeds is not None and all(isinstance(h, TrainHistory) for h in self.members):
+            epochs = ", ".join(str(h.best_epoch) for h in self.members)
+            return f"{len(self.members)} seeds averaged (best epochs {epochs} by {selection})"
+        return f"{len(self.members)} heads averaged ({', '.join(self.labels)}), each selected by {selection}"

@@ -1,7 +1,8 @@
-"""Seed ensembles: ``LayerHead(seeds=M)`` and ``LayerHead.from_seeds`` average their members' predictions.
+"""Ensemble heads: ``LayerHead(seeds=M)``, ``LayerHead.from_seeds`` and ``LayerHead.from_members`` average
+their members' predictions, and save, load and score as any run.
 
 The cache is the built-in task set (a sequence, a token and a regression task at once) through the
-tiny BERT; the members are ``scalar`` heads of two epochs, which differ by seed.
+tiny BERT; the seed members are ``scalar`` heads of two epochs, which differ by seed.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from conftest import tiny_builtin_cache
 import layercache as lc
 from layercache.errors import ConfigError
 from layercache.heads import LayerHead
-from layercache.heads.seed_ensemble import SeedEnsemble
+from layercache.heads.ensemble_model import EnsembleModel
 
 QUICK = {"epochs": 2, "patience": 0, "device": "cpu", "progress": False, "batch_size": 16}
 
@@ -49,7 +50,7 @@ def ensemble(members, cache):
 
 
 def test_the_ensemble_averages_its_members_probabilities(members, ensemble, cache):
-    assert isinstance(ensemble.model_, SeedEnsemble) and ensemble.fit_["seeds"] == [0, 1]
+    assert isinstance(ensemble.model_, EnsembleModel) and ensemble.fit_["seeds"] == [0, 1]
     got = ensemble.predict(cache, "test").predictions
     each = [m.predict(cache, "test").predictions for m in members]
     kinds = set()
@@ -98,7 +99,7 @@ def test_seeds_trains_the_same_ensemble_as_from_seeds(ensemble, cache):
 
 def test_save_load_and_the_run_folder(ensemble, cache, cache_path, tmp_path):
     loaded = LayerHead.load(ensemble.save(tmp_path / "saved"))
-    assert isinstance(loaded.model_, SeedEnsemble) and loaded.seeds == 2
+    assert isinstance(loaded.model_, EnsembleModel) and loaded.seeds == 2
     for task, p in loaded.predict(cache, "test").predictions.items():
         q = ensemble.predict(cache, "test").predictions[task]
         if p.task.kind == "token":
@@ -131,3 +132,29 @@ def test_refusals(members, cache, cache_path):
     with pytest.raises(ConfigError, match="convex solver"):
         LayerHead("layer:1", tasks=["topic"], seeds=2, **QUICK).fit(cache)
     assert_refused(invoke("train-head", cache_path, "--seeds", 0), "seeds")
+
+
+def test_an_ensemble_of_different_heads_reads_token_states_and_nests(members, ensemble, cache, tmp_path):
+    """A convex layer:1 head on pooled vectors, an attention head on token states and a seed ensemble."""
+    linear = LayerHead("layer:1", tasks=["topic"], val_seed=0, **QUICK).fit(cache)
+    attention = LayerHead("attention", tasks=["topic"], val_seed=0, **QUICK).fit(cache)
+    assert linear.source_.startswith("pooled") and attention.source_ == "tokens"
+    seeds = LayerHead("scalar", tasks=["topic"], seeds=2, val_seed=0, **QUICK).fit(cache)
+    mixed = LayerHead.from_members([linear, attention, seeds], cache, labels=["linear", "attention", "seeds"])
+    assert mixed.source_ == "tokens" and mixed.fit_["members"] == ["linear", "attention", "seeds"]
+    assert mixed.mixer == "ensemble of layer:1, attention, scalar"
+    assert mixed.history_.summary("mcc").startswith("3 heads averaged (linear, attention, seeds)")
+    got = mixed.predict(cache, "test").predictions["topic"].probabilities
+    each = [h.predict(cache, "test").predictions["topic"].probabilities for h in (linear, attention, seeds)]
+    # The linear head reads token states here, and the cache's pooled vectors were rounded to fp16.
+    np.testing.assert_allclose(got, np.mean(each, axis=0), atol=2e-3)
+    loaded = LayerHead.load(mixed.save(tmp_path / "mixed"))
+    np.testing.assert_array_equal(loaded.predict(cache, "test").predictions["topic"].probabilities, got)
+    assert set(loaded.layer_weights()) == {"shared[0]", "shared[1]", "shared[2][0]", "shared[2][1]"}
+    # Members must predict the same tasks from the same states.
+    other = LayerHead("layer:1", tasks=["sentiment"], val_seed=0, **QUICK).fit(cache)
+    with pytest.raises(ConfigError, match="predicts other tasks"):
+        LayerHead.from_members([linear, other], cache)
+    narrow = LayerHead("scalar", tasks=["topic"], layers=["layer_1", "layer_2"], val_seed=0, **QUICK).fit(cache)
+    with pytest.raises(ConfigError, match="reads other states"):
+        LayerHead.from_members([linear, narrow], cache)
