@@ -8,9 +8,13 @@ it (never used to choose), and writes the winner as an ordinary run folder.
 **Candidates** (:func:`candidate_grid`), in the order they run:
 
 1. every registered mixer at its defaults, in registry order (:data:`~.mixers.MIXERS`): ``last``,
-   every single state ``layer:0`` ... ``layer:<S-2>`` (the convex fit makes each one a fraction of
-   a second), ``scalar``, ``adaptive``, ``attention``, ``gumbel``, ``act``, and any mixer added
-   later (each mixer says which specs it is tried as: :meth:`~.mixers.LayerMixer.sweep_specs`);
+   every single state ``layer:0`` ... ``layer:<S-2>``, ``scalar``, ``adaptive``, ``attention``,
+   ``gumbel``, ``act``, and any mixer added later (each mixer says which specs it is tried as:
+   :meth:`~.mixers.LayerMixer.sweep_specs`). Single states come first because on pooled vectors
+   the convex fit makes each one a fraction of a second; when one
+   takes more than :data:`DEFER_SHARE` of the budget (a token task's fit over every word of a
+   large cache: about 100 s per state on CoNLL-2003), the remaining ones move behind the learning
+   mixers' defaults, so that a short budget still reaches ``adaptive``;
 2. a small grid around each mixer's defaults, one setting changed at a time: the learning rate at
    :data:`LR_FACTORS` times the one its default run used (mixers trained by minibatches; a head
    fitted by the convex solver has no learning rate), and the variants the mixer declares in
@@ -98,6 +102,9 @@ DEFAULT_SEEDS = 3
 """Seeds per candidate (a deterministic convex fit runs once)."""
 RESERVE_SHARE, RESERVE_MIN_S = 0.01, 0.5
 """The share of the budget (and its least seconds) kept back for the end of the sweep."""
+DEFER_SHARE = 0.02
+"""A single-state fit that takes more than this share of the budget sends the remaining single states
+behind the learning mixers' defaults (see the module docstring)."""
 LR_FACTORS = (0.3, 3.0)
 """The learning rates a sweep tries besides a mixer's default, as multiples of it."""
 EVAL_BATCH = 128
@@ -522,14 +529,22 @@ class _Sweep:
             raise ConfigError(f"The budget of {human_seconds(self.budget)} ran out while the sweep opened and checked "
                               f"the cache ({human_seconds(setup)}); give a budget of at least "
                               f"{_suggest(setup * 3)}.")
-        defaults = [c for c in plan if c.base is None]
+        queue = [c for c in plan if c.base is None]
         variants = [c for c in plan if c.base is not None]
         first: tuple[str, float] | None = None
+        deferred = False
         with steps_progress(self.progress, total=len(plan), title="sweep") as step:
-            for candidate in defaults:
+            while queue:
+                candidate = queue.pop(0)
                 step(self._describe(candidate))
                 trained = self._try(candidate)
                 first = first or trained
+                if not deferred and self._too_dear(candidate):
+                    # Single states are tried first because they are cheap; where one is not (a token
+                    # task's convex fit over every word of a large cache), the rest wait behind the
+                    # learning mixers' defaults instead of eating the budget before those ever run.
+                    deferred = True
+                    queue = [c for c in queue if not self._fixed(c)] + [c for c in queue if self._fixed(c)]
             for candidate in self._order_variants(variants):
                 step(self._describe(candidate))
                 trained = self._try(candidate)
@@ -548,6 +563,19 @@ class _Sweep:
         result.elapsed = time.perf_counter() - self.started
         result.write()
         return result
+
+    def _fixed(self, candidate: Candidate) -> bool:
+        """Whether ``candidate``'s mixer learns nothing (a single state; a spec this cache refuses counts as not)."""
+        try:
+            return make_mixer(candidate.mixer, len(self.layer_names), 1, **candidate.mixer_options).is_fixed_map()
+        except ConfigError:
+            return False
+
+    def _too_dear(self, candidate: Candidate) -> bool:
+        """Whether ``candidate`` was a fixed-map fit that took more than :data:`DEFER_SHARE` of the budget."""
+        fits = self.costs.fits.get(candidate.name)
+        return (self.budget is not None and bool(fits) and self._fixed(candidate)
+                and statistics.fmean(fits) > DEFER_SHARE * self.budget)
 
     def _describe(self, candidate: Candidate) -> str:
         if self.leader is None:

@@ -28,6 +28,7 @@ from layercache.heads.selection import Selection
 from layercache.heads.sweep import LR_FACTORS, Candidate
 from layercache.heads.trainer import TrainConfig, train_model
 
+sweep_module = importlib.import_module("layercache.heads.sweep")  # layercache.heads.sweep is the function
 SIGNAL = 1  # layer_1
 POOLED = ["last", "layer", "scalar"]  # the mixers that read the planted pooled vectors
 QUICK = {"epochs": 2, "patience": 0, "device": "cpu", "progress": False}
@@ -295,6 +296,29 @@ def test_an_unlabelled_cache_is_refused(tiny_models, tmp_path):
     cache = lc.extract(str(tiny_models["bert"]), str(path), tmp_path / "c", progress=False, no_labels=True).path
     with pytest.raises(ConfigError, match="has no labels to learn from; extract a labelled dataset"):
         sweep(cache, out=tmp_path / "s")
+
+
+def test_single_states_that_prove_dear_wait_behind_the_learning_mixers(planted, tmp_path, monkeypatch):
+    """Where a single-state fit takes more than DEFER_SHARE of the budget, the others run after scalar."""
+    order = []
+    original = sweep_module._Sweep._try
+
+    def recording(self, candidate):
+        order.append(candidate.name)
+        return original(self, candidate)
+
+    monkeypatch.setattr(sweep_module._Sweep, "_try", recording)
+    plan = ["last", "layer:0", "layer:1", "scalar"]
+    sweep(planted, out=tmp_path / "cheap", tasks="topic", candidates=plan, seeds=1, budget="10m", **QUICK)
+    assert order == plan  # fractions of a second: the registry order
+    order.clear()
+    monkeypatch.setattr(sweep_module, "DEFER_SHARE", 0.0)  # every single-state fit is now too dear
+    result = sweep(planted, out=tmp_path / "dear", tasks="topic", candidates=plan, seeds=1, budget="10m", **QUICK)
+    assert order == ["last", "scalar", "layer:0", "layer:1"]
+    assert {c.candidate for c in result.leaderboard} == set(plan)  # deferred, not dropped
+    order.clear()
+    sweep(planted, out=tmp_path / "none", tasks="topic", candidates=plan, seeds=1, budget=None, **QUICK)
+    assert order == plan  # without a budget nothing is dear
 
 
 # --- the command ------------------------------------------------------------------------------------
