@@ -25,7 +25,7 @@ split as the default ``adaptive`` head (the mean of its seeds; the 3-seed averag
     python benchmarks/quality.py                               # sst2, mpqa, cr: about 30 minutes
     python benchmarks/quality.py --tasks cr --budget 60s       # one small task, a few minutes
 
-``--tasks conll`` adds CoNLL-2003 NER (entity F1; about 25 minutes more): its linear baseline is
+``--tasks conll`` adds CoNLL-2003 NER (entity F1; about 28 minutes more): its linear baseline is
 :class:`~layercache.probes.LinearProbes` (see :func:`probe_best_layer_tokens`); ``layer:i`` is the
 convex fit there too, on each word's first sub-token. Prints a table per task and writes JSON
 (default ``benchmarks/results/quality.json``).
