@@ -115,7 +115,8 @@ def render_leaderboard(result, console: Console) -> None:
     convex = any(row.deterministic for row in result.leaderboard)
     captions = ["* fitted by the convex solver: deterministic, so one seed"] if convex else []
     if averaged:
-        captions.append(f"averaged: validation / {test_name} of the seeds' runs averaged as one model (--pick seeds)")
+        shown = "validation" if result.test_split is None else f"validation / {test_name}"
+        captions.append(f"averaged: {shown} of the seeds' runs averaged as one model (--pick seeds)")
     caption = "\n".join(captions) or None
     table = Table(*columns, title=title, caption=caption)
     for rank, row in enumerate(result.leaderboard, start=1):
@@ -123,8 +124,8 @@ def render_leaderboard(result, console: Console) -> None:
         cells = [str(rank), row.candidate, _score(row.validation_mean, row.validation_sd),
                  _score(row.test_mean, row.test_sd), seeds, human_seconds(row.seconds)]
         if averaged:
-            cells.append("" if not row.averaged else f"{_score(row.averaged['validation'], None)} / "
-                                                     f"{_score(row.averaged['test'], None)}")
+            scores = [] if not row.averaged else [row.averaged["validation"], row.averaged["test"]]
+            cells.append(" / ".join(_score(v, None) for v in scores if v is not None))
         table.add_row(*cells, *([row.note] if notes else []))
     console.print(table)
     if result.ensemble is not None:
