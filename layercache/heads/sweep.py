@@ -11,10 +11,10 @@ it (never used to choose), and writes the winner as an ordinary run folder.
    every single state ``layer:0`` ... ``layer:<S-2>``, ``scalar``, ``adaptive``, ``attention``,
    ``gumbel``, ``act``, and any mixer added later (each mixer says which specs it is tried as:
    :meth:`~.mixers.LayerMixer.sweep_specs`). Single states come first because on pooled vectors
-   the convex fit makes each one a fraction of a second; when one
-   takes more than :data:`DEFER_SHARE` of the budget (a token task's fit over every word of a
-   large cache: about 100 s per state on CoNLL-2003), the remaining ones move behind the learning
-   mixers' defaults, so that a short budget still reaches ``adaptive``;
+   the convex fit makes each one a fraction of a second; when one takes more than
+   :data:`DEFER_SHARE` of the budget (a token task's fit over every word of a large cache: 40 to
+   70 s per state on CoNLL-2003), the remaining ones move behind the learning mixers' defaults, so
+   that a short budget still reaches ``adaptive``;
 2. a small grid around each mixer's defaults, one setting changed at a time: the learning rate at
    :data:`LR_FACTORS` times the one its default run used (mixers trained by minibatches; a head
    fitted by the convex solver has no learning rate), and the variants the mixer declares in
