@@ -1,5 +1,6 @@
 """Heads learned from a layer cache: layer mixers, task heads, the trainer and run folders."""
 
+from layercache.heads.bootstrap import PairedComparison, paired_bootstrap
 from layercache.heads.ensemble_model import EnsembleModel
 from layercache.heads.estimator import LayerHead
 from layercache.heads.feed import CacheFeed
@@ -22,4 +23,5 @@ from layercache.heads.trainer import TrainConfig, TrainHistory, train_model
 __all__ = ["LayerHead", "CacheFeed", "HeadModel", "TrainConfig", "TrainHistory", "TrainResult", "train_model",
            "train_head", "evaluate_run", "read_run", "MIXERS", "LayerMixer", "MixOutput", "make_mixer",
            "mixer_from_config", "mixer_names", "per_token_usage", "SELECTION_METRICS", "FeedPool", "sweep",
-           "SweepResult", "CandidateResult", "Candidate", "candidate_grid", "EnsembleModel"]
+           "SweepResult", "CandidateResult", "Candidate", "candidate_grid", "EnsembleModel",
+           "paired_bootstrap", "PairedComparison"]
