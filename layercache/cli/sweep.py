@@ -40,6 +40,9 @@ def sweep(
         "sweep", "--pick", "What best/ keeps of the winner.",
         "seeds: its seeds' runs averaged (a seed ensemble, steadier than any one seed); best-seed: its run with the "
         "best validation score.")),
+    confidence: float = typer.Option(
+        0.95, "--confidence", help="Share of paired bootstrap resamples of the validation rows in which a grid "
+        "variant must beat its mixer's default to be kept instead of it; 0 keeps whichever candidate leads."),
     ensemble: int = typer.Option(0, "--ensemble", help="Also average the top K candidates (each as --pick keeps "
                                  "it) as one head, written as ensemble/ beside best/; 0 = none."),
     metric: Optional[list[str]] = typer.Option(
@@ -73,7 +76,7 @@ def sweep(
     seconds = parse_duration(budget, "--budget")  # refused before the cache is opened
     result = run_sweep(
         cache, out=out, tasks=split_list(task) or None, budget=seconds, seeds=seeds, seed=seed, pick=pick,
-        ensemble=ensemble,
+        ensemble=ensemble, confidence=confidence,
         mixers=split_list(mixer) or None, grid=grid, split=train_split, val_split=val_split, test_split=test_split,
         overwrite=overwrite, progress=not quiet, metric=parse_metric(metric),
         class_weight=parse_class_weight(class_weight), epochs=epochs, patience=patience, batch_size=batch_size,
@@ -97,6 +100,13 @@ def _score(mean: float | None, sd: float | None) -> str:
     return f"{mean:.4f}" + (f" ± {sd:.4f}" if sd is not None else "")
 
 
+def _versus(compared: dict | None) -> str:
+    """``+0.0043, 71%``: a variant's lead over its default and the share of resamples it won."""
+    if compared is None:
+        return ""
+    return f"{compared['difference']:+.4f}, {compared['p_better']:.0%}"
+
+
 def render_leaderboard(result, console: Console) -> None:
     """The leaderboard, best first: candidate, validation and test score (mean ± sd over seeds), seeds, time."""
     from ..core.units import human_seconds
@@ -108,15 +118,21 @@ def render_leaderboard(result, console: Console) -> None:
              f"{selection} on {result.validation}, each candidate by {by}")
     notes = any(row.note for row in result.leaderboard)
     averaged = any(row.averaged for row in result.leaderboard)
+    versus = any(row.versus_default for row in result.leaderboard)
     test_name = result.test_split or "test"
     columns = ["#", "candidate", "validation", test_name, "seeds", "time"]
     columns += ["averaged"] if averaged else []
+    columns += ["vs default"] if versus else []
     columns += ["note"] if notes else []
     convex = any(row.deterministic for row in result.leaderboard)
     captions = ["* fitted by the convex solver: deterministic, so one seed"] if convex else []
     if averaged:
         shown = "validation" if result.test_split is None else f"validation / {test_name}"
         captions.append(f"averaged: {shown} of the seeds' runs averaged as one model (--pick seeds)")
+    if versus:
+        captions.append(f"vs default: a variant's validation lead over its mixer's default, and the share of paired "
+                        f"bootstrap resamples it wins; it is kept over its default only from {result.confidence:.0%} "
+                        "(--confidence)")
     caption = "\n".join(captions) or None
     table = Table(*columns, title=title, caption=caption)
     for rank, row in enumerate(result.leaderboard, start=1):
@@ -126,6 +142,8 @@ def render_leaderboard(result, console: Console) -> None:
         if averaged:
             scores = [] if not row.averaged else [row.averaged["validation"], row.averaged["test"]]
             cells.append(" / ".join(_score(v, None) for v in scores if v is not None))
+        if versus:
+            cells.append(_versus(row.versus_default))
         table.add_row(*cells, *([row.note] if notes else []))
     console.print(table)
     if result.ensemble is not None:
@@ -133,6 +151,13 @@ def render_leaderboard(result, console: Console) -> None:
         console.print(f"ensemble of {len(result.ensemble['members'])} ({members}): validation "
                       f"{_score(result.ensemble['validation'], None)}, {test_name} "
                       f"{_score(result.ensemble['test'], None)}; written to {result.ensemble['run']}", soft_wrap=True)
+    winner, leader = result.winner, result.leader
+    if winner is not leader:
+        lead = leader.versus_default
+        console.print(f"best/ holds {winner.candidate}, not the leader {leader.candidate}: its lead over "
+                      f"{lead['default']} ({lead['difference']:+.4f}) won {lead['p_better']:.0%} of the paired "
+                      f"resamples of the validation rows, under the {result.confidence:.0%} a variant needs.",
+                      soft_wrap=True)
     if result.pick is not None:
         console.print(f"best/: {describe_pick(result.pick)}: validation {_score(result.pick['validation'], None)}, "
                       f"{test_name} {_score(result.pick['test'], None)}", soft_wrap=True)

@@ -7,6 +7,7 @@ that read pooled vectors (``last``, ``layer:<i>``, ``scalar``) then have a known
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import json
 import time
@@ -16,8 +17,10 @@ import numpy as np
 import pytest
 from cli_support import assert_refused, invoke
 from conftest import tiny_builtin_cache
+from rich.console import Console
 
 import layercache as lc
+from layercache.cli.sweep import render_leaderboard
 from layercache.core.units import human_seconds, parse_duration
 from layercache.errors import ConfigError
 from layercache.heads import FeedPool, LayerHead, SweepResult, candidate_grid, sweep
@@ -187,7 +190,8 @@ def test_the_leaderboard_json_round_trips(swept):
     assert again.to_json() == swept.to_json()
     assert [c.candidate for c in again.leaderboard] == [c.candidate for c in swept.leaderboard]
     assert on_disk["best_candidate"] == swept.winner.candidate and on_disk["test_split"] == "test"
-    assert on_disk["leaderboard"][0]["validation"]["mean"] == pytest.approx(swept.winner.validation_mean)
+    assert on_disk["leaderboard"][0]["validation"]["mean"] == pytest.approx(swept.leader.validation_mean)
+    assert on_disk["confidence"] == 0.95
 
 
 def test_the_ensemble_of_the_top_candidates_is_scored_and_written(swept, planted):
@@ -273,12 +277,69 @@ def test_a_budget_too_small_for_anything_is_refused_in_one_sentence(planted, tmp
     assert not (tmp_path / "b" / "best").exists()
 
 
+# --- a variant must beat its default ------------------------------------------------------------------
+# layer:1 holds the planted signal, layer:0 noise: as a "variant" of layer:0, layer:1 beats it beyond doubt.
+NOISE, SIGNAL_VARIANT = Candidate("layer:0"), Candidate("layer:1", base="layer:0")
+
+
+def test_a_variant_that_beats_its_default_beyond_noise_is_kept(planted, tmp_path):
+    result = sweep(planted, out=tmp_path / "s", tasks="topic", candidates=[NOISE, SIGNAL_VARIANT], budget=None,
+                   **QUICK)
+    variant, default = result.leaderboard
+    assert (variant.candidate, default.candidate) == ("layer:1", "layer:0")
+    compared = variant.versus_default
+    assert default.versus_default is None and compared["default"] == "layer:0"
+    assert compared["difference"] == pytest.approx(variant.validation[0] - default.validation[0])
+    assert compared["p_better"] > 0.99 and compared["se"] > 0 and compared["resamples"] == 1000
+    assert compared["rows"] == planted.num_examples("validation")
+    assert result.winner is result.leader is variant and result.pick["candidate"] == "layer:1"
+
+
+def make_doubtful(monkeypatch) -> None:
+    """Every paired comparison keeps its difference but is won in only 60 % of the resamples."""
+    real = sweep_module.paired_bootstrap
+
+    def doubtful(*args, **kwargs):
+        out = real(*args, **kwargs)
+        return dataclasses.replace(out, p_better=0.6)
+
+    monkeypatch.setattr(sweep_module, "paired_bootstrap", doubtful)
+
+
+def test_a_variant_that_leads_by_no_more_than_noise_gives_way_to_its_default(planted, tmp_path, monkeypatch):
+    make_doubtful(monkeypatch)
+    result = sweep(planted, out=tmp_path / "s", tasks="topic", candidates=[NOISE, SIGNAL_VARIANT], budget=None,
+                   **QUICK)
+    assert result.leader.candidate == "layer:1" and result.winner.candidate == "layer:0"  # ranked first, not kept
+    assert result.pick["candidate"] == "layer:0" and LayerHead.load(result.best).mixer == "layer:0"
+    assert json.loads((result.out / "sweep.json").read_text())["best_candidate"] == "layer:0"
+    assert SweepResult.read(result.out).winner.candidate == "layer:0"
+    # confidence=0 keeps whichever candidate leads.
+    anyway = sweep(planted, out=tmp_path / "t", tasks="topic", candidates=[NOISE, SIGNAL_VARIANT], budget=None,
+                   confidence=0.0, **QUICK)
+    assert anyway.winner.candidate == "layer:1" and anyway.pick["candidate"] == "layer:1"
+
+
+def test_the_leaderboard_says_why_best_is_not_its_leader(planted, tmp_path, monkeypatch):
+    make_doubtful(monkeypatch)
+    result = sweep(planted, out=tmp_path / "s", tasks="topic", candidates=[NOISE, SIGNAL_VARIANT], budget=None,
+                   **QUICK)
+    console = Console(record=True, width=200)
+    render_leaderboard(result, console)
+    text = " ".join(console.export_text().split())
+    for fact in ("vs default", "won 60% of the paired resamples", "best/ holds layer:0, not the leader layer:1",
+                 "under the 95% a variant needs", "it is kept over its default only from 95% (--confidence)"):
+        assert fact in text, fact
+
+
 # --- bad input ---------------------------------------------------------------------------------------
 @pytest.mark.parametrize(("kwargs", "fragment"), [
     ({"tasks": "genre"}, "The cache has no task 'genre'; its tasks are: "),
     ({"budget": "soon"}, "The budget 'soon' is not a duration"),
     ({"seeds": 0}, "seeds must be at least 1"),
     ({"ensemble": -1}, "ensemble is the number of top candidates"),
+    ({"confidence": 1.0}, "confidence is a share of resamples from 0"),
+    ({"confidence": -0.1}, "confidence is a share of resamples from 0"),
     ({"lr": 0.1}, "The sweep chooses 'lr' for each candidate itself"),
     ({"mixers": ["mean"]}, "Unknown mixer 'mean' to sweep"),
     ({"test_split": "dev"}, "The cache has no split 'dev'"),
@@ -334,7 +395,7 @@ def test_cli_sweep_prints_the_leaderboard_and_keeps_an_evaluable_run(planted_pat
                  f"Best run written: {out / 'best'}"):
         assert fact in text, fact
     result = SweepResult.read(out / "sweep.json")
-    assert [c.candidate for c in result.leaderboard][0] == result.winner.candidate
+    assert result.leader.candidate == result.winner.candidate  # no grid, so no variant to doubt
     scored = invoke("eval", out / "best", planted_path, "--split", "test", "--json")
     assert scored.exit_code == 0, scored.output
     kept = json.loads((out / "best" / "metrics.json").read_text())["test"]["topic"]["accuracy"]
@@ -348,3 +409,5 @@ def test_cli_sweep_refuses_bad_input_in_one_sentence(planted_path, tmp_path):
                    "ran out while the sweep opened and checked the cache", "give a budget of at least")
     assert_refused(invoke("sweep", planted_path, "--task", "genre", "--out", tmp_path / "s"), "no task 'genre'")
     assert_refused(invoke("sweep", planted_path, "--mixer", "mean", "--out", tmp_path / "s"), "Unknown mixer 'mean'")
+    assert_refused(invoke("sweep", planted_path, "--confidence", "1.5", "--out", tmp_path / "s"),
+                   "confidence is a share of resamples from 0")
