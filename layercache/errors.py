@@ -47,3 +47,7 @@ class InsufficientDiskError(LayercacheError, OSError):
 
 class NonFiniteStatesError(LayercacheError):
     """The model produced NaN or inf hidden states (the message names split, row and layer)."""
+
+
+class UnsafePathError(LayercacheError):
+    """A path layercache would write, rename or delete leads through a link, or is a FIFO, device or folder."""
