@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import h5py
 import numpy as np
 
 from ..store.manifest import SplitInfo
+from ..store.shard_checks import open_shard
 
 
 def split_stats(out: Path, info: SplitInfo, names: list[str]) -> tuple[dict, int]:
@@ -15,7 +15,7 @@ def split_stats(out: Path, info: SplitInfo, names: list[str]) -> tuple[dict, int
     total = total_sq = None
     count = overflow = 0
     for shard in info.shards:
-        with h5py.File(out / shard.file, "r") as h:
+        with open_shard(out / shard.file) as h:
             s, sq = h["stats/sum"][:], h["stats/sumsq"][:]
             count += int(h["stats"].attrs["count"])
             overflow += int(h.attrs.get("fp16_overflow", 0))

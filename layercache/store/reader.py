@@ -21,7 +21,6 @@ import h5py
 import numpy as np
 import torch
 
-from ..core.checksum import checksum_matches
 from ..core.layers import LayerSpec, resolve_layers
 from ..core.tasks import LabelTask
 from ..errors import CacheError, ConfigError, LayercacheError
@@ -30,8 +29,9 @@ from .batches import first_subtoken_labels as align_word_labels
 from .dtypes import as_torch, from_storage
 from .feature_source import parse_source
 from .lens import LensWeights, read_lens
-from .manifest import Manifest, ShardInfo, SplitInfo, confined_path, read_manifest
+from .manifest import Manifest, SplitInfo, confined_path, read_manifest
 from .mapped import MappedStates
+from .shard_checks import check_shard_labels, check_shard_layout, open_shard, shard_problem
 from .vocabulary import Vocabulary, read_vocabulary
 
 VALIDATION_NAMES = ("validation", "valid", "dev", "val")
@@ -199,8 +199,14 @@ class LayerCache:
         Reads every shard once (at disk speed); an empty list means the cache's bytes are exactly
         what extraction committed.
         """
-        return [shard.file for split in self.manifest.splits.values() for shard in split.shards
-                if not checksum_matches(self.path / shard.file, shard.checksum)]
+        return list(self.shard_problems())
+
+    def shard_problems(self) -> dict[str, str]:
+        """:meth:`damaged_shards` with what is wrong with each: ``missing``, ``cannot be read (...)``,
+        ``is a FIFO (named pipe), not a regular file``, ``changed since extraction``."""
+        found = {shard.file: shard_problem(self.path / shard.file, shard.checksum)
+                 for split in self.manifest.splits.values() for shard in split.shards}
+        return {file: problem for file, problem in found.items() if problem is not None}
 
     # --- side files -------------------------------------------------------------------
     def vocabulary(self) -> Vocabulary:
@@ -229,18 +235,10 @@ class LayerCache:
             self._pid = os.getpid()
         handle = self._handles.get(file)
         if handle is None:
-            full = confined_path(self.path, file)
-            try:
-                # No HDF5 chunk cache: shards are uncompressed, so a read can fetch exactly the bytes
-                # it selects. With the default 1 MiB cache, a read of a few rows pulls each whole
-                # (512-token) chunk through the cache first, which makes sparse row reads (a
-                # validation slice) several times slower (benchmarks/README.md).
-                handle = h5py.File(full, "r", rdcc_nbytes=0)
-            except OSError as err:
-                raise CacheError(f"Shard {full} cannot be read ({_first_line(err)}); check it with "
-                                 "`layercache info --check` and re-extract it with --repair.") from None
+            handle = open_shard(confined_path(self.path, file))  # a FIFO is refused, never opened
             try:
                 check_shard_layout(handle, self._shard_entries[file], self.manifest)
+                check_shard_labels(handle, self._shard_entries[file], self.manifest)
             except BaseException:
                 handle.close()
                 raise
@@ -588,62 +586,6 @@ def _progress_text(manifest: Manifest) -> str:
     for name, split in manifest.splits.items():
         parts.append(f"{name}: {split.rows_written}/{split.n_examples} examples")
     return "; ".join(parts)
-
-
-def check_shard_layout(h: h5py.File, info: ShardInfo, manifest: Manifest) -> None:
-    """Refuse a shard whose datasets disagree with its manifest entry, before any row is read from it.
-
-    A shard whose ``offsets`` were damaged would hand out other rows' tokens, or index past the end
-    of ``hidden``; one with a missing dataset would fail deep inside a read. Everything checked here
-    is small (shapes, and the ``(n + 1,)`` offsets), so the check costs one read per shard.
-    """
-    S, D = len(manifest.layer_names), manifest.hidden_size
-    n, t = info.n_examples, info.n_tokens
-    expected: dict[str, tuple[int, ...]] = {"offsets": (n + 1,), "input_ids": (t,), "example_index": (n,)}
-    if manifest.stores_tokens:
-        expected["hidden"] = (t, S, D)
-    for mode in manifest.pooling:
-        expected[f"pooled/{mode}"] = (n, S, D)
-    token_tasks = [task for task in manifest.tasks if task.kind == "token"]
-    if token_tasks:
-        expected["word_offsets"] = (n + 1,)
-    for task in manifest.tasks:
-        if task.kind != "token":
-            expected[f"labels/{task.name}"] = (n,)
-    expected["stats/sum"] = expected["stats/sumsq"] = (S, D)
-    problem = None
-    try:
-        for name, shape in expected.items():
-            ds = h.get(name)
-            if not isinstance(ds, h5py.Dataset):
-                problem = f"has no dataset {name!r}"
-            elif ds.shape != shape:
-                problem = f"has {name} of shape {ds.shape}, the manifest implies {shape}"
-            if problem:
-                break
-        else:
-            problem = _offsets_problem(h["offsets"][:], t, "offsets")
-            if problem is None and token_tasks:
-                word_offsets = h["word_offsets"][:]
-                problem = _offsets_problem(word_offsets, None, "word_offsets")
-                for task in token_tasks if problem is None else []:
-                    if h[f"labels/{task.name}"].shape != (int(word_offsets[-1]),):
-                        problem = f"has labels/{task.name} of another length than its words"
-                        break
-    except (OSError, KeyError, ValueError, TypeError) as err:  # h5py on damaged metadata
-        problem = f"cannot be read ({_first_line(err)})"
-    if problem:
-        raise CacheError(f"Shard {info.file} {problem}: it is damaged or from another cache; check it with "
-                         "`layercache info --check` and re-extract it with `layercache extract ... --repair`.")
-
-
-def _offsets_problem(offsets: np.ndarray, total: int | None, name: str) -> str | None:
-    """Why ``offsets`` cannot index its rows (None when it can): start at 0, never decrease, end at ``total``."""
-    if offsets.dtype.kind not in "iu" or offsets.ndim != 1:
-        return f"has {name} of type {offsets.dtype}"
-    if offsets[0] != 0 or (np.diff(offsets) < 0).any() or (total is not None and offsets[-1] != total):
-        return f"has {name} that do not run from 0 to {total if total is not None else 'its end'} in order"
-    return None
 
 
 def _first_line(err: BaseException) -> str:

@@ -1,0 +1,167 @@
+"""What is checked of a shard before any row is read from it: a regular file, its layout, its labels.
+
+A reader trusts a shard only after these cheap checks, done once, when the shard is first opened
+(:meth:`~layercache.store.reader.LayerCache._handle`):
+
+- it is a regular file (:func:`open_shard`): a FIFO would block the open forever, a folder or a
+  device is no shard;
+- its datasets have the shapes the manifest implies and its offsets index its rows
+  (:func:`check_shard_layout`);
+- its labels lie inside their tasks' classes (:func:`check_shard_labels`): a class id beyond a
+  task's ``label_names`` (a damaged byte, or a manifest edited by hand) would otherwise surface as
+  a ``ValueError`` deep inside a loss, or an ``IndexError`` when a prediction is named.
+
+Each costs one read of the small per-row datasets (offsets, labels), not of the states. The full
+check of a shard's bytes against its checksum (:func:`shard_problem`) reads the whole file and is
+asked for explicitly (``layercache info --check``, a resume, ``--repair``).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+
+import h5py
+import numpy as np
+
+from ..core.checksum import file_checksum
+from ..core.confine import kind_of
+from ..core.tasks import IGNORE_INDEX
+from ..errors import CacheError
+from .manifest import Manifest, ShardInfo
+
+_REFETCH = ("check it with `layercache info --check` and re-extract it with `layercache extract ... --repair`")
+
+
+def open_shard(path: str | os.PathLike) -> h5py.File:
+    """The shard at ``path`` opened read-only, after refusing anything that is not a regular file.
+
+    The check comes before the open, because opening a FIFO blocks until someone writes to it.
+    """
+    try:
+        st = os.stat(path)
+    except (OSError, RuntimeError) as err:
+        why = err.strerror if isinstance(err, OSError) and err.strerror else "a loop of symbolic links"
+        raise CacheError(f"Shard {path} cannot be reached ({why}); {_REFETCH}.") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise CacheError(f"Shard {path} is {kind_of(st)}, not a regular file; replace it with the shard file, or "
+                         "re-extract it with `layercache extract ... --repair`.")
+    try:
+        # No HDF5 chunk cache: shards are uncompressed, so a read can fetch exactly the bytes it
+        # selects. With the default 1 MiB cache, a read of a few rows pulls each whole (512-token)
+        # chunk through the cache first, which makes sparse row reads (a validation slice) several
+        # times slower (benchmarks/README.md).
+        return h5py.File(path, "r", rdcc_nbytes=0)
+    except OSError as err:
+        raise CacheError(f"Shard {path} cannot be read ({_first_line(err)}); {_REFETCH}.") from None
+
+
+def shard_problem(path: str | os.PathLike, checksum: str) -> str | None:
+    """Why the shard at ``path`` is not the one the manifest committed (None when its bytes match ``checksum``).
+
+    ``missing``, ``is a FIFO (named pipe)`` ..., ``cannot be read (Permission denied)`` or
+    ``changed since extraction``. Reads the whole file.
+    """
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return "missing"
+    except (OSError, RuntimeError) as err:
+        return f"cannot be reached ({err.strerror if isinstance(err, OSError) else 'a loop of symbolic links'})"
+    if not stat.S_ISREG(st.st_mode):
+        return f"is {kind_of(st)}, not a regular file"
+    try:
+        digest = file_checksum(path)
+    except OSError as err:
+        return f"cannot be read ({err.strerror or err})"
+    return None if digest == checksum else "changed since extraction"
+
+
+def check_shard_layout(h: h5py.File, info: ShardInfo, manifest: Manifest) -> None:
+    """Refuse a shard whose datasets disagree with its manifest entry, before any row is read from it.
+
+    A shard whose ``offsets`` were damaged would hand out other rows' tokens, or index past the end
+    of ``hidden``; one with a missing dataset would fail deep inside a read. Everything checked here
+    is small (shapes, and the ``(n + 1,)`` offsets), so the check costs one read per shard.
+    """
+    S, D = len(manifest.layer_names), manifest.hidden_size
+    n, t = info.n_examples, info.n_tokens
+    expected: dict[str, tuple[int, ...]] = {"offsets": (n + 1,), "input_ids": (t,), "example_index": (n,)}
+    if manifest.stores_tokens:
+        expected["hidden"] = (t, S, D)
+    for mode in manifest.pooling:
+        expected[f"pooled/{mode}"] = (n, S, D)
+    token_tasks = [task for task in manifest.tasks if task.kind == "token"]
+    if token_tasks:
+        expected["word_offsets"] = (n + 1,)
+    for task in manifest.tasks:
+        if task.kind != "token":
+            expected[f"labels/{task.name}"] = (n,)
+    expected["stats/sum"] = expected["stats/sumsq"] = (S, D)
+    problem = None
+    try:
+        for name, shape in expected.items():
+            ds = h.get(name)
+            if not isinstance(ds, h5py.Dataset):
+                problem = f"has no dataset {name!r}"
+            elif ds.shape != shape:
+                problem = f"has {name} of shape {ds.shape}, the manifest implies {shape}"
+            if problem:
+                break
+        else:
+            problem = _offsets_problem(h["offsets"][:], t, "offsets")
+            if problem is None and token_tasks:
+                word_offsets = h["word_offsets"][:]
+                problem = _offsets_problem(word_offsets, None, "word_offsets")
+                for task in token_tasks if problem is None else []:
+                    if h[f"labels/{task.name}"].shape != (int(word_offsets[-1]),):
+                        problem = f"has labels/{task.name} of another length than its words"
+                        break
+    except (OSError, KeyError, ValueError, TypeError) as err:  # h5py on damaged metadata
+        problem = f"cannot be read ({_first_line(err)})"
+    if problem:
+        raise CacheError(f"Shard {info.file} {problem}: it is damaged or from another cache; {_REFETCH}.")
+
+
+def check_shard_labels(h: h5py.File, info: ShardInfo, manifest: Manifest) -> None:
+    """Refuse a shard with a label outside its task: a class id beyond the task's ``label_names`` (or
+    negative, other than a token task's ignored words), or a regression target that is not finite.
+
+    Run after :func:`check_shard_layout` (the label datasets exist with the right shapes).
+    """
+    split = info.file.split("/")[0]
+    for task in manifest.tasks:
+        try:
+            values = h[f"labels/{task.name}"][:]
+        except (OSError, KeyError, ValueError, TypeError) as err:
+            raise CacheError(f"Shard {info.file} cannot be read ({_first_line(err)}); {_REFETCH}.") from None
+        if task.kind == "regression":
+            bad = np.flatnonzero(~np.isfinite(values))
+            if len(bad):
+                raise CacheError(
+                    f"Shard {info.file} (split {split!r}) holds the regression target {values[bad[0]]} for task "
+                    f"{task.name!r}, which is not a finite number: the shard is damaged; {_REFETCH}.")
+            continue
+        n_classes = len(task.label_names or ())
+        labelled = values[values != IGNORE_INDEX] if task.kind == "token" else values
+        bad = np.flatnonzero((labelled < 0) | (labelled >= n_classes))
+        if len(bad):
+            raise CacheError(
+                f"Shard {info.file} (split {split!r}) holds the label {int(labelled[bad[0]])} for task "
+                f"{task.name!r}, whose manifest names {n_classes} classes (ids 0 to {n_classes - 1}): the shard "
+                "is damaged or the manifest's label_names were edited; re-extract the shard with `layercache "
+                "extract ... --repair`, or the whole cache with --overwrite if the manifest was edited.")
+
+
+def _offsets_problem(offsets: np.ndarray, total: int | None, name: str) -> str | None:
+    """Why ``offsets`` cannot index its rows (None when it can): start at 0, never decrease, end at ``total``."""
+    if offsets.dtype.kind not in "iu" or offsets.ndim != 1:
+        return f"has {name} of type {offsets.dtype}"
+    if offsets[0] != 0 or (np.diff(offsets) < 0).any() or (total is not None and offsets[-1] != total):
+        return f"has {name} that do not run from 0 to {total if total is not None else 'its end'} in order"
+    return None
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    return text[0][:160] if text else type(err).__name__
