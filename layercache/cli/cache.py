@@ -117,12 +117,13 @@ def info(
         else:
             render_summary(cache_summary(opened), base.out_console)
         if check:
-            damaged = opened.damaged_shards()
+            damaged = opened.shard_problems()
             if damaged:
                 base.err_console.print(
-                    f"[bold red]{len(damaged)} shard(s) missing or changed since extraction:[/] "
-                    + ", ".join(damaged) + ". Re-run the `layercache extract` command that made the cache with "
-                    "--repair to re-extract only those.", highlight=False, soft_wrap=True)
+                    f"[bold red]{len(damaged)} shard(s) missing, unreadable or changed since extraction:[/] "
+                    + ", ".join(f"{file} ({problem})" for file, problem in damaged.items())
+                    + ". Re-run the `layercache extract` command that made the cache with --repair to re-extract "
+                    "only those.", highlight=False, soft_wrap=True)
                 raise typer.Exit(1)
             n = sum(len(s.shards) for s in opened.manifest.splits.values())
             base.err_console.print(f"All {n} shards match their checksums.")
