@@ -145,6 +145,23 @@ class OwnedFolder:
         os.unlink(target)  # unlink never follows a link: it removes the link
         return True
 
+    def remove_folder_if_empty(self, *parts: str) -> bool:
+        """Remove the real folder ``root / parts`` when nothing is left in it; returns whether it was removed.
+
+        A folder that still holds anything stays (it is not layercache's to empty), and so does the
+        root itself (``parts`` must name a folder below it).
+        """
+        if not parts:
+            raise ValueError("remove_folder_if_empty() needs a folder below the root")
+        folder = self.folder(*parts)
+        try:
+            os.rmdir(folder)  # fails on a folder that is not empty, and never follows a link (folder() refused one)
+        except OSError as err:
+            if err.errno in (errno.ENOTEMPTY, errno.EEXIST):
+                return False
+            raise
+        return True
+
     def _refusal(self, path: Path, st: os.stat_result, wanted: str) -> UnsafePathError:
         what = kind_of(st)
         noun = "folder" if "folder" in wanted else "file"

@@ -1,7 +1,12 @@
 """The cache folder: created and locked for one writer, inspected, cleaned, and its write errors worded.
 
-Nothing here touches a file that is not the cache's own: removal works from the folder's shard
-names, never follows a link, and a folder this run created is removed again if it stays empty.
+Nothing here touches a file that is not the cache's own. A folder is a cache only when its
+``manifest.json`` is one layercache wrote (:func:`~layercache.store.schema.foreign_manifest_problem`);
+any other folder with files in it is refused, ``--overwrite`` or not. Clearing a cache removes only
+what its manifest names (its split folders and side files) and, inside those split folders, only
+names layercache itself writes (:func:`is_own_shard_file`); every path is checked on the way with
+``lstat`` (:class:`~layercache.core.confine.OwnedFolder`), so a link is removed itself, never
+followed, and a folder that still holds other files stays.
 """
 
 from __future__ import annotations
@@ -9,16 +14,39 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import shutil
+import re
+import stat
 from pathlib import Path
 
+from ..core.confine import OwnedFolder, lstat_or_none
 from ..errors import CacheError, CacheWriteError, ConfigError, LayercacheError
 from ..store.lock import LOCK_NAME, CacheLock
-from ..store.manifest import MANIFEST_NAME, SplitInfo, read_manifest
-from ..store.schema import SIDE_FILES
+from ..store.manifest import MANIFEST_NAME, Manifest, SplitInfo, load_manifest_json
+from ..store.schema import SHARD_FILE, SIDE_FILES, ManifestSchemaError, split_name_problem
 
-DAMAGED = object()
-"""What :func:`inspect_output` returns for a folder whose manifest cannot be read (only with --overwrite)."""
+
+class DamagedCache:
+    """What :func:`inspect_output` returns (with --overwrite) for a layercache manifest that fails its schema."""
+
+    def __init__(self, split_names: list[str]):
+        self.split_names = split_names
+        """The split folders the damaged manifest names (those that can be split folders at all)."""
+
+
+_SHARD_TMP = re.compile(SHARD_FILE.pattern + r"\.tmp")
+
+
+def is_own_shard_file(name: str) -> bool:
+    """Whether ``name`` is a file layercache writes in a split folder: ``shard-NNNNN.h5`` or its ``.tmp``."""
+    return SHARD_FILE.fullmatch(name) is not None or _SHARD_TMP.fullmatch(name) is not None
+
+
+def _atomic_temp(name: str) -> re.Pattern:
+    """What a killed atomic write of ``name`` leaves beside it (``core.files``: ``.<name>-<random>.tmp``)."""
+    return re.compile(rf"\.{re.escape(name)}-[A-Za-z0-9_]+\.tmp")
+
+
+_OWN_TEMPS = [_atomic_temp(name) for name in (MANIFEST_NAME, *SIDE_FILES.values())]
 
 
 @contextlib.contextmanager
@@ -26,19 +54,39 @@ def locked_output(out: Path):
     """Create ``out`` if needed and hold its writer lock; remove the folder again if this run made it and
     left nothing in it (a refusal before the first write leaves no empty folder behind)."""
     _check_out_path(out)
-    created = not out.exists()
+    owner = OwnedFolder.at(out)
+    created = lstat_or_none(owner.root) is None
     try:
-        out.mkdir(parents=True, exist_ok=True)
+        owner.check_root(create=True)
     except OSError as err:
         raise CacheWriteError(f"Cannot create the cache folder {out} ({os.strerror(err.errno)}); "
                               "choose an --out folder you can write to.") from None
+    lock_created = lstat_or_none(owner.path(LOCK_NAME)) is None
     lock = CacheLock(out).acquire()
     try:
         yield
     finally:
+        if lock_created and not created and _not_a_cache(out):
+            # A refused run leaves a folder that is not layercache's as it found it. No other layercache
+            # process can be writing it (each would be refused the same way), so the lock file may go.
+            with contextlib.suppress(OSError):
+                owner.remove(LOCK_NAME)
         lock.release()
-        if created and {p.name for p in out.iterdir()} <= {LOCK_NAME}:
-            shutil.rmtree(out, ignore_errors=True)
+        if created and {p.name for p in owner.root.iterdir()} <= {LOCK_NAME}:
+            with contextlib.suppress(OSError):
+                owner.remove(LOCK_NAME)
+                os.rmdir(owner.root)
+
+
+def _not_a_cache(out: Path) -> bool:
+    """Whether ``out`` holds something other than a layercache cache: a foreign manifest, or files without one."""
+    if os.path.lexists(out / MANIFEST_NAME):
+        try:
+            load_manifest_json(out)
+        except CacheError:
+            return True
+        return False
+    return any(p.name != LOCK_NAME for p in out.iterdir())
 
 
 def _check_out_path(out: Path) -> None:
@@ -53,15 +101,38 @@ def _check_out_path(out: Path) -> None:
                               "existing cache) or choose another --out.")
 
 
+def check_split_names(names) -> None:
+    """Refuse, in one sentence, a split name that cannot be a folder of the cache (before any work)."""
+    for name in names:
+        problem = split_name_problem(name)
+        if problem:
+            shown = repr(name) if len(str(name)) <= 60 else repr(str(name)[:60]) + "..."
+            raise ConfigError(f"Split name {shown} cannot be a folder of the cache: it {problem}; choose another "
+                              "split name, e.g. --split train=train.tsv.")
+
+
 def inspect_output(out: Path, overwrite: bool = False):
-    """The existing cache's manifest, None for an empty folder, ``DAMAGED`` for an unreadable manifest
-    that ``overwrite`` may replace; refuse anything else. Runs under the folder's lock."""
-    if (out / MANIFEST_NAME).exists():
+    """The existing cache's manifest, None for an empty folder, a :class:`DamagedCache` for a layercache
+    manifest that fails its schema (only with ``overwrite``); refuse anything else. Runs under the
+    folder's lock.
+
+    A ``manifest.json`` that layercache did not write (or that cannot be read, so nobody can tell)
+    is refused even with ``overwrite``: layercache clears only folders it can tell are its own.
+    """
+    if os.path.lexists(out / MANIFEST_NAME):
         try:
-            return read_manifest(out)
+            data = load_manifest_json(out)
         except CacheError as err:
+            problem = str(err).split("; ")[0].rstrip(".")  # the problem half of the sentence, without its fix
+            raise CacheError(f"{problem}; layercache never reads, resumes or clears a folder it cannot tell it "
+                             "wrote (not even with --overwrite), so choose a new or empty --out.") from err
+        try:
+            return Manifest.from_json(data)
+        except (CacheError, ManifestSchemaError) as err:
             if overwrite:
-                return DAMAGED
+                splits = data.get("splits")
+                return DamagedCache([n for n in splits if split_name_problem(n) is None]
+                                    if isinstance(splits, dict) else [])
             raise CacheError(f"{out} holds a cache this run cannot read ({err}); pass --overwrite to replace "
                              "it, or choose another --out.") from err
     if any(p.name != LOCK_NAME for p in out.iterdir()):
@@ -77,37 +148,57 @@ def nearest_existing(path: Path) -> Path:
     return path
 
 
-def remove_cache_files(out: Path) -> None:
-    """Delete a cache's own files (manifest, side files, shards and temp shards in its split folders), nothing else.
+def remove_cache_files(out: Path, split_names) -> None:
+    """Delete a cache's own files, nothing else: its manifest, side files and, in the split folders its
+    manifest names, shards and temp shards.
 
-    Works from the folder, not the manifest, so a damaged manifest can be replaced too; a split
-    folder that is a link is unlinked, never followed, so nothing outside the cache is touched.
+    ``split_names`` come from the cache's manifest (a damaged one's too, :class:`DamagedCache`).
+    Nothing is followed: a split folder or file that is a link is unlinked (the link, never its
+    target), and a split folder is removed only when nothing else is left in it. Entries that are
+    not layercache's (other names, a folder where a file should be) stay where they are.
     """
-    for folder in out.iterdir():
-        if folder.is_symlink() or not folder.is_dir():
+    owner = OwnedFolder.at(out)
+    for name in split_names:
+        st = lstat_or_none(owner.path(name))
+        if st is None:
             continue
-        for f in folder.iterdir():
-            if f.name.startswith("shard-") and (f.is_symlink() or f.is_file()):
-                f.unlink()
-        if not any(folder.iterdir()):
-            folder.rmdir()
-    for name in SIDE_FILES.values():  # vocab.json, lens.safetensors, and what a killed atomic write left of them
-        for f in [out / name, *out.glob(f".{name}-*.tmp")]:
-            if f.is_symlink() or f.is_file():
-                f.unlink()
-    (out / MANIFEST_NAME).unlink(missing_ok=True)
+        if not stat.S_ISDIR(st.st_mode):
+            if stat.S_ISLNK(st.st_mode):
+                owner.remove(name)  # a link where the split folder should be: the link goes, its target stays
+            continue
+        folder = owner.folder(name)
+        for entry in os.scandir(folder):
+            if is_own_shard_file(entry.name) and not entry.is_dir(follow_symlinks=False):
+                owner.remove(name, entry.name)
+        owner.remove_folder_if_empty(name)
+    for entry in os.scandir(owner.root):
+        if entry.is_dir(follow_symlinks=False):
+            continue
+        if entry.name in SIDE_FILES.values() or entry.name == MANIFEST_NAME or \
+                any(p.fullmatch(entry.name) for p in _OWN_TEMPS):
+            owner.remove(entry.name)
 
 
-def clean_strays(folder: Path, info: SplitInfo) -> None:
-    """Remove files a killed run left behind (temp shards, a shard committed after the last manifest write)."""
+def clean_strays(out: Path, split: str, info: SplitInfo) -> Path:
+    """Remove what a killed run left in a split's folder (temp shards, a shard committed after the last
+    manifest write); returns the folder, checked to be a real folder inside the cache (created if missing).
+
+    Only layercache's own shard names are removed (links unlinked, never followed); a listed shard
+    that is missing or not a regular file is refused.
+    """
+    owner = OwnedFolder.at(out)
+    folder = owner.folder(split, create=True)
     listed = {Path(s.file).name for s in info.shards}
-    for f in folder.iterdir():
-        if f.name.startswith("shard-") and f.name not in listed:
-            f.unlink()
-    for name in listed:
-        if not (folder / name).is_file():
-            raise CacheError(f"Shard {folder / name} is listed in the manifest but missing; "
-                             "re-run the same command with --repair to re-extract it.")
+    for entry in os.scandir(folder):
+        if is_own_shard_file(entry.name) and entry.name not in listed and not entry.is_dir(follow_symlinks=False):
+            owner.remove(split, entry.name)
+    for name in sorted(listed):
+        st = lstat_or_none(folder / name)
+        if st is None or not stat.S_ISREG(st.st_mode):
+            raise CacheError(f"Shard {folder / name} is listed in the manifest but "
+                             f"{'missing' if st is None else 'not a regular file'}; re-run the same command with "
+                             "--repair to re-extract it.")
+    return folder
 
 
 @contextlib.contextmanager

@@ -31,7 +31,7 @@ from ..sources.datasets import load_dataset_records
 from ..store.dtypes import AUTO, check_storage_dtype
 from ..store.manifest import Manifest, write_manifest
 from ..store.paths import default_cache_path, record_latest
-from ..store.schema import POOLING_MODES, STORE_MODES, is_safe_name
+from ..store.schema import POOLING_MODES, STORE_MODES
 from ..store.writer import ExtractedBatch
 from .background import BackgroundWriter, BufferPool, writer_thread_helps
 from .configuration import difference, new_manifest
@@ -39,7 +39,8 @@ from .dtype_probe import ProbeStates, resolve_storage_dtype
 from .estimate import DISK_MARGIN, estimate_bytes, free_disk_bytes, remaining_bytes
 from .forward import run_batch
 from .housekeeping import (
-    DAMAGED,
+    DamagedCache,
+    check_split_names,
     clean_strays,
     inspect_output,
     locked_output,
@@ -159,6 +160,7 @@ def _extract(model: str, data: DataSpec, storage: StorageSpec, batching: BatchSp
     pooling = _check_options(storage.store, storage.pooling, storage.storage_dtype, storage.shard_bytes, data.limit)
     if overwrite and repair:
         raise ConfigError("--overwrite starts afresh and --repair keeps the good shards; pass only one of them.")
+    check_split_names([*(data.splits or []), *(data.split_files or {})])  # before any folder is touched
     out = Path(out).expanduser() if out is not None else default_cache_path(
         model, data.dataset or "files", data.config)
     with locked_output(out):
@@ -170,10 +172,7 @@ def _extract(model: str, data: DataSpec, storage: StorageSpec, batching: BatchSp
             text_columns=list(data.text_columns) if data.text_columns else None,
             label_columns=list(data.label_columns) if data.label_columns else None,
             no_labels=data.no_labels, task_kind=data.task_kind, limit=data.limit)
-        for name in records.splits:
-            if not is_safe_name(name):
-                raise ConfigError(f"Split name {name!r} cannot be a folder of the cache; name splits without '/', "
-                                  "'\\' or a leading '.', e.g. --split train=train.tsv.")
+        check_split_names(records.splits)  # names the source chose (a hub's, a saved dataset's)
         words_input = any(s.words is not None for s in records.splits.values())
         backbone = load_backbone(model, device=batching.device, dtype=batching.dtype, max_length=batching.max_length,
                                  words_input=words_input, allow_pickle=allow_pickle)
@@ -192,8 +191,10 @@ def _extract(model: str, data: DataSpec, storage: StorageSpec, batching: BatchSp
                                 dtype_choice=dtype_choice)
 
         resumed, damaged = False, {}
-        if existing is DAMAGED or (existing is not None and overwrite):
-            remove_cache_files(out)  # --overwrite always starts afresh, even with the same configuration
+        if isinstance(existing, DamagedCache):
+            remove_cache_files(out, existing.split_names)
+        elif existing is not None and overwrite:
+            remove_cache_files(out, list(existing.splits))  # starts afresh, even with the same configuration
         elif existing is not None:
             if existing.config_hash != manifest.config_hash:
                 raise CacheMismatchError(
@@ -342,9 +343,7 @@ def _extract_split_batches(backbone, records, name, plan: SplitPlan, manifest: M
                            packer: StatePacker, buffers: BufferPool | None, threaded: bool,
                            probe: ProbeStates | None = None) -> None:
     info = manifest.splits[name]
-    folder = out / name
-    folder.mkdir(exist_ok=True)
-    clean_strays(folder, info)
+    clean_strays(out, name, info)  # also checks that the split folder is a real folder inside the cache
     split_records = records.splits[name]
     task = bars.add_task(name, total=info.n_examples, completed=info.rows_written,
                          completed_start=info.rows_written, tokens=0, tokens_start=0)

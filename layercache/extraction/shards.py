@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..core.confine import OwnedFolder
 from ..store.manifest import Manifest, write_manifest
 from ..store.writer import ExtractedBatch, ShardWriter, shard_name
 
@@ -21,7 +22,7 @@ class SplitShards:
     def __init__(self, out: Path, manifest: Manifest, split: str, *, n_states: int, dim: int, n_batches: int):
         self.out, self.manifest, self.split = out, manifest, split
         self.info = manifest.splits[split]
-        self.folder = out / split
+        self.owner = OwnedFolder.at(out)
         self.n_states, self.dim, self.n_batches = n_states, dim, n_batches
         self._writer: ShardWriter | None = None
         self._next_batch = self.info.batches_written
@@ -35,7 +36,9 @@ class SplitShards:
             raise ValueError(f"batch {b} of split {self.split!r} arrived, expected batch {self._next_batch}")
         storage = self.manifest.storage
         if self._writer is None:
-            self._writer = ShardWriter(self.folder / shard_name(len(self.info.shards)), n_states=self.n_states,
+            # Checked at each new shard: the split folder real, the shard's name free of links and FIFOs.
+            path = self.owner.file(self.split, shard_name(len(self.info.shards)))
+            self._writer = ShardWriter(path, n_states=self.n_states,
                                        dim=self.dim, dtype=storage.dtype,
                                        store_tokens=storage.stores_tokens, pooling=storage.pooling,
                                        tasks=self.manifest.tasks, first_row=self.info.rows_written, first_batch=b)

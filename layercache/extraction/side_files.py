@@ -27,12 +27,14 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import stat
 from pathlib import Path
 
 import torch
 
 from ..backbone.loader import FINAL_NORM_NAMES, Backbone, weight_files
 from ..core.checksum import checksum_matches
+from ..core.confine import lstat_or_none
 from ..store.lens import FinalNorm, LensWeights, write_lens
 from ..store.manifest import Manifest
 from ..store.schema import SIDE_FILES
@@ -56,7 +58,9 @@ def ensure_side_files(out: Path, manifest: Manifest, backbone: Backbone, *, allo
         wanted["lens"] = lambda: _write_lens(out, backbone, allow_pickle)
     for kind, write in wanted.items():
         entry = manifest.side_files.get(kind)
-        if entry is not None and checksum_matches(out / SIDE_FILES[kind], entry.checksum):
+        path = out / SIDE_FILES[kind]
+        st = lstat_or_none(path)  # a link or FIFO is never read (a FIFO would block); writing it is refused
+        if entry is not None and st is not None and stat.S_ISREG(st.st_mode) and checksum_matches(path, entry.checksum):
             continue
         new = write()
         if new is None:

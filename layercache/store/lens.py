@@ -36,6 +36,7 @@ from pathlib import Path
 import torch
 
 from ..core.checksum import file_checksum, fsync_and_checksum
+from ..core.confine import OwnedFolder
 from ..core.files import write_file_atomic
 from ..errors import CacheError
 from .manifest import Manifest, SideFile, confined_path
@@ -127,7 +128,7 @@ def write_lens(cache_dir: str | os.PathLike, lens: LensWeights) -> SideFile:
                 "logit_softcap": "" if lens.logit_softcap is None else repr(float(lens.logit_softcap)),
                 "last_state": "normed" if lens.normed_last else "raw", "source": lens.source,
                 "model_fingerprint": lens.model_fingerprint}
-    path = Path(cache_dir) / LENS_NAME
+    path = OwnedFolder.at(cache_dir).file(LENS_NAME)  # never through a link
     # One metadata key: safetensors writes several in a random order, and equal files should have equal checksums.
     packed = {_META_KEY: json.dumps(metadata, sort_keys=True)}
     checksum = write_file_atomic(path, lambda tmp: save_file(tensors, str(tmp), metadata=packed),

@@ -10,6 +10,11 @@ name it.
 
 The file is never deleted while the cache exists: unlinking a lock file lets a waiting process
 lock the old inode while a newcomer locks a new one, and both would write.
+
+The lock file is the first thing written into a folder, so it is opened the way every write inside
+a cache is (:mod:`layercache.core.confine`): a link planted in its place (``.layercache.lock ->
+~/notes.txt``), dangling or not, is refused with ``O_NOFOLLOW`` rather than written through (or
+created outside), and a FIFO or device is refused rather than opened.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import os
 import sys
 from pathlib import Path
 
+from ..core.confine import OwnedFolder, open_regular
 from ..errors import CacheLockedError, CacheWriteError
 
 LOCK_NAME = ".layercache.lock"
@@ -30,16 +36,22 @@ except ImportError:  # pragma: no cover
 
 
 class CacheLock:
-    """``with CacheLock(folder):`` holds the folder's writer lock, or raises :class:`CacheLockedError`."""
+    """``with CacheLock(folder):`` holds the folder's writer lock, or raises :class:`CacheLockedError`.
 
-    def __init__(self, folder: str | os.PathLike) -> None:
+    ``what`` names the folder in refusals (``cache``, ``run folder``). A lock file that is a link, a
+    FIFO or anything but a regular file is refused with :class:`~layercache.errors.UnsafePathError`.
+    """
+
+    def __init__(self, folder: str | os.PathLike, what: str = "cache") -> None:
+        self.owner = OwnedFolder.at(folder, what)
         self.path = Path(folder) / LOCK_NAME
         self._fd: int | None = None
 
     def acquire(self) -> "CacheLock":
         """Take the lock without waiting and record this process in the file; returns ``self``."""
         try:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+            path = self.owner.file(LOCK_NAME)  # lstat: a link or a FIFO in its place is refused, not followed
+            fd = open_regular(path, os.O_RDWR | os.O_CREAT, 0o666, what="lock file")  # O_NOFOLLOW, no FIFO wait
         except OSError as err:
             raise CacheWriteError(f"Cannot create the lock file {self.path} ({os.strerror(err.errno)}); "
                                   "choose an --out folder you can write to.") from None

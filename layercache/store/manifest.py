@@ -20,10 +20,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from ..core.confine import OwnedFolder, check_regular_file
 from ..core.files import write_text_atomic
 from ..core.tasks import LabelTask
-from ..errors import CacheError
-from .schema import ManifestSchemaError, validate_manifest
+from ..errors import CacheError, UnsafePathError
+from .schema import ManifestSchemaError, foreign_manifest_problem, validate_manifest
 from .sections import DatasetSection, ExtractionSection, ModelSection, StorageSection, TokenizerSection
 
 FORMAT_VERSION = 1
@@ -208,11 +209,18 @@ def confined_path(cache_dir: str | os.PathLike, relative: str, what: str = "Shar
     """``cache_dir / relative``, refused unless it resolves inside ``cache_dir`` (symlinks followed).
 
     The schema already allows only ``<split>/shard-NNNNN.h5``; this catches a split folder or a
-    shard that is a symlink leading out of the cache, before anything reads or deletes through it.
+    shard that is a symlink leading out of the cache, or a loop of links (a split folder linking to
+    itself), before anything reads through it. Writes check more strictly
+    (:class:`~layercache.core.confine.OwnedFolder`: no link at all).
     """
-    root = Path(cache_dir).resolve()
     full = Path(cache_dir) / relative
-    resolved = full.resolve()
+    try:
+        root = Path(cache_dir).resolve()
+        resolved = full.resolve()
+    except (RuntimeError, OSError) as err:  # RuntimeError: a loop of links (Python < 3.13)
+        why = "a loop of symbolic links" if isinstance(err, RuntimeError) else (err.strerror or str(err))
+        raise CacheError(f"{what} {full} cannot be reached ({why}); replace the link with the real folder or "
+                         "file, or re-extract the cache.") from None
     if resolved != root and root not in resolved.parents:
         raise CacheError(f"{what} {full} leads outside the cache folder (to {resolved}); layercache reads and "
                          "deletes only inside its cache, so replace the link with the real file or re-extract.")
@@ -230,26 +238,50 @@ def write_manifest(cache_dir: str | os.PathLike, manifest: Manifest) -> None:
     The file gets the permissions of any new file (``0666`` less the umask), the same as the
     shards, so a cache shared by a team can be opened by everyone who can read its shards;
     ``mkstemp`` alone would leave it ``0600`` (:func:`~layercache.core.files.write_text_atomic`).
+    The file is written inside the real cache folder, never through a link
+    (:class:`~layercache.core.confine.OwnedFolder`): a ``manifest.json`` that is a link or a FIFO
+    is refused with :class:`~layercache.errors.UnsafePathError`.
     """
     manifest.updated_at = utc_now()
-    target = manifest_path(cache_dir)
+    target = OwnedFolder.at(cache_dir).file(MANIFEST_NAME)
     text = json.dumps(manifest.to_json(), indent=2, sort_keys=False)
     write_text_atomic(target, text)
 
 
-def read_manifest(cache_dir: str | os.PathLike) -> Manifest:
-    """Read and validate ``manifest.json``; a missing, unreadable or invalid one is a :class:`CacheError`."""
+def load_manifest_json(cache_dir: str | os.PathLike) -> dict[str, Any]:
+    """The parsed ``manifest.json`` of a folder, refused unless layercache wrote it (it may still be damaged).
+
+    A missing, unreadable or non-JSON file, and a JSON file that is not a layercache manifest
+    (:func:`~layercache.store.schema.foreign_manifest_problem`), are a :class:`CacheError`; whether
+    the content is valid is :func:`read_manifest`'s question.
+    """
     path = manifest_path(cache_dir)
-    if not path.is_file():
+    if not os.path.lexists(path):
         raise CacheError(
             f"{cache_dir} is not a layercache cache (no {MANIFEST_NAME}); "
             "point to a folder written by `layercache extract`."
         )
     try:
+        confined_path(cache_dir, MANIFEST_NAME, "The manifest")
+        check_regular_file(path, "manifest")  # a FIFO would block the read
+    except UnsafePathError as err:
+        raise CacheError(str(err)) from None
+    try:
         data = json.loads(path.read_bytes())
     except (OSError, ValueError, RecursionError) as err:  # ValueError: bad JSON or bad UTF-8
-        raise CacheError(f"The manifest {path} cannot be read ({_short(err)}); re-extract the cache "
-                         "(`layercache extract ... --overwrite`).") from None
+        raise CacheError(f"The manifest {path} cannot be read ({_short(err)}), so layercache cannot tell that it "
+                         "wrote this folder; move or delete the folder yourself and extract again.") from None
+    problem = foreign_manifest_problem(data)
+    if problem is not None:
+        raise CacheError(f"{cache_dir} is not a layercache cache: its {MANIFEST_NAME} {problem}; point to a "
+                         "folder written by `layercache extract`.")
+    return data
+
+
+def read_manifest(cache_dir: str | os.PathLike) -> Manifest:
+    """Read and validate ``manifest.json``; a missing, unreadable, foreign or invalid one is a :class:`CacheError`."""
+    path = manifest_path(cache_dir)
+    data = load_manifest_json(cache_dir)
     try:
         return Manifest.from_json(data)
     except ManifestSchemaError as err:

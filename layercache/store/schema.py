@@ -16,6 +16,13 @@ Two kinds of rules:
 
 Sections a newer writer may extend (``model``, ``dataset`` ...) accept extra keys; the keys
 listed here must be present with the right type.
+
+Whose manifest it is comes before whether it is valid (:func:`foreign_manifest_problem`): any
+folder may hold a file called ``manifest.json`` (a web app's, a dataset's), and only one that
+layercache wrote may be read as a damaged cache, or cleared by ``--overwrite``. The rule: a JSON
+object holding an integer ``format_version`` and a string ``config_hash``, two keys every
+layercache manifest has had since format 1 and that together name no other common format.
+A manifest that passes it but not the schema is a damaged layercache manifest.
 """
 
 from __future__ import annotations
@@ -39,6 +46,10 @@ FINAL_NORMS = ("none", "applied", "not-applied")
 SHARD_FILE = re.compile(r"shard-(\d{5,})\.h5")
 SIDE_FILES = {"vocabulary": "vocab.json", "lens": "lens.safetensors"}
 """Kind -> the one name a side file of that kind may have in the cache folder (``manifest.side_files``)."""
+OWN_FILES = ("manifest.json", ".layercache.lock", *SIDE_FILES.values())
+"""Files a cache keeps beside its split folders: no split may take one of these names."""
+NAME_MAX_BYTES = 255
+"""Longest file or folder name (in UTF-8 bytes) that Linux and macOS file systems take."""
 CHECKSUM = re.compile(rf"{ALGORITHM}:[0-9a-f]{{32}}")
 # Split and task names become folder names and HDF5 paths: no separators, no leading dot, no control characters.
 SAFE_NAME = re.compile(r"[^/\\\x00-\x1f.][^/\\\x00-\x1f]*")
@@ -55,6 +66,38 @@ class ManifestSchemaError(ValueError):
 def is_safe_name(name: object) -> bool:
     """Whether ``name`` can be a split folder or a task's HDF5 path component: no separators, no ``..``."""
     return isinstance(name, str) and SAFE_NAME.fullmatch(name) is not None
+
+
+def split_name_problem(name: object) -> str | None:
+    """Why ``name`` cannot be a split folder of a cache, or None when it can.
+
+    Beyond :func:`is_safe_name`: a split may not take the name of one of the cache's own files
+    (:data:`OWN_FILES`, compared case-insensitively, as macOS and Windows compare names), and its
+    folder name must fit the file system's limit of :data:`NAME_MAX_BYTES` bytes.
+    """
+    if not is_safe_name(name):
+        return "has a '/', a '\\', a control character or a leading '.'"
+    if name.casefold() in {own.casefold() for own in OWN_FILES}:
+        return f"is the name of the cache's own file {name}"
+    if len(name.encode("utf-8", "surrogateescape")) > NAME_MAX_BYTES:
+        return f"is longer than the {NAME_MAX_BYTES} bytes a folder name may have"
+    return None
+
+
+def foreign_manifest_problem(data: Any) -> str | None:
+    """Why parsed ``manifest.json`` content is not a manifest layercache wrote, or None when it is one (valid or not).
+
+    A layercache manifest is a JSON object with an integer ``format_version`` and a string
+    ``config_hash`` (see the module docstring); nothing else is ever read as a cache or cleared.
+    """
+    if not isinstance(data, dict):
+        return f"is a JSON {_type_name(data)}, where a layercache manifest should be a JSON object"
+    version = data.get("format_version")
+    if not isinstance(version, int) or isinstance(version, bool):
+        return "has no integer format_version"
+    if not isinstance(data.get("config_hash"), str):
+        return "has no config_hash"
+    return None
 
 
 # --- field specs ---------------------------------------------------------------------------
@@ -163,6 +206,14 @@ def _safe_name(what: str) -> Spec:
     return text(pattern=SAFE_NAME, what=f"a {what} name without '/', '\\\\' or a leading '.'")
 
 
+def _split_name(value: Any, where: str) -> None:
+    """A split name that can be a folder beside the cache's own files (:func:`split_name_problem`)."""
+    _safe_name("split")(value, where)
+    problem = split_name_problem(value)
+    if problem:
+        _fail(where, f"{problem}, found {value[:60]!r}")
+
+
 SHARD = Record({
     "file": text(), "first_row": integer(), "n_examples": integer(1), "n_tokens": integer(), "first_batch": integer(),
     "n_batches": integer(1), "bytes": integer(1),
@@ -200,7 +251,7 @@ MANIFEST_SCHEMA = Record(
         "extraction": Record({}, {"batch_tokens": integer(1), "batch_size": integer(1), "planner": text(),
                                   "fp16_overflow": integer(), "fp16_overflow_by_split": dict_of(integer()),
                                   "storage_dtype_auto": text()}),
-        "splits": dict_of(SPLIT, key=_safe_name("split")),
+        "splits": dict_of(SPLIT, key=_split_name),
         "config_hash": text(),
         "complete": boolean(),
     },

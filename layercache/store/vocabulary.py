@@ -24,12 +24,12 @@ import functools
 import json
 import os
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ..core.checksum import data_checksum
+from ..core.confine import OwnedFolder
 from ..core.files import write_text_atomic
 from ..errors import CacheError
 from .manifest import Manifest, SideFile, confined_path
@@ -145,7 +145,7 @@ def write_vocabulary(cache_dir: str | os.PathLike, vocabulary: Vocabulary) -> Si
                "markers": vocabulary.markers.to_json()}
     text = json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
     data = text.encode("utf-8")
-    write_text_atomic(Path(cache_dir) / VOCABULARY_NAME, text)
+    write_text_atomic(OwnedFolder.at(cache_dir).file(VOCABULARY_NAME), text)  # never through a link
     return SideFile(file=VOCABULARY_NAME, bytes=len(data), checksum=data_checksum(data))
 
 

@@ -23,6 +23,12 @@ the file, instead of gathering every chunk out of a (t, S, D) array through its 
 machinery (~40 % of the append time). Chunks are uncompressed, so the file is the same HDF5
 dataset either way and reads the same.
 
+The ``.tmp`` file is created exclusively (HDF5's ``x`` mode, ``O_EXCL``): whatever stood at its
+name (a temp shard a killed run left, a planted link) is unlinked first, never opened, so a write
+cannot land outside the split folder through a link; the rename that commits the shard replaces a
+link at the final name, never its target. That the split folder itself is a real folder inside the
+cache is the caller's check (:class:`~layercache.core.confine.OwnedFolder`).
+
 A failed system call (full disk, read-only folder) leaves this module as an :class:`OSError`
 with its ``errno``, whatever form h5py gave it, and :meth:`ShardWriter.abort` always removes the
 ``.tmp`` file without raising, so the caller can report the one error that matters.
@@ -33,6 +39,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -40,7 +47,9 @@ import h5py
 import numpy as np
 
 from ..core.checksum import fsync_and_checksum
+from ..core.confine import lstat_or_none
 from ..core.tasks import LabelTask
+from ..errors import UnsafePathError
 from .dtypes import BYTES_PER_VALUE, h5_dtype
 from .manifest import ShardInfo
 
@@ -146,9 +155,11 @@ class ShardWriter:
 
     # --- writing ------------------------------------------------------------------------
     def _open(self, batch: ExtractedBatch) -> h5py.File:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.parent.mkdir(exist_ok=True)
+        _clear_temp(self.tmp_path)
         # Held at once, so that a failure while laying out the datasets still closes it in abort().
-        self._file = f = h5py.File(self.tmp_path, "w", track_order=True)
+        # "x": created exclusively, so nothing that appeared at the name meanwhile is written through.
+        self._file = f = h5py.File(self.tmp_path, "x", track_order=True)
         S, D = self.n_states, self.dim
         vec_dtype = h5_dtype(self.dtype)
         resizable = dict(maxshape=(None,), track_times=False)
@@ -333,6 +344,17 @@ class _TokenChunks:
             self._carry[:, self._carried:] = 0
             self._write(self._size - self._carried, self._carry)
             self._carried = 0
+
+
+def _clear_temp(path: Path) -> None:
+    """Unlink whatever a killed run (or anyone) left at a temp shard's name; a link goes, its target stays."""
+    st = lstat_or_none(path)
+    if st is None:
+        return
+    if stat.S_ISDIR(st.st_mode):
+        raise UnsafePathError(f"{path} is a folder where layercache writes a temporary shard; move it away, or "
+                              "choose another folder.")
+    os.unlink(path)
 
 
 def shard_name(index: int) -> str:
