@@ -44,7 +44,12 @@ def parse_splits(values: list[str] | None) -> tuple[list[str] | None, dict[str, 
             name, path = value.split("=", 1)
             if not name or not path:
                 raise ConfigError(f"--split {value!r} should look like NAME=PATH, e.g. train=data/train.tsv.")
+            if name in files:  # a dict would silently keep only the last file
+                raise ConfigError(f"--split names the split {name!r} twice ({files[name]} and {path}); give each "
+                                  "split one file, or name them apart (e.g. train=A --split extra=B).")
             files[name] = path
+        elif value in names:
+            raise ConfigError(f"--split names the split {value!r} twice; give each split once.")
         else:
             names.append(value)
     if names and files:

@@ -9,8 +9,9 @@ all splits. A split whose labels are all missing (or all ``-1`` while others are
 
 from __future__ import annotations
 
+import logging
+import math
 import numbers
-import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
 
@@ -19,6 +20,9 @@ from layercache.errors import DatasetError
 from .records import LabelTask
 from .splits import Split
 from .values import INT_RE, as_number, is_missing
+
+log = logging.getLogger("layercache")
+"""Warnings go where every layercache warning goes (the CLI prints them as its own lines, not as Python warnings)."""
 
 MANY_CLASSES = 100
 """More distinct integer labels than this read as classes get a hint that the column may be a score."""
@@ -113,6 +117,7 @@ def plan_task(column: str, splits: Mapping[str, Split], task_kind: str | None) -
     pool = [v for name, vals in present.items() if name not in unlabelled for v in vals]
     if not pool:
         return TaskPlan(LabelTask(column, "regression"), lambda v: None, set(splits))
+    _refuse_non_finite(column, {name: vals for name, vals in values.items() if name not in unlabelled}, splits)
     numbers_ = [as_number(v) for v in pool]
     all_numeric = all(n is not None for n in numbers_)
     fractional = all_numeric and any(not float(n).is_integer() for n in numbers_)
@@ -135,9 +140,8 @@ def plan_task(column: str, splits: Mapping[str, Split], task_kind: str | None) -
     names, key, index = _class_vocabulary(pool)
     _warn_single_class(column, names)
     if all_numeric and len(names) > MANY_CLASSES and task_kind is None:
-        warnings.warn(f"Label column {column!r} has {len(names)} distinct integer values and is read as "
-                      f"{len(names)} classes; pass task_kind='regression' (--task-kind regression) if it is a score.",
-                      UserWarning, stacklevel=3)
+        log.warning(f"Label column {column!r} has {len(names)} distinct integer values and is read as "
+                      f"{len(names)} classes; pass task_kind='regression' (--task-kind regression) if it is a score.")
 
     def encode(value: Any) -> int | None:
         if is_missing(value):
@@ -147,13 +151,46 @@ def plan_task(column: str, splits: Mapping[str, Split], task_kind: str | None) -
     return TaskPlan(LabelTask(column, "sequence", names), encode, unlabelled)
 
 
+_NON_FINITE_WORDS = {"inf", "+inf", "-inf", "infinity", "+infinity", "-infinity", "nan", "+nan", "-nan"}
+
+
+def _is_non_finite(value: Any) -> bool:
+    """An infinite number, or a string spelling one or NaN (``Infinity``, ``-inf``, ``NaN``).
+
+    A float NaN is not counted: it is what tables hold for an empty cell, so it means "no label".
+    """
+    if isinstance(value, float):
+        return math.isinf(value)
+    return isinstance(value, str) and value.strip().lower() in _NON_FINITE_WORDS
+
+
+def _refuse_non_finite(column: str, values: Mapping[str, list], splits: Mapping[str, Split]) -> None:
+    """Refuse a column of numbers in which some value is infinite or spells NaN, naming its row.
+
+    Read as they are, such values are not numbers to :func:`~.values.as_number`, so the column
+    would become a class task with one class per distinct number (a regression target that is
+    suddenly 35 classes). A column with other non-numbers is a class vocabulary, where ``inf`` is
+    just a class name.
+    """
+    found = next(((name, row, v) for name, vals in values.items() for row, v in enumerate(vals)
+                  if _is_non_finite(v)), None)
+    if found is None:
+        return
+    if all(_is_non_finite(v) or as_number(v) is not None for vals in values.values() for v in vals
+           if not is_missing(v)):
+        name, row, value = found
+        raise DatasetError(f"Label column {column!r} holds {value!r} in {splits[name].where([row])}, a number that "
+                           "is not finite; a label must be a finite number (or empty, to skip the row), so fix or "
+                           "remove that row.")
+
+
 def _warn_single_class(column: str, classes: Iterable[str]) -> None:
     """Warn when every labelled row (or word) of ``column`` has the same class: nothing to learn."""
     distinct = set(classes)
     if len(distinct) == 1:
-        warnings.warn(f"Label column {column!r} has a single class {distinct.pop()!r} in every labelled row: a "
+        log.warning(f"Label column {column!r} has a single class {distinct.pop()!r} in every labelled row: a "
                       f"head cannot learn from it; check --label-column, or pass --no-labels to cache unlabelled "
-                      f"data.", UserWarning, stacklevel=4)
+                      f"data.")
 
 
 def _plan_token_task(column: str, present: dict[str, list], unlabelled: set[str],

@@ -1,13 +1,14 @@
 """From a split's table to :class:`SplitRecords`: the input read and checked, incomplete rows left out.
 
-A row whose input is empty (a blank text, either text of a pair, a word list with no word) cannot
-run through the model; a row without one of the labels cannot teach a head. Both are skipped with
-a warning that names their lines, and the kept rows remember their source row.
+A row whose input is empty (a blank or missing text such as JSON ``null``, either text of a pair, a
+word list with no word) cannot run through the model; a row without one of the labels cannot teach
+a head. Both are skipped with a warning that names their lines, and the kept rows remember their
+source row.
 """
 
 from __future__ import annotations
 
-import warnings
+import logging
 
 from layercache.errors import DatasetError
 
@@ -15,6 +16,9 @@ from .labels import TaskPlan
 from .records import SplitRecords
 from .splits import Split
 from .values import is_nan
+
+log = logging.getLogger("layercache")
+"""Warnings go where every layercache warning goes (the CLI prints them as its own lines, not as Python warnings)."""
 
 
 def split_records(split: Split, name: str, texts: list[str], mode: str, plans: list[TaskPlan],
@@ -64,13 +68,12 @@ def split_records(split: Split, name: str, texts: list[str], mode: str, plans: l
                            f"pass a split with complete rows.")
     dropped = len(unlabelled_rows - set(empty))
     if dropped:
-        warnings.warn(f"Skipping {dropped} of {stop} rows of the {split.origin} that have no label in "
-                      f"{label_names}.", UserWarning, stacklevel=4)
+        log.warning(f"Skipping {dropped} of {stop} rows of the {split.origin} that have no label in "
+                      f"{label_names}.")
     if empty:
         rows, they = ("1 row", "it is") if len(empty) == 1 else (f"{len(empty)} rows", "they are")
-        warnings.warn(f"Skipping {rows} of {split.where(empty)} with empty {what}; {they} left out of the cache "
-                      f"and counted as skipped by `layercache info`.",
-                      UserWarning, stacklevel=4)
+        log.warning(f"Skipping {rows} of {split.where(empty)} with empty {what}; {they} left out of the cache "
+                      f"and counted as skipped by `layercache info`.")
     pick = (lambda column: column) if len(kept) == stop else (lambda column: [column[i] for i in kept])
     return SplitRecords(
         texts=None if mode == "words" else pick(first),
@@ -101,17 +104,17 @@ def _unlabelled(split: Split, label_names: str, explicit: bool) -> None:
     if explicit:
         raise DatasetError(f"The {split.origin} has no labels in {label_names}; leave it out of the splits, or "
                            f"pass --no-labels to cache it without labels.")
-    warnings.warn(f"Skipping the {split.origin}: it has no labels in {label_names} (pass --no-labels and "
-                  f"choose the split to cache it without labels).", UserWarning, stacklevel=5)
+    log.warning(f"Skipping the {split.origin}: it has no labels in {label_names} (pass --no-labels and "
+                  f"choose the split to cache it without labels).")
     return None
 
 
 def _text_column(split: Split, column: str, stop: int) -> list[str]:
     out = []
     for i, value in enumerate(split.column(column, stop)):
-        if value is None or is_nan(value):
-            raise DatasetError(f"Row {i} of the {split.origin} has no value in the text column {column!r}; fill "
-                               f"it in or remove the row.")
+        if value is None or is_nan(value):  # JSON null, an empty numeric cell: empty, so skipped and counted
+            out.append("")
+            continue
         if isinstance(value, (list, tuple, dict)):
             raise DatasetError(f"Row {i} of the {split.origin} holds a {type(value).__name__} in the text column "
                                f"{column!r}; pass a column of strings (lists of words only as a single column).")
@@ -122,6 +125,9 @@ def _text_column(split: Split, column: str, stop: int) -> list[str]:
 def _word_column(split: Split, column: str, stop: int) -> list[list[str]]:
     out = []
     for i, value in enumerate(split.column(column, stop)):
+        if value is None or is_nan(value):  # no word list at all: empty, so skipped and counted like []
+            out.append([])
+            continue
         if not isinstance(value, (list, tuple)) or any(w is None or is_nan(w) for w in value):
             raise DatasetError(f"Row {i} of the {split.origin} has no list of words in column {column!r}; give "
                                f"every row a list of strings.")

@@ -276,7 +276,7 @@ def _fake_hub(hf):
     })
 
 
-def test_hub_dataset_with_classlabel_and_unlabelled_test(monkeypatch):
+def test_hub_dataset_with_classlabel_and_unlabelled_test(monkeypatch, logged):
     hf = _hf()
     calls = []
 
@@ -285,7 +285,7 @@ def test_hub_dataset_with_classlabel_and_unlabelled_test(monkeypatch):
         return _fake_hub(hf)
 
     monkeypatch.setattr(hf, "load_dataset", fake_load_dataset)
-    with pytest.warns(UserWarning, match="split 'test'"):
+    with logged.expect("split 'test'"):
         records = load_dataset_records("glue", config="sst2")
     assert calls == [("glue", "sst2")]
     assert list(records.splits) == ["train", "validation"]  # unlabelled test dropped
@@ -338,10 +338,16 @@ def test_empty_files_are_errors(tmp_path):
             load_dataset_records(str(path))
 
 
-def test_missing_text_value_names_the_row(tmp_path):
-    path = write(tmp_path / "d.jsonl", '{"text": "fine", "label": 1}\n{"text": null, "label": 0}\n')
-    with pytest.raises(DatasetError, match=r"Row 1 of the file .*text column 'text'"):
-        load_dataset_records(str(path))
+def test_a_null_text_is_skipped_and_counted_like_an_empty_one(tmp_path, logged):
+    # Issue 26: null was refused while "" was skipped; the README says rows with no text are skipped.
+    path = write(tmp_path / "d.jsonl", '{"text": "fine", "label": 1}\n{"text": null, "label": 0}\n'
+                                       '{"text": "", "label": 1}\n{"text": "good", "label": 0}\n')
+    with logged.expect(r"Skipping 2 rows of split 'train' \(file .*d.jsonl', lines 2 and 3\) with empty text"):
+        split = load_dataset_records(str(path)).splits["train"]
+    assert split.texts == ["fine", "good"] and split.source_index == [0, 3] and split.n_skipped_empty == 2
+    words = write(tmp_path / "w.jsonl", '{"tokens": ["a", "b"], "tags": ["O", "X"]}\n{"tokens": null, "tags": null}\n')
+    with logged.expect(r"line 2\) with empty word lists"):
+        assert load_dataset_records(str(words)).splits["train"].n_skipped_empty == 1
 
 
 def test_no_label_error_and_no_labels_option(tmp_path):
@@ -355,17 +361,17 @@ def test_no_label_error_and_no_labels_option(tmp_path):
     assert labelled.task("source").label_names == ("book", "web")
 
 
-def test_unlabelled_split_file_is_dropped_by_default(tmp_path):
+def test_unlabelled_split_file_is_dropped_by_default(tmp_path, logged):
     train = write(tmp_path / "train.csv", "text,label\ngood,pos\nbad,neg\n")
     test = write(tmp_path / "test.csv", "text,label\nunknown one,\nanother,\n")
-    with pytest.warns(UserWarning, match="no labels"):
+    with logged.expect("no labels"):
         records = load_dataset_records(None, split_files={"train": str(train), "test": str(test)})
     assert list(records.splits) == ["train"]
     with pytest.raises(DatasetError, match="no labels"):
         load_dataset_records(None, split_files={"train": str(train), "test": str(test)}, splits=["train", "test"])
 
 
-def test_limit_and_source_index(tmp_path):
+def test_limit_and_source_index(tmp_path, logged):
     rows = "\n".join(f"sentence number {i},{i % 2}" for i in range(10))
     path = write(tmp_path / "d.csv", "text,label\n" + rows + "\n")
     records = load_dataset_records(str(path), limit=4)
@@ -375,7 +381,7 @@ def test_limit_and_source_index(tmp_path):
     with pytest.raises(ConfigError):
         load_dataset_records(str(path), limit=0)
     gaps = write(tmp_path / "gaps.csv", "text,label\na b,1\nc d,\ne f,0\n")
-    with pytest.warns(UserWarning, match="1 of 3 rows"):
+    with logged.expect("1 of 3 rows"):
         partial = load_dataset_records(str(gaps))
     assert partial.splits["train"].source_index == [0, 2]
     assert partial.splits["train"].labels["label"] == [1, 0]
@@ -403,7 +409,7 @@ def test_bad_sources(tmp_path):
         load_dataset_records(str(write(tmp_path / "broken.jsonl", '{"text": "a", "label": 1}\n{oops\n')))
 
 
-def test_one_registry_drives_every_list_of_files_and_the_reading(tmp_path, monkeypatch):
+def test_one_registry_drives_every_list_of_files_and_the_reading(tmp_path, monkeypatch, logged):
     from layercache.sources import datasets, registry
     from layercache.sources.splits import FileTable, MemorySplit
 
@@ -424,7 +430,7 @@ def test_one_registry_drives_every_list_of_files_and_the_reading(tmp_path, monke
 
     lines = registry.FileSource("lines", (".lines",), read_lines)
     monkeypatch.setattr(registry, "_BY_EXTENSION", {**registry._BY_EXTENSION, ".lines": lines})
-    with pytest.warns(UserWarning, match="single class"):
+    with logged.expect("single class"):
         records = load_dataset_records(str(tmp_path / "d.lines"))
     assert records.splits["train"].texts == ["a sentence"] and records.tasks[0].label_names == ("x",)
 
@@ -454,12 +460,12 @@ def test_builtin_is_delegated_and_limited(monkeypatch):
 # ---------------------------------------------------------------- real data (shared folder)
 
 
-def test_shared_real_data():
+def test_shared_real_data(logged):
     sst2 = SHARED_DATA / "sst2" / "train.tsv"
     conll = SHARED_DATA / "conll2003" / "valid.txt"
     if not sst2.is_file() or not conll.is_file():
         pytest.skip(f"shared real data not found under {SHARED_DATA} (only present on the development machine)")
-    with warnings.catch_warnings():
+    with logged.none(), warnings.catch_warnings():
         warnings.simplefilter("error")
         records = load_dataset_records(str(sst2))
     split = records.splits["train"]

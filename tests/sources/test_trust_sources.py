@@ -17,6 +17,7 @@ from tiny_models import HIDDEN
 import layercache as lc
 from layercache.backbone.loader import load_backbone, model_fingerprint, tokenizer_fingerprint
 from layercache.errors import DatasetError, ModelLoadError
+from layercache.report.info import cache_summary
 from layercache.sources.datasets import load_dataset_records
 from layercache.sources.formats.conll import read_conll
 
@@ -152,9 +153,9 @@ def _reviews_with_empty_row(tmp_path):
     return path, texts
 
 
-def test_empty_row_is_skipped_counted_and_located(tiny_models, tmp_path):
+def test_empty_row_is_skipped_counted_and_located(tiny_models, tmp_path, logged):
     path, texts = _reviews_with_empty_row(tmp_path)
-    with pytest.warns(UserWarning, match=rf"1 row of split 'train' \(file '{path}', line 4\) with empty text"):
+    with logged.expect(rf"1 row of split 'train' \(file '{path}', line 4\) with empty text"):
         result = lc.extract(str(tiny_models["bert"]), str(path), tmp_path / "cache", progress=False)
     assert result.manifest.splits["train"].n_skipped_empty == 1
     with lc.LayerCache.open(result.path) as cache:
@@ -166,29 +167,28 @@ def test_empty_row_is_skipped_counted_and_located(tiny_models, tmp_path):
         assert cache.token_arrays("train", "input_ids", [after])[0].tolist() == tokenizer(texts[3])["input_ids"]
     shown = invoke("info", result.path)
     assert shown.exit_code == 0 and "skipped" in shown.output
-    row = next(line for line in shown.output.splitlines() if "train" in line and "│" in line)
-    cells = [cell.strip() for cell in row.split("│")[1:6]]  # split, examples, tokens, truncated, skipped
-    assert cells == ["train", "5", str(result.manifest.splits["train"].n_tokens), "0", "1"]
+    with lc.LayerCache.open(result.path) as cache:  # what info's table shows (its layout is the console's own)
+        assert cache_summary(cache)["splits"]["train"]["skipped_empty"] == 1
 
 
-def test_empty_rows_of_pairs_words_and_quoted_csv(tmp_path):
+def test_empty_rows_of_pairs_words_and_quoted_csv(tmp_path, logged):
     pairs = tmp_path / "pairs.jsonl"
     pairs.write_text("\n".join(json.dumps({"premise": p, "hypothesis": h, "label": i % 2}) for i, (p, h) in
                                enumerate([("a cat", "a pet"), ("a dog", " "), ("", "a bird"), ("a cow", "milk")])))
-    with pytest.warns(UserWarning, match=r"2 rows of split 'train' \(file .*pairs.jsonl', lines 2 and 3\)"):
+    with logged.expect(r"2 rows of split 'train' \(file .*pairs.jsonl', lines 2 and 3\)"):
         records = load_dataset_records(str(pairs))
     assert records.splits["train"].source_index == [0, 3] and records.splits["train"].n_skipped_empty == 2
 
     words = tmp_path / "words.jsonl"
     words.write_text("\n".join(json.dumps({"tokens": t, "tags": ["O"] * len(t)})
                                for t in [["a", "cat"], [], ["the", "dog"]]) + "\n")
-    with pytest.warns(UserWarning, match=r"line 2\) with empty word lists in column 'tokens'"):
+    with logged.expect(r"line 2\) with empty word lists in column 'tokens'"):
         records = load_dataset_records(str(words))
     assert records.splits["train"].source_index == [0, 2] and records.splits["train"].n_skipped_empty == 1
 
     quoted = tmp_path / "quoted.csv"  # a quoted field spans two lines, and a blank line follows it
     quoted.write_text('text,label\n"one line\nand another",1\n\n"",0\nlast one,1\n')
-    with pytest.warns(UserWarning, match=r"line 5\) with empty text"):
+    with logged.expect(r"line 5\) with empty text"):
         load_dataset_records(str(quoted))
 
 
@@ -199,11 +199,11 @@ def test_a_split_of_only_empty_rows_is_refused(tmp_path):
         load_dataset_records(str(path))
 
 
-def test_real_cr_file_with_an_empty_row(tiny_models, shared_data, tmp_path):
+def test_real_cr_file_with_an_empty_row(tiny_models, shared_data, tmp_path, logged):
     path = shared_data / "cr" / "train.tsv"
     if not path.is_file():
         pytest.skip(f"{path} is not in the shared data")
-    with pytest.warns(UserWarning, match=r"split 'train' \(file .*train.tsv', line 1763\)"):
+    with logged.expect(r"split 'train' \(file .*train.tsv', line 1763\)"):
         result = lc.extract(str(tiny_models["bert"]), str(path), tmp_path / "cache", limit=2000, progress=False)
     assert result.manifest.splits["train"].n_skipped_empty == 1
     with lc.LayerCache.open(result.path) as cache:
@@ -214,31 +214,31 @@ def test_real_cr_file_with_an_empty_row(tiny_models, shared_data, tmp_path):
 # ---------------------------------------------------------------- 4. degenerate labels
 
 
-def test_single_class_label_column_warns(tmp_path):
+def test_single_class_label_column_warns(tmp_path, logged):
     path = tmp_path / "one.csv"
     path.write_text("text,label\nthe lamp is good,pos\nthe cup is good,pos\nit is fine,pos\n")
-    with pytest.warns(UserWarning, match="Label column 'label' has a single class 'pos'.*--label-column"):
+    with logged.expect("Label column 'label' has a single class 'pos'.*--label-column"):
         load_dataset_records(str(path))
     tags = tmp_path / "flat.conll"
     tags.write_text("the O\nlamp O\n\nit O\nworks O\n")
-    with pytest.warns(UserWarning, match="single class 'O'"):
+    with logged.expect("single class 'O'"):
         load_dataset_records(str(tags))
     two = tmp_path / "two.csv"
     two.write_text("text,label\nthe lamp is good,pos\nthe cup is bad,neg\n")
-    with warnings.catch_warnings():
+    with logged.none(), warnings.catch_warnings():
         warnings.simplefilter("error")
         load_dataset_records(str(two))
 
 
-def test_conll_file_without_blank_lines_warns(tmp_path):
+def test_conll_file_without_blank_lines_warns(tmp_path, logged):
     path = tmp_path / "run-on.conll"
     path.write_text("The O\nlamp B-OBJ\nworks O\n. O\nIt O\nis O\nbright O\n. O\n")
-    with pytest.warns(UserWarning, match=r"no blank lines between sentences, so all 8 tokens form one example; "
+    with logged.expect(r"no blank lines between sentences, so all 8 tokens form one example; "
                                          r"separate sentences with blank lines"):
         assert len(read_conll(path)) == 1
     fine = tmp_path / "fine.conll"
     fine.write_text("The O\nlamp B-OBJ\nworks O\n. O\n")
-    with warnings.catch_warnings():
+    with logged.none(), warnings.catch_warnings():
         warnings.simplefilter("error")
         read_conll(fine)
 

@@ -17,7 +17,7 @@ line at all reads as one example; when that example looks like several sentences
 
 from __future__ import annotations
 
-import warnings
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,6 +25,9 @@ from layercache.errors import DatasetError
 
 from ..splits import FileTable, MemorySplit
 from .base import FileSource
+
+log = logging.getLogger("layercache")
+"""Warnings go where every layercache warning goes (the CLI prints them as its own lines, not as Python warnings)."""
 
 DOCSTART = "-DOCSTART-"
 SENTENCE_ENDS = frozenset({".", "!", "?"})
@@ -149,8 +152,8 @@ def read_conll(path: str | Path) -> ConllFile:
     if current:
         sentences.append(current)
     if len(sentences) == 1 and _several_sentences([row[0] for row in sentences[0]]):
-        warnings.warn(f"{path} has no blank lines between sentences, so all {len(sentences[0])} tokens form one "
-                      f"example; separate sentences with blank lines.", UserWarning, stacklevel=2)
+        log.warning(f"{path} has no blank lines between sentences, so all {len(sentences[0])} tokens form one "
+                      f"example; separate sentences with blank lines.")
     names = conll_column_names(width or 1)
     columns = {name: [[row[i] for row in sentence] for sentence in sentences] for i, name in enumerate(names)}
     return ConllFile(path=path, column_names=names, columns=columns, line_numbers=starts)
