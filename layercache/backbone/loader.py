@@ -56,7 +56,7 @@ class Backbone:
     """A frozen model ready to produce hidden states, with what the manifest must record."""
 
     name: str
-    """The name the user gave (hub id, alias or folder)."""
+    """The name the user gave (hub id or alias), or the absolute path of a local model folder."""
     source: str
     """What ``from_pretrained`` loaded (a hub id or a local folder)."""
     model: torch.nn.Module
@@ -157,6 +157,12 @@ def load_backbone(name: str = DEFAULT_MODEL, *, device: str = "auto", dtype: str
     source = resolve_model_source(name)
     if _looks_like_path(source) and not Path(source).expanduser().is_dir():
         raise ModelLoadError(f"Model folder {source} does not exist; pass a hub id or a folder with config.json.")
+    if source == name and Path(source).expanduser().is_dir():
+        # A local folder is recorded as an absolute path (manifest, run configs), so that verify and
+        # predict find it from any working directory instead of taking "./my-model" for a hub id.
+        # The fingerprint, not the path, is what identifies the model: the configuration hash covers
+        # only the fingerprint, so a cache that recorded a relative path resumes under either form.
+        name = source = str(Path(source).expanduser().resolve())
     torch_device = resolve_device(device)
     torch_dtype = resolve_forward_dtype(dtype, torch_device)
     try:
