@@ -27,8 +27,6 @@ from ..errors import ConfigError, DatasetError
 from ..sources.records import SplitRecords
 
 ENCODE_CHUNK = 1024
-WORD_CHECK_EXAMPLES = 8
-"""Examples at the start of each split whose pre-split words are checked against their sentence."""
 @dataclass(slots=True)
 class EncodedExample:
     """One example ready for the forward pass.
@@ -99,9 +97,8 @@ def _encode_single(tokenizer, records, start, stop, max_length, stride, causal, 
         if (words_mode and len(x) == 0) or (not words_mode and not str(x).strip()):
             raise DatasetError(f"Example {start + i} of the split (source row {records.source_index[start + i]}) "
                                "is empty; leave empty rows out of the records.")
-    if words_mode:
-        if start == 0:
-            check_words_as_text(tokenizer, inputs[:WORD_CHECK_EXAMPLES], prefix, records.source_index)
+    if words_mode:  # every example, not the first few: one-word sentences up front would hide glued words
+        check_words_as_text(tokenizer, inputs, prefix, records.source_index, first=start)
         inputs = [with_word_prefix(words, prefix) for words in inputs]
     enc = tokenizer(inputs, is_split_into_words=words_mode, truncation=True, max_length=max_length,
                     stride=stride or 0, return_overflowing_tokens=True, add_special_tokens=True)

@@ -254,3 +254,16 @@ def test_real_conll_sentences_tokenize_as_text(bpe_models, shared_data, tmp_path
         sentence = tokenizer(" ".join(words_of[int(source)]), add_special_tokens=False)["input_ids"]
         assert content_ids(ids, word_ids) == sentence
     assert np.all(cache.lengths("train") > 0)
+
+
+def test_guard_checks_every_example_not_the_first_few(bpe_models, tmp_path, monkeypatch):
+    """Issue 26: one-word sentences first (which tokenize alike either way) hid glued words further on."""
+    for module in (loader, tokenize):  # a tokenizer whose words lose their space, as before the fix
+        monkeypatch.setattr(module, "word_prefix", lambda tokenizer: "")
+    singles = [f"{word} O" for word in ("Cricket", "London", "Friday", "Leicestershire", "Somerset", "Simmons",
+                                        "Indian", "innings", "runs", "days", "county", "head")]
+    glued = "\n".join(line.split()[0] + " O" for line in CONLL.split("\n\n")[3].splitlines())
+    path = tmp_path / "singles-first.conll"
+    path.write_text("\n\n".join(singles + [glued]) + "\n")
+    result = invoke("extract", bpe_models["llama-bpe"], path, "--out", tmp_path / "cache")
+    assert_refused(result, "joined by spaces", f"source row {len(singles)}")
