@@ -24,9 +24,11 @@ the batch searched for the first non-finite value; a healthy batch pays one chec
 array.
 
 float16 storage clamps instead of overflowing: a cast writes inf for a finite value beyond +-65,504,
-so when the count above finds such values (it looks only when a column's sum of squares allows one,
-so a healthy batch pays nothing more) the batch's stored tokens are clamped in place, turning those
-infs into +-FP16_MAX; pooled vectors are clamped by :func:`~layercache.store.dtypes.to_storage`.
+so it counts the stored values beyond the range: the token states (it looks only when a column's
+sum of squares allows one, so a healthy batch pays nothing more), or with ``--store pooled`` the
+pooled vectors alone (token values that are never stored are not counted). When the count finds
+such values the batch's stored tokens are clamped in place, turning those infs into +-FP16_MAX;
+pooled vectors are clamped by :func:`~layercache.store.dtypes.to_storage`.
 
 ``mean_skip_first`` leaves each example's first stored token out of its mean (a decoder's BOS or
 attention sink, whose states can be thousands of times larger than the rest) unless it is the only
@@ -139,7 +141,12 @@ class StatePacker:
         stat_sumsq = sumsq.cpu().numpy()  # (S, D)
         if not np.isfinite(stat_sumsq).all():  # some value may be NaN or inf (see the module docstring)
             _raise_non_finite(states, index, lengths)
-        overflow = self._overflow(states, index, sumsq)
+        # Count what is stored: the token values, or with pooled vectors only (no ``out``) those vectors,
+        # which are all a pooled cache clamps. A packer with neither (the storage-dtype probe) counts tokens.
+        if out is None and self.pooling:
+            overflow = self._pooled_overflow(pooled)
+        else:
+            overflow = self._overflow(states, index, sumsq)
         if overflow and out is not None:
             out.clamp_(-FP16_MAX, FP16_MAX)  # (S, t, D): the cast's infs become +-FP16_MAX (see the module docstring)
         return PackedStates(pooled={m: to_storage(v, self.storage_dtype) for m, v in pooled.items()},
@@ -171,6 +178,13 @@ class StatePacker:
         if self.storage_dtype != "float16" or not float(sumsq.max()) > FP16_MAX**2:
             return 0
         return sum(int((state.index_select(0, index).abs() > FP16_MAX).sum()) for state in states)
+
+
+    def _pooled_overflow(self, pooled: dict[str, torch.Tensor]) -> int:
+        """Values of the pooled vectors beyond the float16 range (clamped by ``to_storage``)."""
+        if self.storage_dtype != "float16":
+            return 0
+        return sum(int((vectors.abs() > FP16_MAX).sum()) for vectors in pooled.values())
 
 
 def _raise_non_finite(states: list[torch.Tensor], index: torch.Tensor, lengths: torch.Tensor) -> None:

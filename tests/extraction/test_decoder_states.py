@@ -326,3 +326,23 @@ def test_schema_checks_mean_skip_first_and_the_auto_note(tiny_models, tsv, tmp_p
     broken["storage"]["dtype"] = "auto"  # a manifest holds the resolved dtype only
     with pytest.raises(ManifestSchemaError, match="storage.dtype"):
         validate_manifest(broken)
+
+
+def test_pooled_only_packing_counts_the_stored_vectors_not_the_tokens():
+    """Issue 26: with ``--store pooled`` the count covered token values that were never stored."""
+    D, keep = 4, [0, 1]
+    hidden = [torch.ones((2, 3, D)) for _ in range(2)]  # (R, W, D) each
+    hidden[0][0, 0, 1] = 1e5  # the first example's first token: in its "first" vector, a third of it in its mean
+    hidden[1][0, 1, 2] = -7e4  # a middle token: in no stored vector beyond the range (its mean is -23,333)
+    hidden[1][1, 2, 3] = 1e9  # padding: neither stored nor counted
+    examples = [EncodedExample(row=i, windows=[np.arange(n, dtype=np.int32)], take=None, word_ids=None)
+                for i, n in enumerate((3, 2))]
+    index, lengths = token_index(examples, torch.tensor([[1, 1, 1], [1, 1, 0]])), torch.tensor([3, 2])
+    for modes, stored in ((["mean"], 0), (["mean", "first"], 1), (["first", "last"], 1)):
+        packer = StatePacker(2, D, storage_dtype="float16", pooling=modes, device=torch.device("cpu"))
+        packed = packer.pack(hidden, keep, index, lengths, None)
+        assert packed.overflow == stored, modes
+        assert packed.overflow == sum(int((np.abs(v.astype(np.float32)) == FP16_MAX).sum())
+                                      for v in packed.pooled.values())  # every counted value is stored clamped
+    tokens = StatePacker(2, D, storage_dtype="float16", pooling=["mean"], device=torch.device("cpu"))
+    assert tokens.pack(hidden, keep, index, lengths, storage_tensor(5, 2, D, "float16")).overflow == 2
