@@ -11,16 +11,15 @@ from __future__ import annotations
 
 import copy
 import math
-import sys
 import time
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
 import torch
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 
 from ..errors import ConfigError
+from ..progress import progress_bar
 from ..store.feed import Feed
 from .evaluation import evaluate
 from .finite import DivergedError, NonFiniteOutputsError, check_loss, first_non_finite_input
@@ -208,10 +207,9 @@ def train_model(model: HeadModel, train_feed: Feed, val_feed: Feed, config: Trai
     history = TrainHistory(metric=dict(selection.metrics))
     best_state, step = None, 0
     started = time.perf_counter()
-    console = Console(file=sys.stderr)
-    bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                   TextColumn("loss {task.fields[loss]:.4f}"), TextColumn("{task.fields[val]}"),
-                   TimeElapsedColumn(), console=console, disable=not progress)
+    bar = progress_bar(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                       TextColumn("loss {task.fields[loss]:.4f}"), TextColumn("{task.fields[val]}"),
+                       TimeElapsedColumn(), enabled=progress)
     with bar:
         task_id = bar.add_task("epoch 1", total=total, loss=float("nan"), val="")
         for epoch in range(1, config.epochs + 1):
