@@ -15,6 +15,29 @@ from rich.logging import RichHandler
 
 from ..errors import LayercacheError
 
+
+def _flags_show_no_value() -> None:
+    """In ``--help``, show no type after a flag: typer's rich help prints ``--json <bool>`` as if it took a value.
+
+    typer's plain help already leaves it out (``get_help_record``); its rich panel asks
+    ``display_type_rich``, which answers ``<bool>`` for every flag, ``--help`` included.
+    """
+    from typer.core import TyperOption
+
+    original = TyperOption.display_type_rich
+    if getattr(original, "_layercache_flags", False):
+        return
+
+    def display_type_rich(self, ctx):
+        if self.is_flag or self.count:
+            return None
+        return original(self, ctx)
+
+    display_type_rich._layercache_flags = True
+    TyperOption.display_type_rich = display_type_rich
+
+
+_flags_show_no_value()
 app = typer.Typer(
     help="Run a frozen transformer once, cache every layer's states, and learn from the cache.",
     no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,

@@ -8,8 +8,8 @@ from typing import Optional
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
+from ..report.tables import Column, print_fitted
 from . import base
 from .base import app, friendly
 from .choices import choice_help
@@ -134,7 +134,7 @@ def render_leaderboard(result, console: Console) -> None:
                         f"bootstrap resamples it wins; it is kept over its default only from {result.confidence:.0%} "
                         "(--confidence)")
     caption = "\n".join(captions) or None
-    table = Table(*columns, title=title, caption=caption)
+    rows = []
     for rank, row in enumerate(result.leaderboard, start=1):
         seeds = "1*" if row.deterministic else str(len(row.seeds))
         cells = [str(rank), row.candidate, _score(row.validation_mean, row.validation_sd),
@@ -144,8 +144,10 @@ def render_leaderboard(result, console: Console) -> None:
             cells.append(" / ".join(_score(v, None) for v in scores if v is not None))
         if versus:
             cells.append(_versus(row.versus_default))
-        table.add_row(*cells, *([row.note] if notes else []))
-    console.print(table)
+        rows.append([*cells, *([row.note] if notes else [])])
+    # At the console's width: scores whole, the note wrapped, a wide board split into parts naming each candidate.
+    print_fitted(console, [Column(c, key=c in ("#", "candidate"), wrap=c == "note") for c in columns], rows,
+                 title=title, caption=caption)
     if result.ensemble is not None:
         members = ", ".join(m["candidate"] for m in result.ensemble["members"])
         console.print(f"ensemble of {len(result.ensemble['members'])} ({members}): validation "

@@ -7,6 +7,7 @@ from rich.table import Table
 
 from ..core.units import human_bytes
 from ..store.reader import LayerCache
+from .tables import Column, print_fitted
 
 
 def cache_summary(cache: LayerCache) -> dict:
@@ -67,10 +68,37 @@ def render_summary(summary: dict, console: Console) -> None:
     for key, value in rows:
         head.add_row(key, value)
     console.print(head)
+    _render_splits(summary["splits"], console)
+
+
+SPLIT_COLUMNS = (  # header, summary key, justify; the counts that are zero in every split are left out
+    ("split", None, "left"), ("examples", None, "right"), ("tokens", "tokens", "right"),
+    ("truncated", "truncated", "right"), ("skipped", "skipped_empty", "right"), ("windowed", "windowed", "right"),
+    ("shards", "shards", "right"), ("size", None, "right"), ("complete", None, "left"),
+)
+OPTIONAL_COUNTS = {"truncated": "truncated", "skipped": "skipped (empty text)", "windowed": "windowed"}
+
+
+def _render_splits(splits: dict, console: Console) -> None:
+    """One row per split; a count column that is 0 in every split becomes a line under the table instead."""
     # "skipped": source rows left out because their text was empty (they have no states to cache).
-    table = Table("split", "examples", "tokens", "truncated", "skipped", "windowed", "shards", "size", "complete")
-    for name, s in summary["splits"].items():
-        written = f"{s['written']:,}" if s["written"] == s["examples"] else f"{s['written']:,}/{s['examples']:,}"
-        table.add_row(name, written, f"{s['tokens']:,}", f"{s['truncated']:,}", f"{s['skipped_empty']:,}",
-                      f"{s['windowed']:,}", str(s["shards"]), human_bytes(s["bytes"]), "yes" if s["complete"] else "no")
-    console.print(table)
+    shown, zero = [], []
+    for header, key, justify in SPLIT_COLUMNS:
+        if header in OPTIONAL_COUNTS and not any(s[key] for s in splits.values()):
+            zero.append(OPTIONAL_COUNTS[header])
+            continue
+        shown.append((header, key, justify))
+    rows = []
+    for name, s in splits.items():
+        cells = {"split": name, "size": human_bytes(s["bytes"]), "complete": "yes" if s["complete"] else "no",
+                 "examples": f"{s['written']:,}" if s["written"] == s["examples"]
+                             else f"{s['written']:,}/{s['examples']:,}",
+                 "shards": str(s["shards"])}
+        rows.append([cells.get(header) or f"{s[key]:,}" for header, key, _ in shown])
+    print_fitted(console, [Column(h, justify=j, key=h == "split") for h, _, j in shown], rows)
+    if zero:
+        console.print(f"No example {_join(zero)} in any split.", style="dim")
+
+
+def _join(words: list[str]) -> str:
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " or " + words[-1]

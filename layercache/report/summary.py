@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from rich.console import Console
-from rich.table import Table
 
 from .probing import ProbeReport
+from .tables import Column, print_fitted
 
 
 def _fmt(value, digits: int = 3) -> str:
@@ -32,26 +32,37 @@ def summary_rows(report: ProbeReport) -> tuple[list[str], list[list[str]]]:
     return header, rows
 
 
+SUMMARY_COLUMNS = {  # how the terminal shows each summary column: the task names its row
+    "task": Column("task", key=True), "kind": Column("kind"), "best layer": Column("best layer"),
+    "selectivity": Column("selectivity", justify="right"), "E_Δ (cumulative)": Column("E_Δ (cumulative)", "right"),
+    "E_s (mix weights)": Column("E_s (mix weights)", "right"),
+    "mean prediction depth": Column("mean prediction depth", "right"),
+}
+
+
 def render_probe_summary(report: ProbeReport, console: Console) -> None:
-    """Print the score and selectivity of every task by layer (best bold), then the summary table."""
+    """Print the score and selectivity of every task by layer (best bold), then the summary table.
+
+    Both fit the console's width (:func:`~.tables.fitted_tables`): headers wrap and a table too wide
+    is split into parts that repeat the task, so no score or layer name is cut.
+    """
     names = report.layer_names
     split = report.meta["eval_split"] or "validation"
-    table = Table("task", "", *[n.removeprefix("layer_") for n in names],
-                  title=f"probe score by layer on {split} (control task: selectivity = score - control)",
-                  title_justify="left")
+    by_layer = [Column("task", key=True), Column("metric", key=True),
+                *[Column(n.removeprefix("layer_"), justify="right") for n in names]]
+    rows = []
     for task, t in report.tasks.items():
         scores = t["probe"]["eval"] if t["probe"].get("eval") is not None else t["probe"]["validation"]
         best = t["probe"]["best_index"]
         cells = [f"[bold green]{_fmt(v)}[/]" if i == best else _fmt(v) for i, v in enumerate(scores)]
-        table.add_row(task, t["metric"], *cells)
+        rows.append([task, t["metric"], *cells])
         if "control" in t:
-            table.add_row("", "selectivity", *[_fmt(v) for v in t["control"]["selectivity"]])
-    console.print(table)
+            rows.append(["", "selectivity", *[_fmt(v) for v in t["control"]["selectivity"]]])
+    print_fitted(console, by_layer, rows, title=f"probe score by layer on {split} (control task: selectivity = "
+                                              "score - control)", title_justify="left")
     header, rows = summary_rows(report)
-    summary = Table(*header, title="summary", title_justify="left")
-    for row in rows:
-        summary.add_row(*row)
-    console.print(summary)
+    print_fitted(console, [SUMMARY_COLUMNS.get(h, Column(h)) for h in header], rows, title="summary",
+                 title_justify="left")
     if report.token_depth is not None:
         td = report.token_depth
         console.print(f"act depth per token ({td['split']}): mean {td['mean']:.2f} over {td['n_tokens']:,} tokens; "
