@@ -51,3 +51,7 @@ class NonFiniteStatesError(LayercacheError):
 
 class UnsafePathError(LayercacheError):
     """A path layercache would write, rename or delete leads through a link, or is a FIFO, device or folder."""
+
+
+class OutputWriteError(LayercacheError, OSError):
+    """A file layercache writes outside a cache (predictions, a live bundle) cannot be written where it was asked."""

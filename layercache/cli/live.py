@@ -7,61 +7,81 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+from typer.core import TyperCommand
 
 from . import base
 from .base import app, friendly
 from .threads import apply_threads, threads_option
 
 
-@app.command("predict")
+class _TextsAfterDashes(TyperCommand):
+    """A command that counts the arguments after ``--``: ``predict`` takes them as texts, whatever they look like."""
+
+    def parse_args(self, ctx, args: list[str]) -> list[str]:
+        """Count the arguments after the first ``--``, then parse as usual."""
+        ctx.meta[LITERAL_KEY] = len(args) - args.index("--") - 1 if "--" in args else 0
+        return super().parse_args(ctx, args)
+
+
+LITERAL_KEY = "layercache.literal_texts"
+
+
+@app.command("predict", cls=_TextsAfterDashes)
 @friendly
 def predict(
+    ctx: typer.Context,
     args: list[str] = typer.Argument(
-        ..., help="Run folders (written by train-head), then the texts to predict; the first argument that is not "
-                  "a run folder starts the texts.", metavar="RUN [RUN ...] [TEXT ...]"),
+        ..., help="Run folders (written by train-head), then the texts to predict. The first argument that is not a "
+                  "run folder starts the texts; an argument that looks like a path (it contains / or names something "
+                  "on disk) and is not a run folder is refused: pass such a text with --text or after --.",
+        metavar="RUN [RUN ...] [TEXT ...]"),
+    text: Optional[list[str]] = typer.Option(
+        None, "--text", "-t", help="A text to predict, taken literally (even one that looks like a path); "
+                                   "repeatable. Texts come in the order: arguments, --text, --file."),
     file: Optional[Path] = typer.Option(
         None, "--file", "-f", help="Texts to predict: one per line, or a .jsonl file with one object per line."),
     text_field: str = typer.Option("text", "--text-field", help="The field holding the text in a .jsonl file."),
     out: Optional[Path] = typer.Option(
-        None, "--out", "-o", help="Write one JSON object per text to this file instead of printing a table."),
+        None, "--out", "-o", help="Write one JSON object per text to this file instead of printing a table "
+                                  "(written whole at the end; never an input file, a link or a FIFO)."),
     backbone: Optional[str] = typer.Option(
         None, "--backbone", help="Backbone to load (hub id or folder).", show_default="the one the runs record"),
     batch_size: int = typer.Option(32, "--batch-size", help="Texts per forward pass (sorted by length)."),
     device: str = typer.Option("auto", "--device", help="cpu, cuda, cuda:N or auto."),
+    allow_pickle: bool = typer.Option(
+        False, "--allow-pickle", help="Load a backbone that has only pickle weights (pytorch_model.bin), which can "
+                                      "run code when loaded: only for a source you trust (as extract's)."),
     threads: str = threads_option(),
 ):
     """Predict with trained runs on raw text: one backbone forward pass per batch serves every run."""
     apply_threads(threads)
-    from ..live.inputs import read_inputs
     from ..live.predict import predict_texts, split_runs
 
-    runs, texts = split_runs(args)
-    if file is not None:
-        texts = [*texts, *read_inputs(file, text_field)]
-    show = file is not None and base.err_console.is_terminal
-    result = predict_texts(runs, texts, backbone=backbone, device=device, batch_size=batch_size, progress=show)
+    runs, texts = split_runs(args, literal=ctx.meta.get(LITERAL_KEY, 0))
+    result = predict_texts(runs, [*texts, *(text or [])], file=file, text_field=text_field, out=out,
+                           backbone=backbone, device=device, batch_size=batch_size, allow_pickle=allow_pickle,
+                           progress=file is not None)
     if out is not None:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        with out.open("w", encoding="utf-8") as fh:
-            for row in result.rows():
-                fh.write(json.dumps(row, ensure_ascii=False) + "\n")
         base.out_console.print(f"Predictions written: [bold]{out}[/] ({len(result.texts)} texts)", soft_wrap=True)
         return
     render_predictions(result, base.out_console)
 
 
 def render_predictions(result, console) -> None:
-    """A table: each text, then each head's prediction (label and probability, tags, or value) per task."""
-    from rich.table import Table
+    """A table: each text, then each head's prediction (label and probability, tags, or value) per task.
 
-    table = Table(title="Predictions", show_lines=False)
-    table.add_column("text", overflow="fold")
+    At the console's width (:func:`~layercache.report.tables.print_fitted`): texts and tags wrap, labels
+    and scores stay whole, and many heads split the table into parts that repeat the text.
+    """
+    from ..report.tables import Column, print_fitted
+
     columns = result.columns()
+    header = [Column("text", key=True, wrap=True, min_width=24)]
     for head, task in columns:
-        table.add_column(head if head == task else f"{head}: {task}", overflow="fold")
-    for row in result.rows():
-        table.add_row(row["text"], *(_cell(row[head][task]) for head, task in columns))
-    console.print(table)
+        token = any(p.task.kind == "token" for h in result.heads if h.name == head for p in h.tasks.values())
+        header.append(Column(head if head == task else f"{head}: {task}", wrap=token))
+    rows = [[row["text"], *(_cell(row[head][task]) for head, task in columns)] for row in result.rows()]
+    print_fitted(console, header, rows, title="Predictions")
 
 
 def _cell(entry: dict) -> str:
@@ -86,34 +106,28 @@ def verify(
         None, "--dtype", help="Forward dtype: float32, bfloat16 or float16.", show_default="the one extraction used"),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
     device: str = typer.Option("auto", "--device", help="cpu, cuda, cuda:N or auto."),
+    allow_pickle: bool = typer.Option(
+        False, "--allow-pickle", help="Load a backbone that has only pickle weights (pytorch_model.bin), which can "
+                                      "run code when loaded: only for a source you trust (as extract's)."),
     threads: str = threads_option(),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
 ):
     """Re-run the cache's backbone on sampled examples and compare with the stored states (exit 1 on a mismatch)."""
     apply_threads(threads)
-    import sys
-
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
     from ..errors import CacheMismatchError
     from ..live.verify import load_cache_backbone, verify_cache
+    from ..progress import counting_progress
     from ..store.reader import LayerCache
 
-    bar = Progress(TextColumn("[bold]verifying"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                   console=Console(file=sys.stderr), disable=quiet or as_json or not base.err_console.is_terminal,
-                   transient=True)
-    task = bar.add_task("verify", total=None)
     with LayerCache.open(cache) as handle:
         try:
-            backbone = load_cache_backbone(handle, device=device, dtype=dtype)
+            backbone = load_cache_backbone(handle, device=device, dtype=dtype, allow_pickle=allow_pickle)
         except CacheMismatchError as err:  # the cache is not its model's: a failed check, not a usage error
             base.err_console.print(f"[bold red]Verification failed:[/] {err}", highlight=False, soft_wrap=True)
             raise typer.Exit(EXIT_MISMATCH) from None
-        with bar:
+        with counting_progress("verifying", not (quiet or as_json)) as (advance, set_total):
             result = verify_cache(handle, sample=sample, seed=seed, split=split, backbone=backbone,
-                                  progress=lambda n: bar.advance(task, n),
-                                  total=lambda n: bar.update(task, total=n))
+                                  progress=advance, total=set_total)
         if run is not None:
             from ..live.parity import parity
             from ..live.verify import sample_rows
@@ -137,20 +151,28 @@ EXIT_MISMATCH = 1
 
 
 def render_verify(result, console) -> None:
-    """A table per compared kind (token states, pooled vectors): each state's differences and verdict."""
-    from rich.table import Table
+    """A table per compared kind (token states, pooled vectors): each state's differences and verdict.
+
+    Then the values clamped to the float16 range, the run's parity (``--run``) and the verdict.
+    """
+    from ..report.tables import Column, print_fitted
 
     kinds = list(dict.fromkeys(r.what for r in result.rows))
     examples = ", ".join(f"{k} {v}" for k, v in result.examples.items())
+    clamps = any(r.clamped for r in result.rows)
+    columns = [Column("state", key=True), *(Column(c, justify="right") for c in (
+        "max |diff|", "mean |diff|", "max / rms", "mean / rms", "worst / tolerance", *(["clamped"] if clamps else []),
+        "verdict"))]
     for what in kinds:
-        table = Table(title=f"{what}: {result.model}, {result.storage_dtype} on disk, {result.forward_dtype} "
-                            f"forward on {result.device} ({examples} examples)")
-        for column in ("state", "max |diff|", "mean |diff|", "max / rms", "mean / rms", "worst / tolerance", ""):
-            table.add_column(column, justify="left" if column == "state" else "right")
-        for r in (r for r in result.rows if r.what == what):
-            table.add_row(r.state, f"{r.max_abs:.3g}", f"{r.mean_abs:.3g}", f"{r.max_rel:.2e}", f"{r.mean_rel:.2e}",
-                          f"{r.worst:.3g}", "[green]ok[/]" if r.passed else "[bold red]FAIL[/]")
-        console.print(table)
+        rows = [[r.state, f"{r.max_abs:.3g}", f"{r.mean_abs:.3g}", f"{r.max_rel:.2e}", f"{r.mean_rel:.2e}",
+                 f"{r.worst:.3g}", *([f"{r.clamped:,}"] if clamps else []),
+                 "[green]ok[/]" if r.passed else "[bold red]FAIL[/]"] for r in result.rows if r.what == what]
+        print_fitted(console, columns, rows, title=f"{what}: {result.model}, {result.storage_dtype} on disk, "
+                                                   f"{result.forward_dtype} forward on {result.device} ({examples} "
+                                                   "examples)")
+    clamping = result.clamping()
+    if clamping:
+        console.print(clamping, style="yellow" if result.clamped else None, soft_wrap=True)
     if result.parity is not None:
         p = result.parity
         console.print(f"Parity of {p['run']} on {p['split']} ({p['examples']} examples), cache vs live: "

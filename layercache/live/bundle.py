@@ -31,15 +31,18 @@ import numpy as np
 import torch
 
 from ..backbone.loader import Backbone, load_backbone, weight_files, wrap_backbone
+from ..core.confine import OwnedFolder, lstat_or_none
 from ..core.files import write_text_atomic
 from ..errors import CacheMismatchError, ConfigError
 from ..extraction.forward import pad_windows, token_index
 from ..heads.estimator import LayerHead
+from ..heads.persistence import CONFIG_FILE, WEIGHTS_FILE
 from ..heads.provenance import short_digest
 from ..store.batches import consecutive_starts, padded_positions
 from .forward import PartialForward
 from .head import LiveHead, text_settings
 from .inputs import Input, as_records, encode_inputs
+from .outputs import bundle_folder, unwritable
 from .results import BundlePredictions, HeadPredictions
 
 BUNDLE_FILE = "live_bundle.json"
@@ -156,13 +159,26 @@ class LiveBundle:
                           for i, h in enumerate(self.heads)]}
 
     def save_pretrained(self, folder: RunPath) -> Path:
-        """Write the bundle to ``folder``: ``live_bundle.json`` and one run folder (JSON + safetensors) per head."""
-        folder = Path(folder)
+        """Write the bundle to ``folder``: ``live_bundle.json`` and one run folder (JSON + safetensors) per head.
+
+        Everything is written below ``folder`` only (:func:`~.outputs.bundle_folder`): a symbolic
+        link, a FIFO or another special file where a folder or file of the bundle goes is refused
+        before anything is written, and ``live_bundle.json`` is replaced atomically, last.
+        """
+        owned = bundle_folder(folder)
         config = self.describe()
-        for live, entry in zip(self.heads, config["heads"]):
-            live.head.save(folder / entry["folder"])
-        write_text_atomic(folder / BUNDLE_FILE, json.dumps(config, indent=2) + "\n")
-        return folder
+        places = [entry["folder"].split("/") for entry in config["heads"]]
+        _check_places(owned, places)
+        try:
+            for live, parts in zip(self.heads, places):
+                run = owned.folder(*parts, create=True)
+                for name in (CONFIG_FILE, WEIGHTS_FILE):
+                    owned.file(*parts, name)
+                live.head.save(run)
+            write_text_atomic(owned.file(BUNDLE_FILE), json.dumps(config, indent=2) + "\n")
+        except OSError as err:
+            raise unwritable("The bundle folder", folder, err) from None
+        return Path(folder)
 
     @classmethod
     def from_pretrained(cls, folder: RunPath, *, device: str = "auto", dtype: str = "auto",
@@ -181,6 +197,19 @@ class LiveBundle:
         runs = [(h["name"], Path(folder) / h["folder"], LayerHead.load(Path(folder) / h["folder"]))
                 for h in config["heads"]]
         return cls._bind(backbone, runs, {"max_length": config["max_length"], "stride": config["stride"]})
+
+
+def _check_places(owned: OwnedFolder, places: list[list[str]]) -> None:
+    """Refuse a link or special file anywhere the bundle will write, before the first byte is written."""
+    for parts in places:
+        for depth in range(1, len(parts) + 1):
+            if lstat_or_none(owned.path(*parts[:depth])) is None:
+                break  # made afresh, below real folders
+            owned.folder(*parts[:depth])
+        else:
+            for name in (CONFIG_FILE, WEIGHTS_FILE):
+                owned.file(*parts, name)
+    owned.file(BUNDLE_FILE)
 
 
 def attach(model: torch.nn.Module, tokenizer, runs: Sequence[RunPath], *, name: str | None = None) -> LiveBundle:

@@ -72,12 +72,13 @@ class ParityResult:
 
 def parity(run: str | os.PathLike, cache: str | os.PathLike | LayerCache | None = None, split: str = "test", *,
            rows: Sequence[int] | None = None, backbone: Backbone | None = None, device: str = "auto",
-           batch_size: int = 32) -> ParityResult:
+           batch_size: int = 32, allow_pickle: bool = False) -> ParityResult:
     """Agreement of ``run``'s predictions on ``split`` of ``cache``: from the stored states vs the live bundle.
 
     ``rows``: the cache rows to compare (default: the whole split); ``backbone``: one already loaded
     (default: the cache's, loaded by its manifest and checked against its fingerprints). The run
     must have been trained on a cache of the same backbone (refused otherwise, as ``eval`` does).
+    ``allow_pickle`` loads a backbone that has only pickle weights, as ``extract --allow-pickle`` did.
     """
     owned = not isinstance(cache, LayerCache)
     handle = LayerCache.open(cache) if owned else cache
@@ -86,7 +87,7 @@ def parity(run: str | os.PathLike, cache: str | os.PathLike | LayerCache | None 
         handle.require_split(split)
         cached = head.predict(handle, split)  # refuses a cache from another backbone
         if backbone is None:
-            backbone = load_cache_backbone(handle, device=device)
+            backbone = load_cache_backbone(handle, device=device, allow_pickle=allow_pickle)
         else:
             check_backbone(handle, backbone)
         live = LiveHead.bind(head, backbone.layer_names, Path(run).name or "head", run)

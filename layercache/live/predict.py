@@ -1,51 +1,156 @@
-"""``predict_texts``: the library call behind ``layercache predict``, runs and texts in, predictions out."""
+"""``predict_texts``: the library call behind ``layercache predict``, runs and texts in, predictions out.
+
+**Which argument is a run and which a text.** ``layercache predict RUN [RUN ...] TEXT ...`` takes run
+folders first: the leading arguments that are run folders (a folder with ``config.json`` and
+``weights.safetensors``) are the runs, and the first that is not starts the texts. A mistyped run
+folder must not become a text, so every other argument that *looks like a path* is refused in one
+sentence saying what it is (missing, a cache folder, a file, a run folder after the texts) and how
+to pass it as text. An argument looks like a path when it contains a path separator or names
+something that exists on disk. ``--text`` (repeatable) and anything after ``--`` are always texts,
+so ``and/or`` or a word that happens to name a file in the working folder can still be predicted.
+
+A text is never stat-ed when no file could have its name (a component longer than 255 bytes, a
+whole longer than 4096, a NUL byte), and any other ``OSError`` of the look-up means "not on disk":
+a long text is a text, not "File name too long".
+"""
 
 from __future__ import annotations
 
+import json
 import os
-import sys
+import shlex
+import stat
 from collections.abc import Sequence
 from pathlib import Path
 
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
+from ..core.confine import NAME_MAX, kind_of
 from ..errors import ConfigError
+from ..progress import counting_progress
 from .bundle import LiveBundle
-from .inputs import Input
+from .inputs import Input, read_inputs
+from .outputs import check_output_file, write_lines
 from .results import BundlePredictions
+
+PATH_MAX = 4096
+"""Longest path, in bytes, Linux resolves; a longer argument is a text without asking the disk."""
+RUN_FILES = ("config.json", "weights.safetensors")
+
+
+def _lstat(arg: str | os.PathLike) -> os.stat_result | None:
+    """``os.lstat(arg)``, or None when nothing is there or ``arg`` cannot name a file (never raises)."""
+    name = os.fsencode(arg)
+    if not name or b"\0" in name or len(name) > PATH_MAX or any(len(part) > NAME_MAX for part in name.split(b"/")):
+        return None
+    try:
+        return os.lstat(name)
+    except (OSError, ValueError):
+        return None
 
 
 def is_run_folder(path: str | os.PathLike) -> bool:
-    """Whether ``path`` is a folder `layercache train-head` wrote (it has config.json and weights)."""
-    folder = Path(path)
-    return (folder / "config.json").is_file() and (folder / "weights.safetensors").is_file()
+    """Whether ``path`` is a folder `layercache train-head` wrote (it has config.json and weights); never raises."""
+    if _lstat(path) is None:
+        return False
+    try:
+        return all(Path(path, name).is_file() for name in RUN_FILES)
+    except OSError:  # a loop of links, no permission to look
+        return False
 
 
-def split_runs(args: Sequence[str]) -> tuple[list[str], list[str]]:
-    """``RUN [RUN ...] TEXT ...`` -> (runs, texts): the leading arguments that are run folders, then the rest."""
+def looks_like_path(arg: str) -> bool:
+    """Whether ``arg`` contains a path separator or names something on disk (see the module docstring)."""
+    return any(sep and sep in arg for sep in ("/", os.sep, os.altsep)) or _lstat(arg) is not None
+
+
+def path_argument_problem(arg: str) -> str | None:
+    """Why ``arg``, given where a text is expected, is refused (it looks like a path); None for a text."""
+    if not looks_like_path(arg):
+        return None
+    quoted = shlex.quote(arg)
+    as_text = f"to predict it as a text, pass --text {quoted} or put it after `--`"
+    if is_run_folder(arg):
+        return (f"{arg} is a run folder given after the first text; put every run folder before the texts "
+                f"(or, {as_text}).")
+    st = _lstat(arg)
+    if st is None:
+        return (f"{arg} looks like a path (it contains a path separator) but nothing is there, so it is not a run "
+                f"folder; check the run folder's name, or {as_text}.")
+    if stat.S_ISLNK(st.st_mode):
+        try:
+            st = os.stat(arg)
+        except OSError:
+            return f"{arg} is a broken symbolic link, not a run folder; fix the link, or {as_text}."
+    if stat.S_ISDIR(st.st_mode):
+        if _lstat(os.path.join(arg, "manifest.json")) is not None:
+            return (f"{arg} is a cache folder, not a run folder: train a head on it (`layercache train-head "
+                    f"{quoted}`) and pass the run folder it writes; or, {as_text}.")
+        return (f"{arg} is a folder but not a run folder (it has no {' and '.join(RUN_FILES)}); pass a folder "
+                f"`layercache train-head` wrote, or, {as_text}.")
+    if stat.S_ISREG(st.st_mode):
+        return (f"{arg} is a file, not a run folder; to predict its lines pass --file {quoted}; {as_text}.")
+    return f"{arg} is {kind_of(st)}, not a run folder; {as_text}."
+
+
+def split_runs(args: Sequence[str], literal: int = 0) -> tuple[list[str], list[str]]:
+    """``RUN [RUN ...] TEXT ...`` -> (runs, texts), by the rule of the module docstring.
+
+    ``literal``: how many of the last arguments are texts whatever they look like (those after
+    ``--``). Raises :class:`~layercache.errors.ConfigError` for an argument that looks like a path
+    and is not a run folder, and when no run folder leads.
+    """
+    args = [os.fspath(a) for a in args]
+    literal = max(0, min(literal, len(args)))
+    head, tail = args[:len(args) - literal], args[len(args) - literal:]
     n = 0
-    while n < len(args) and is_run_folder(args[n]):
+    while n < len(head) and is_run_folder(head[n]):
         n += 1
+    for arg in head[n:]:
+        problem = path_argument_problem(arg)
+        if problem is not None:
+            raise ConfigError(problem)
     if n == 0:
         first = args[0] if args else None
         where = f"{first!r} is not a run folder" if first else "no run folder was given"
         raise ConfigError(f"Nothing to predict with: {where}; start with the run folders `layercache train-head` "
                           "wrote, then the texts.")
-    return list(args[:n]), list(args[n:])
+    return head[:n], [*head[n:], *tail]
 
 
-def predict_texts(runs: Sequence[str | os.PathLike], texts: Sequence[Input], *, backbone: str | None = None,
-                  device: str = "auto", batch_size: int = 32, progress: bool = False) -> BundlePredictions:
-    """Load ``runs`` with their backbone (or ``backbone``) and predict ``texts``, batched by length.
+def run_files(runs: Sequence[str | os.PathLike]) -> list[Path]:
+    """The files a bundle of ``runs`` reads (each run's config and weights)."""
+    return [Path(run, name) for run in runs for name in RUN_FILES]
 
-    ``progress``: a bar on stderr, advanced as each batch finishes.
+
+def predict_texts(runs: Sequence[str | os.PathLike], texts: Sequence[Input] = (), *,
+                  file: str | os.PathLike | None = None, text_field: str = "text",
+                  out: str | os.PathLike | None = None, backbone: str | None = None, device: str = "auto",
+                  batch_size: int = 32, allow_pickle: bool = False, progress: bool = False) -> BundlePredictions:
+    """Load ``runs`` with their backbone (or ``backbone``) and predict ``texts`` (then ``file``'s), batched by length.
+
+    Args:
+        file: more texts, one per line or the ``text_field`` of each line of a ``.jsonl`` file.
+        out: write one JSON object per text there (see :mod:`.outputs`): checked before anything is
+            read (refused when it is the input file or a run's file, a link, a FIFO, or cannot be
+            written), written atomically after.
+        allow_pickle: load a backbone that has only pickle weights, as ``extract --allow-pickle`` did.
+        progress: a bar on stderr (in a terminal), advanced as each batch finishes.
     """
+    target = None
+    if out is not None:
+        target = check_output_file(out, [*([file] if file is not None else []), *run_files(runs)])
+    texts = list(texts)
+    if file is not None:
+        texts += read_inputs(file, text_field)
     if not texts:
         raise ConfigError("Nothing to predict: give texts after the run folders, or --file with one text per line.")
-    bundle = LiveBundle.from_runs(runs, backbone, device=device)
-    bar = Progress(TextColumn("[bold]predicting"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                   console=Console(file=sys.stderr), disable=not progress, transient=True)
-    with bar:
-        task = bar.add_task("predict", total=len(texts))
-        return bundle.predict(texts, batch_size=batch_size, progress=lambda n: bar.advance(task, n))
+    bundle = LiveBundle.from_runs(runs, backbone, device=device, allow_pickle=allow_pickle)
+    with counting_progress("predicting", progress, total=len(texts)) as (advance, _):
+        result = bundle.predict(texts, batch_size=batch_size, progress=advance)
+    if target is not None:
+        write_jsonl(result, target)
+    return result
+
+
+def write_jsonl(result: BundlePredictions, path: str | os.PathLike) -> Path:
+    """Write ``result.rows()`` to ``path``, one JSON object per line, atomically (see :func:`.outputs.write_lines`)."""
+    return write_lines(path, [json.dumps(row, ensure_ascii=False) + "\n" for row in result.rows()])

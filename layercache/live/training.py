@@ -70,18 +70,19 @@ class LiveLayerHead(LayerHead):
 
 
 def train_head_live(cache: str | os.PathLike | LayerCache | None = None, mixer: str = "adaptive", *,
-                    backbone: Backbone | None = None, **kwargs) -> TrainResult:
+                    backbone: Backbone | None = None, allow_pickle: bool = False, **kwargs) -> TrainResult:
     """:func:`~layercache.heads.runs.train_head` with the backbone in the loop (see the module docstring).
 
     ``backbone``: one already loaded (checked against the cache's fingerprints); default: the
-    model the manifest names, on ``device``. Everything else is as for ``train_head``; a head on
+    model the manifest names, on ``device`` (``allow_pickle``: one that has only pickle weights, as
+    ``extract --allow-pickle`` loaded it). Everything else is as for ``train_head``; a head on
     the cache's pooled vectors gets them pooled live, as extraction pooled them.
     """
     owned = not isinstance(cache, LayerCache)
     handle = LayerCache.open(cache) if owned else cache
     try:
         if backbone is None:
-            backbone = load_cache_backbone(handle, device=kwargs.get("device") or "auto")
+            backbone = load_cache_backbone(handle, device=kwargs.get("device") or "auto", allow_pickle=allow_pickle)
         else:
             check_backbone(handle, backbone)
 

@@ -32,6 +32,13 @@ bfloat16 one to ~8e-3, a float32 one to float32 noise. Values beyond the float16
 after the clamp extraction applies. A state of another model revision, tokenizer or forward
 dtype differs by a sizeable fraction of its rms and fails by orders of magnitude.
 
+**Clamping.** float16 cannot hold values beyond ±65,504 (a large decoder's massive activations), and
+extraction stores such a value as ±65,504, counting it in the manifest. So in a float16 cache the
+fresh values are clamped the same way before the comparison, and the result says how many were
+(:attr:`VerifyResult.clamped`, per state :attr:`StateDiff.clamped`): a clamped value matches its
+stored one whatever the model computed beyond the limit, so a large count means a large share of
+those states was never compared; ``--storage-dtype bfloat16`` keeps them.
+
 Checksums are not read here: ``verify`` answers whether the *values* are those of the backbone,
 so a shard edited after extraction fails on the states it changed (the failure sentence points to
 ``layercache info --check``, which tells an edited shard from a changed model).
@@ -91,6 +98,8 @@ class StateDiff:
     worst_at: dict = field(default_factory=dict)
     """Where ``worst`` is: split, cache row, source row, token."""
     values: int = 0
+    clamped: int = 0
+    """Fresh values beyond the float16 range, clamped to ±65,504 before the comparison (float16 caches only)."""
 
     @property
     def passed(self) -> bool:
@@ -115,6 +124,24 @@ class VerifyResult:
     """One sentence naming the first failing state, where, the likely cause and the fix; None when passed."""
     parity: dict | None = None
     """Set by the CLI's ``--run``: :func:`~layercache.live.parity.parity` of that run."""
+    clamped: int = 0
+    """Fresh values beyond the float16 range, clamped to ±65,504 before the comparison as extraction stored them
+    (float16 caches only; the sum of the rows' ``clamped``)."""
+    compared: int = 0
+    """Values compared in all (the sum of the rows' ``values``)."""
+    overflow_at_extraction: int = 0
+    """Values extraction clamped over the whole cache (the manifest's count)."""
+
+    def clamping(self) -> str | None:
+        """One sentence on the values clamped to the float16 range; None when the storage is not float16."""
+        if self.storage_dtype != "float16":
+            return None
+        if not self.clamped:
+            return "No fresh value was beyond the float16 range (±65,504), so none was clamped."
+        return (f"{self.clamped:,} of {self.compared:,} fresh values ({self.clamped / max(1, self.compared):.2%}) "
+                "were beyond the float16 range and clamped to ±65,504 before the comparison, as extraction stored "
+                f"them ({self.overflow_at_extraction:,} in the whole cache); beyond the limit the cache holds no "
+                "value to compare: re-extract with --storage-dtype bfloat16 to keep them.")
 
     @property
     def passed(self) -> bool:
@@ -125,6 +152,7 @@ class VerifyResult:
         """Plain JSON values, ``passed`` included."""
         out = asdict(self)
         out["passed"] = self.passed
+        out["clamping"] = self.clamping()
         for row, diff in zip(out["rows"], self.rows):
             row["passed"] = diff.passed
         return out
@@ -196,6 +224,7 @@ def verify_cache(cache: str | os.PathLike | LayerCache | None = None, *, sample:
         split: check only this split (default: every split).
         device, dtype: the forward pass (default dtype: the one the manifest records).
         backbone: a backbone already loaded (its fingerprints are checked); default: the manifest's.
+        allow_pickle: load a backbone that has only pickle weights, as ``extract --allow-pickle`` did.
         progress: called with the number of examples of each finished batch; ``total`` first, with
             how many there are.
 
@@ -236,7 +265,13 @@ def _verify(cache, sample, seed, split, device, dtype, backbone, allow_pickle, p
         for start in range(0, len(rows[name]), BATCH_EXAMPLES):
             batch = rows[name][start:start + BATCH_EXAMPLES]
             fresh_tokens, fresh_pooled, lengths = _fresh(cache, name, batch, backbone, keep)
-            if storage == "float16":  # extraction clamps what float16 cannot hold
+            if storage == "float16":  # extraction clamps what float16 cannot hold, and so does the comparison
+                if cache.stores_tokens:
+                    for j, state in enumerate(names):
+                        acc["tokens", state].diff.clamped += _beyond_fp16(fresh_tokens[:, j])
+                for mode in m.pooling:
+                    for j, state in enumerate(names):
+                        acc[f"pooled:{mode}", state].diff.clamped += _beyond_fp16(fresh_pooled[mode][:, j])
                 fresh_tokens = fresh_tokens.clamp(-FP16_MAX, FP16_MAX)
                 fresh_pooled = {k: v.clamp(-FP16_MAX, FP16_MAX) for k, v in fresh_pooled.items()}
             source = cache.example_index(name)[batch]  # (b,) source rows, for the failure sentence
@@ -259,7 +294,14 @@ def _verify(cache, sample, seed, split, device, dtype, backbone, allow_pickle, p
     failure = None if worst is None or worst.passed else _failure(worst, storage, forward, m)
     return VerifyResult(cache=str(cache.path), model=m.model.name, storage_dtype=storage, forward_dtype=forward,
                         device=str(backbone.device), examples={k: len(v) for k, v in rows.items()}, rows=diffs,
-                        seconds=time.perf_counter() - started, failure=failure)
+                        seconds=time.perf_counter() - started, failure=failure,
+                        clamped=sum(d.clamped for d in diffs), compared=sum(d.values for d in diffs),
+                        overflow_at_extraction=int(m.extraction.overflow or 0))
+
+
+def _beyond_fp16(values: torch.Tensor) -> int:
+    """How many of ``values`` float16 cannot hold (beyond ±65,504, or infinite)."""
+    return int((values.abs() > FP16_MAX).sum())
 
 
 @torch.inference_mode()

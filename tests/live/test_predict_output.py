@@ -1,0 +1,219 @@
+"""Where ``predict --out`` and ``LiveBundle.save_pretrained`` write: never an input, never through a link, never a FIFO.
+
+Each hostile case plants something in a sandbox (a folder of the test's own) and asserts that
+nothing outside the place layercache was asked to write changed: every file's bytes, every
+link's target and every entry's kind are compared before and after.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import os
+import signal
+import stat
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from cli_support import assert_refused, invoke
+
+from layercache.errors import LayercacheError
+from layercache.live import LiveBundle
+
+TEXTS = ["the film was not good", "a fine day in the park"]
+
+
+def snapshot(root: Path) -> dict[str, tuple]:
+    """Every entry under ``root``: its kind and its bytes' digest (files) or target (links), never following a link."""
+    out = {}
+    for folder, dirs, files in os.walk(root):
+        for name in dirs + files:
+            path = Path(folder, name)
+            st = os.lstat(path)
+            if stat.S_ISLNK(st.st_mode):
+                out[str(path.relative_to(root))] = ("link", os.readlink(path))
+            elif stat.S_ISREG(st.st_mode):
+                out[str(path.relative_to(root))] = ("file", hashlib.sha256(path.read_bytes()).hexdigest())
+            else:
+                out[str(path.relative_to(root))] = ("dir" if stat.S_ISDIR(st.st_mode) else "special",)
+    return out
+
+
+@contextmanager
+def no_hang(seconds: int = 20):
+    """Fail instead of blocking forever (opening a FIFO for writing waits for a reader)."""
+    def expired(*_):
+        raise TimeoutError("blocked: something opened a FIFO")
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+@pytest.fixture
+def sandbox(tmp_path):
+    """``outside/`` holds a file and a folder that must never change; ``work/`` is where outputs are asked for."""
+    outside = tmp_path / "outside"
+    (outside / "folder").mkdir(parents=True)
+    (outside / "important.txt").write_text("keep me\n")
+    (outside / "folder" / "notes.txt").write_text("keep me too\n")
+    (tmp_path / "work").mkdir()
+    return tmp_path
+
+
+def plant(kind: str, at: Path, outside: Path) -> None:
+    """Put a link to an outside file / folder, a dangling link, a loop of links or a FIFO at ``at``."""
+    at.parent.mkdir(parents=True, exist_ok=True)
+    if kind == "link-to-file":
+        at.symlink_to(outside / "important.txt")
+    elif kind == "link-to-folder":
+        at.symlink_to(outside / "folder", target_is_directory=True)
+    elif kind == "dangling":
+        at.symlink_to(outside / "created-by-a-write")
+    elif kind == "loop":
+        at.symlink_to(at.with_name(at.name + "-b"))
+        at.with_name(at.name + "-b").symlink_to(at)
+    elif kind == "fifo":
+        os.mkfifo(at)
+    else:
+        raise ValueError(kind)
+
+
+PLANTED = ["link-to-file", "dangling", "loop", "fifo"]
+
+
+# ---------------------------------------------------------------- predict --out
+def test_out_that_is_the_input_file_is_refused_before_reading(runs, tmp_path):
+    run = runs["bert"]["topic"]
+    texts = tmp_path / "texts.txt"
+    texts.write_text("\n".join(TEXTS) + "\n")
+    before = texts.read_bytes()
+    assert_refused(invoke("predict", run, "--file", texts, "--out", texts, "--threads", "1"),
+                   "is a file this command reads", "would destroy it")
+    hard = tmp_path / "hard-link.txt"
+    os.link(texts, hard)
+    assert_refused(invoke("predict", run, "--file", texts, "--out", hard, "--threads", "1"),
+                   f"the same file as {texts}")
+    config = Path(run) / "config.json"
+    kept = config.read_bytes()
+    assert_refused(invoke("predict", run, "a text", "--out", config, "--threads", "1"), "a file this command reads")
+    assert texts.read_bytes() == before and config.read_bytes() == kept
+
+
+def test_out_under_a_file_or_in_a_folder_that_cannot_be_written_is_one_sentence(runs, tmp_path, monkeypatch):
+    run = runs["bert"]["topic"]
+    blocker = tmp_path / "file.txt"
+    blocker.write_text("x")
+    assert_refused(invoke("predict", run, "a text", "--out", blocker / "pred.jsonl", "--threads", "1"),
+                   f"{blocker} is a regular file, not a folder")
+    assert_refused(invoke("predict", run, "a text", "--out", blocker / "deeper" / "pred.jsonl", "--threads", "1"),
+                   "cannot be written", "a file stands where a folder")
+    assert_refused(invoke("predict", run, "a text", "--out", tmp_path, "--threads", "1"), "is a folder")
+
+    def read_only(*args, **kwargs):
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS))
+
+    import layercache.live.outputs as outputs
+
+    monkeypatch.setattr(outputs.tempfile, "mkstemp", read_only)  # what a read-only mount answers
+    assert_refused(invoke("predict", run, "a text", "--out", tmp_path / "pred.jsonl", "--threads", "1"),
+                   "cannot be written (the file system is read-only)", "choose a path")
+
+
+def test_out_in_a_folder_the_system_refuses(runs):
+    """A real refusal where the system has one for this user (sysfs refuses new files even to root)."""
+    target = Path("/sys/layercache-predictions.jsonl")
+    try:
+        target.touch()
+    except OSError:
+        pass
+    else:
+        target.unlink()
+        pytest.skip("/sys takes new files here")
+    assert_refused(invoke("predict", runs["bert"]["topic"], "a text", "--out", target, "--threads", "1"),
+                   "cannot be written")
+
+
+def test_a_failure_late_leaves_the_old_output_whole(runs, tmp_path, monkeypatch):
+    """The file is written beside and renamed: a write that fails at the end leaves what was there."""
+    run = runs["bert"]["topic"]
+    out = tmp_path / "pred.jsonl"
+    out.write_text("old predictions\n")
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    import layercache.live.outputs as outputs
+
+    monkeypatch.setattr(outputs, "write_text_atomic", full)
+    assert_refused(invoke("predict", run, "a text", "--out", out, "--threads", "1"), "the disk is full")
+    assert out.read_text() == "old predictions\n"
+    monkeypatch.undo()
+    assert invoke("predict", run, *TEXTS, "--out", out, "--threads", "1").exit_code == 0
+    assert [json.loads(line)["text"] for line in out.read_text().splitlines()] == TEXTS
+    assert [p.name for p in tmp_path.iterdir()] == ["pred.jsonl"]  # no temporary file left
+
+
+@pytest.mark.parametrize("kind", PLANTED)
+def test_out_never_writes_through_what_is_planted_there(runs, sandbox, kind):
+    outside = sandbox / "outside"
+    out = sandbox / "work" / "pred.jsonl"
+    plant(kind, out, outside)
+    before = snapshot(sandbox)
+    with no_hang():
+        result = invoke("predict", runs["bert"]["topic"], *TEXTS, "--out", out, "--threads", "1")
+    assert_refused(result)
+    assert snapshot(sandbox) == before
+
+
+# ---------------------------------------------------------------- LiveBundle.save_pretrained
+@pytest.fixture(scope="module")
+def bundle(runs):
+    return LiveBundle.from_runs([runs["bert"]["topic"], runs["bert"]["scope"]])
+
+
+BUNDLE_PLACES = {  # where a planted entry sits, relative to the bundle folder
+    "live_bundle.json": ["link-to-file", "dangling", "loop", "fifo"],
+    "heads": ["link-to-folder", "dangling", "loop", "fifo"],
+    "heads/00": ["link-to-folder", "dangling", "fifo"],
+    "heads/01/weights.safetensors": ["link-to-file", "dangling", "fifo"],
+    "heads/00/config.json": ["link-to-file", "fifo"],
+}
+
+
+@pytest.mark.parametrize("place, kind", [(p, k) for p, kinds in BUNDLE_PLACES.items() for k in kinds])
+def test_save_pretrained_never_writes_through_what_is_planted(bundle, sandbox, place, kind):
+    outside = sandbox / "outside"
+    folder = sandbox / "work" / "bundle"
+    if "/" in place:
+        (folder / place).parent.mkdir(parents=True)
+    plant(kind, folder / place, outside)
+    before = snapshot(sandbox)
+    with no_hang(), pytest.raises(LayercacheError, match="link|FIFO"):
+        bundle.save_pretrained(folder)
+    assert snapshot(sandbox) == before  # nothing written, inside or out
+
+
+def test_save_pretrained_writes_a_bundle_that_loads(bundle, sandbox):
+    folder = sandbox / "work" / "bundle"
+    bundle.save_pretrained(folder)
+    again = bundle.save_pretrained(folder)  # saving over a bundle replaces it
+    assert sorted(p.name for p in folder.iterdir()) == ["heads", "live_bundle.json"]
+    loaded = LiveBundle.from_pretrained(again)
+    assert loaded.predict(TEXTS).rows() == bundle.predict(TEXTS).rows()
+
+
+def test_save_pretrained_on_a_file_is_one_sentence(bundle, sandbox):
+    target = sandbox / "work" / "file"
+    target.write_text("x")
+    with pytest.raises(LayercacheError, match="not a folder"):
+        bundle.save_pretrained(target)
+    with pytest.raises(LayercacheError, match="cannot be written|not a folder"):
+        bundle.save_pretrained(target / "bundle")
+    assert target.read_text() == "x"
