@@ -8,9 +8,8 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.table import Table
 
-from ..errors import LayercacheError
+from ..errors import ConfigError, LayercacheError
 from . import base
 from .base import app, friendly
 from .choices import choice_help, supported_files
@@ -131,21 +130,42 @@ def info(
 
 @app.command("list")
 @friendly
-def list_caches():
-    """List the caches under $LAYERCACHE_HOME; a broken one is listed too, with what is wrong."""
+def list_caches(
+    folder: Optional[Path] = typer.Argument(
+        None, help="Folder whose caches to list (or one cache folder).", show_default="$LAYERCACHE_HOME"),
+):
+    """List the caches in FOLDER (default: $LAYERCACHE_HOME); a broken one is listed too, with what is wrong."""
+    from ..report.tables import Column, print_fitted
     from ..store.paths import cache_home, latest_cache
 
-    home = cache_home()
+    where = (folder or cache_home()).expanduser()
     try:
         latest = latest_cache()
     except LayercacheError as err:  # a damaged pointer only costs the mark
         latest = None
         base.err_console.print(f"Note: {err}", highlight=False, soft_wrap=True)
-    table = Table("", "cache", "model", "dataset", "splits", "status", title=str(home))
-    for folder in sorted(p for p in home.glob("*") if _looks_like_cache(p)):
-        mark = "*" if latest is not None and folder.resolve() == latest.resolve() else ""
-        table.add_row(mark, folder.name, *_cache_row(folder))
-    base.out_console.print(table)
+    if folder is not None and not where.is_dir():
+        raise ConfigError(f"{where} is not a folder; give the folder that holds the caches, e.g. `layercache list "
+                          "runs`.")
+    if _looks_like_cache(where):
+        found = [where]
+    else:
+        found = sorted(p for p in where.glob("*") if _looks_like_cache(p)) if where.is_dir() else []
+    rows = []
+    for cache in found:
+        mark = "yes" if latest is not None and cache.resolve() == latest.resolve() else ""
+        rows.append([mark, cache.name, *_cache_row(cache)])
+    if rows:
+        print_fitted(base.out_console, [Column("latest"), Column("cache", key=True), Column("model", wrap=True),
+                                        Column("dataset", wrap=True), Column("splits", wrap=True),
+                                        Column("status", wrap=True)], rows, title=f"Caches in {where}")
+        return
+    default = "" if folder is not None else " ($LAYERCACHE_HOME, where extract puts a cache without --out)"
+    hint = (f"the most recent cache is {latest}: `layercache list {latest.parent}` lists its folder"
+            if latest is not None and latest.parent.resolve() != where.resolve() else
+            "caches extracted with --out elsewhere (make demo writes runs/demo-cache) are listed with "
+            "`layercache list FOLDER`")
+    base.out_console.print(f"No caches in {where}{default}; {hint}.", highlight=False, soft_wrap=True)
 
 
 def _looks_like_cache(folder: Path) -> bool:
