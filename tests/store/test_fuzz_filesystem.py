@@ -1,0 +1,230 @@
+"""Property-based: a hostile file system inside a cache never makes layercache touch anything outside it.
+
+Hypothesis plants a few random things inside a copy of a small cache (issue 26): links to a file or a
+folder outside, dangling links, links to another split, links to themselves, FIFOs, foreign files
+and folders, permission changes, on the cache's own entries (lock, manifest, side files, split
+folders, shards) and on names it would write (temp shards, stray shards, atomic-write temps). Then
+it runs what a user runs: ``extract`` resuming, with ``--overwrite`` or ``--repair``, ``info
+--check``, and reads. Whatever happens:
+
+- nothing outside the cache changes: the sandbox around it is fingerprinted (every entry, link
+  target, file's bytes and mode) before and after;
+- the outcome is a correct result or a :class:`~layercache.errors.LayercacheError` (one sentence
+  in the CLI); a hang fails too (a FIFO opened), through an alarm;
+- an extraction that succeeds leaves a cache that opens, whose every shard matches its checksum
+  and whose split folders and shards are real (no link on the way).
+
+The tests run as root here, where permission bits do not stop a read; the planted ``chmod`` then
+only checks that nothing follows from it, and ``tests/store/test_trust_reads.py`` checks an
+unreadable shard as an unprivileged user.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import layercache as lc
+import layercache.extraction.run as run
+from layercache.backbone.loader import load_backbone
+from layercache.errors import LayercacheError
+
+from .fs_support import no_hang, tree_state
+
+SETTINGS = settings(max_examples=30, deadline=None, derandomize=True, print_blob=True,
+                    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+OPTIONS = dict(shard_bytes=6_000, batch_tokens=48, progress=False)
+
+
+@pytest.fixture(scope="module")
+def setup(tiny_models, tmp_path_factory):
+    """Two small data files, a complete cache of them with several shards per split, and its file names."""
+    root = tmp_path_factory.mktemp("fuzz-fs")
+    files = {}
+    for split, n in (("train", 12), ("validation", 6)):
+        files[split] = root / f"{split}.tsv"
+        files[split].write_text("text\tlabel\n" + "".join(
+            f"the lamp {'is good' if i % 2 else 'is not good'} today {i}\t{'pos' if i % 2 else 'neg'}\n"
+            for i in range(n)))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("LAYERCACHE_HOME", str(root / "home"))
+        cache = lc.extract(str(tiny_models["bert"]), None, root / "cache", split_files={k: str(v) for k, v in
+                                                                                       files.items()}, **OPTIONS).path
+    shards = sorted(str(p.relative_to(cache)) for p in cache.glob("*/shard-*.h5"))
+    assert len([s for s in shards if s.startswith("train/")]) >= 2
+    return files, cache, shards
+
+
+@pytest.fixture
+def one_backbone(monkeypatch):
+    """Each example loads the same tiny model: keep it loaded (what is fuzzed is the file system, not loading)."""
+    loaded = {}
+
+    def load(name, **options):
+        key = (name, tuple(sorted(options.items())))
+        if key not in loaded:
+            loaded[key] = load_backbone(name, **options)
+        return loaded[key]
+
+    monkeypatch.setattr(run, "load_backbone", load)
+
+
+# --- what is planted ----------------------------------------------------------------------------------
+KINDS = ("link-outside-file", "link-outside-folder", "dangling-link", "link-other-split", "loop", "fifo",
+         "foreign-file", "foreign-folder", "chmod-000", "chmod-555")
+
+
+def targets(shards: list[str]) -> list[str]:
+    """The cache's own entries and names it would write."""
+    return [".layercache.lock", "manifest.json", "vocab.json", "train", "validation", *shards,
+            "train/shard-00009.h5", f"{shards[1]}.tmp", "validation/shard-00001.h5.tmp", "train/notes.txt",
+            ".manifest.json-a1b2c3d4.tmp", ".vocab.json-x9y8z7w6.tmp", "extra", "extra/shard-00000.h5"]
+
+
+def real_parents(cache: Path, relative: str) -> bool:
+    """Whether every folder on the way to ``relative`` is a real folder (planting never writes through a link)."""
+    here = cache
+    for part in Path(relative).parts[:-1]:
+        here = here / part
+        try:
+            if not stat.S_ISDIR(os.lstat(here).st_mode):
+                return False
+        except FileNotFoundError:
+            here.mkdir()
+    return True
+
+
+def remove(path: Path) -> None:
+    """Remove what is at ``path`` itself (a link as a link)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(st.st_mode):
+        shutil.rmtree(path)
+    else:
+        path.unlink()
+
+
+def plant(cache: Path, outside: Path, relative: str, kind: str) -> None:
+    if not real_parents(cache, relative):
+        return
+    path = cache / relative
+    if kind.startswith("chmod"):
+        if os.path.lexists(path) and not path.is_symlink():
+            path.chmod(0 if kind == "chmod-000" else 0o555)
+        return
+    remove(path)
+    if kind == "link-outside-file":
+        path.symlink_to(outside / "important.txt")
+    elif kind == "link-outside-folder":
+        path.symlink_to(outside / "folder", target_is_directory=True)
+    elif kind == "dangling-link":
+        path.symlink_to(outside / "not-there-yet")
+    elif kind == "link-other-split":
+        parts = Path(relative).parts
+        other = "validation" if parts[0] == "train" else "train"
+        path.symlink_to(Path(*[".."] * (len(parts) - 1), other, *parts[1:]))
+    elif kind == "loop":
+        path.symlink_to(path.name)
+    elif kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "foreign-file":
+        path.write_bytes(b"not layercache's")
+    else:
+        path.mkdir()
+        (path / "shard-00000.h5").write_bytes(b"a folder's own file")
+
+
+def make_sandbox(root: Path, pristine: Path) -> tuple[Path, Path]:
+    if root.exists():
+        for path in [root, *root.rglob("*")]:  # chmod-ed folders first become removable again
+            if not path.is_symlink() and path.is_dir():
+                path.chmod(0o755)
+        shutil.rmtree(root)
+    cache, outside = root / "cache", root / "outside"
+    shutil.copytree(pristine, cache, symlinks=True)
+    (outside / "folder").mkdir(parents=True)
+    (outside / "important.txt").write_text("the user's own notes\n")
+    for name in ("shard-00000.h5", "shard-00001.h5", "shard-00001.h5.tmp", "shard-00009.h5", "vocab.json",
+                 "manifest.json"):
+        (outside / "folder" / name).write_bytes(b"outside: " + name.encode())
+    return cache, outside
+
+
+def forget_validation(cache: Path) -> None:
+    """The manifest of a run killed before its last split: the resume writes shards."""
+    path = cache / "manifest.json"
+    manifest = json.loads(path.read_text())
+    manifest["splits"]["validation"].update(shards=[], complete=False, stats={})
+    manifest["complete"] = False
+    path.write_text(json.dumps(manifest))
+    shutil.rmtree(cache / "validation")
+
+
+# --- what is run ----------------------------------------------------------------------------------------
+def act(action: str, cache: Path, model: str, files: dict) -> object:
+    if action == "check":
+        with lc.LayerCache.open(cache, allow_incomplete=True) as opened:
+            return opened.shard_problems()
+    if action == "read":
+        with lc.LayerCache.open(cache, allow_incomplete=True) as opened:
+            for split in opened.splits:
+                n = opened.num_examples(split)
+                if n:
+                    opened.tokens(split, [0, n - 1])
+                    opened.pooled(split, "mean", rows=[0])
+                    opened.labels(split, "label")
+                    opened.layer_stats(split)
+        return None
+    return lc.extract(model, None, cache, split_files={k: str(v) for k, v in files.items()},
+                      overwrite=action == "overwrite", repair=action == "repair", **OPTIONS)
+
+
+def assert_healthy(cache: Path) -> None:
+    """A cache an extraction just finished: real folders and files, every shard as committed."""
+    with lc.LayerCache.open(cache) as opened:
+        assert opened.shard_problems() == {}
+        assert (opened.num_examples("train"), opened.num_examples("validation")) == (12, 6)
+        for name, split in opened.manifest.splits.items():
+            assert stat.S_ISDIR(os.lstat(cache / name).st_mode), name
+            for shard in split.shards:
+                assert stat.S_ISREG(os.lstat(cache / shard.file).st_mode), shard.file
+
+
+def test_planted_links_fifos_and_foreign_files_never_reach_outside(setup, tiny_models, tmp_path, one_backbone):
+    files, pristine, shards = setup
+    model = str(tiny_models["bert"])
+
+    @SETTINGS
+    @given(plants=st.lists(st.tuples(st.sampled_from(targets(shards)), st.sampled_from(KINDS)), min_size=1,
+                           max_size=3),
+           incomplete=st.booleans(),
+           action=st.sampled_from(["resume", "overwrite", "repair", "check", "read"]))
+    def check(plants, incomplete, action):
+        sandbox = tmp_path / "sandbox"
+        cache, outside = make_sandbox(sandbox, pristine)
+        if incomplete:
+            forget_validation(cache)
+        for relative, kind in plants:
+            plant(cache, outside, relative, kind)
+        before = tree_state(sandbox, skip=cache)
+        try:
+            with no_hang(60):
+                result = act(action, cache, model, files)
+        except LayercacheError:
+            result = None
+        assert tree_state(sandbox, skip=cache) == before
+        if action in ("overwrite", "repair") or (action == "resume" and result is not None
+                                                  and not result.already_complete):
+            if result is not None:
+                assert_healthy(cache)
+
+    check()
