@@ -1,4 +1,11 @@
-"""Writing a file so that readers see the old content or the new, never half of it."""
+"""Writing a file so that readers see the old content or the new, never half of it.
+
+One rule for every file layercache writes (manifests, side files, run weights, JSON, figures): it
+lands with the permissions of any new file, ``0666`` less the process's umask, whoever wrote its
+bytes. ``mkstemp`` alone would leave ``0600``, and a library that writes its own temporary file and
+renames it (``safetensors``' ``save_file``) leaves whatever it chose, so the mode is set on what is
+about to land, just before the rename; a teammate then reads a cache or a run like its other files.
+"""
 
 from __future__ import annotations
 
@@ -7,30 +14,41 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from .confine import open_regular
 
-def _new_file_mode() -> int:
-    """``0o666`` less this process's umask: the mode ``open()`` gives a new file."""
+
+def current_umask() -> int:
+    """This process's umask, read without changing it where the system says (Linux), else set and restored."""
+    try:
+        with open("/proc/self/status", encoding="ascii", errors="replace") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
     mask = os.umask(0o022)
     os.umask(mask)
-    return 0o666 & ~mask
+    return mask
 
 
-NEW_FILE_MODE = _new_file_mode()
-"""What a plain ``open()`` would give a new file; ``mkstemp`` alone would leave it ``0600``."""
+def new_file_mode() -> int:
+    """``0o666`` less the umask: the mode ``open()`` gives a new file, and the mode every written file gets."""
+    return 0o666 & ~current_umask()
 
 
 def write_text_atomic(path: str | os.PathLike, text: str, *, fsync: bool = True) -> None:
     """Replace ``path`` with ``text`` in one step: a temporary file beside it, synced, then renamed.
 
-    The file gets the permissions of any new file (``0666`` less the umask), so a cache or a run
+    The file gets the permissions of any new file (:func:`new_file_mode`), so a cache or a run
     shared by a team reads like its other files. ``fsync=False`` skips the flush to disk where a
     lost write only costs a convenience (the "latest cache" pointer). The temporary file is removed
-    on any failure, and the error propagates.
+    on any failure, and the error propagates. The rename replaces a link or a special file standing
+    at ``path`` (never what a link points to).
     """
     target = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}-", suffix=".tmp", dir=target.parent)
     try:
-        os.fchmod(fd, NEW_FILE_MODE)
+        os.fchmod(fd, new_file_mode())
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
             if fsync:
@@ -46,25 +64,28 @@ def write_file_atomic(path: str | os.PathLike, write: Callable[[Path], None],
                       after: Callable[[Path], object] | None = None) -> object:
     """Replace ``path`` with what ``write(tmp)`` puts into a temporary file beside it, synced, then renamed.
 
-    For files some library writes itself (``safetensors``' ``save_file``). Without ``after`` the
-    file is synced before the rename; ``after(tmp)`` takes the place of that sync, so it must sync the
-    file itself (:func:`~layercache.core.checksum.fsync_and_checksum` syncs and checksums exactly the
-    bytes that land), and its result is returned. The file gets the permissions of any new file, and
-    the temporary file is removed on any failure.
+    For files some library writes itself (``safetensors``' ``save_file``, a matplotlib figure).
+    Whatever ``write`` did (a library may replace ``tmp`` by its own file, with its own mode), the
+    file that lands must be a regular file and gets the permissions of any new file
+    (:func:`new_file_mode`). Without ``after`` it is synced before the rename; ``after(tmp)`` takes
+    the place of that sync, so it must sync the file itself
+    (:func:`~layercache.core.checksum.fsync_and_checksum` syncs and checksums exactly the bytes
+    that land), and its result is returned. The temporary file is removed on any failure.
     """
     target = Path(path)
     fd, name = tempfile.mkstemp(prefix=f".{target.name}-", suffix=".tmp", dir=target.parent)
     tmp = Path(name)
     try:
-        os.fchmod(fd, NEW_FILE_MODE)
         os.close(fd)
         write(tmp)
-        if after is not None:
-            result = after(tmp)
-        else:
-            with open(tmp, "rb+") as handle:
-                os.fsync(handle.fileno())
-            result = None
+        fd = open_regular(tmp, os.O_RDONLY, what="file just written")
+        try:
+            os.fchmod(fd, new_file_mode())
+            if after is None:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        result = after(tmp) if after is not None else None
         os.replace(tmp, target)
         return result
     except BaseException:
