@@ -2,8 +2,9 @@
 
 A run folder holds ``config.json`` (plain JSON) and ``weights.safetensors`` (no pickle), plus any
 other JSON files the caller adds (``metrics.json``, ``layer_weights.json``). A damaged file is
-refused with a :class:`~layercache.errors.ConfigError` that names it; nothing in config.json is
-used as a path.
+refused with a :class:`~layercache.errors.ConfigError` that names it, here where it is read, so every
+reader (``eval``, ``predict``, the live bundle) refuses alike: a config whose tasks do not agree with
+the heads it describes, weights that are NaN or infinite. Nothing in config.json is used as a path.
 """
 
 from __future__ import annotations
@@ -12,13 +13,16 @@ import json
 from pathlib import Path
 
 import numpy as np
+import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 
 from ..core.files import write_text_atomic
+from ..core.tasks import TASK_KINDS, LabelTask
 from ..errors import ConfigError
 from ..store.feature_source import parse_source
+from .selection import SELECTION_METRICS
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "weights.safetensors"
@@ -79,16 +83,66 @@ def read_run_config(config_file: Path) -> dict:
         raise damaged(config_file, "its 'cache.hidden_size' is not an integer")
     if not isinstance(config.get("data", {}), dict):
         raise damaged(config_file, "its 'data' is not an object")
+    _check_tasks(config_file, config["model"], config["source"], config.get("selection"))
     return config
 
 
+#: Head options only a sequence (or regression) head keeps, and only a token head keeps: a task whose
+#: kind was edited keeps the options of its old kind (:meth:`~.model.HeadModel._resolve_head_options`).
+SEQUENCE_ONLY, TOKEN_ONLY = ("pooling", "hidden"), ("encoder_layers", "ff_dim")
+
+
+def _check_tasks(config_file: Path, model: dict, source: str, selection) -> None:
+    """Refuse a model config whose tasks disagree with the heads it describes (a task kind edited by hand)."""
+    if model.get("kind") == "ensemble":
+        members = model.get("members")
+        if not isinstance(members, list) or not members or not all(isinstance(m, dict) for m in members):
+            raise damaged(config_file, "its ensemble has no list of member models")
+        for member in members:
+            _check_tasks(config_file, member, source, None)
+        return
+    tasks = model.get("tasks")
+    if not isinstance(tasks, list) or not tasks:
+        raise damaged(config_file, "its model has no list of tasks")
+    options = model.get("head_options") if isinstance(model.get("head_options"), dict) else {}
+    metrics = selection.get("metric", {}) if isinstance(selection, dict) else {}
+    for data in tasks:
+        try:
+            task = LabelTask.from_json(data)
+        except (KeyError, TypeError, ValueError, AttributeError) as err:
+            raise damaged(config_file, f"a task of its model is not a task ({error_detail(err)}; kinds: "
+                                       f"{', '.join(TASK_KINDS)})") from None
+        kept = options.get(task.name) if isinstance(options.get(task.name), dict) else {}
+        wrong = [k for k in (TOKEN_ONLY if task.kind != "token" else SEQUENCE_ONLY) if k in kept]
+        if task.kind == "token" and source != "tokens":
+            wrong.append(f"source {source}")
+        if wrong:
+            raise damaged(config_file, f"task {task.name!r} is a {task.kind} task but its head has "
+                                       f"{', '.join(wrong)}, which a {task.kind} head never has")
+        metric = metrics.get(task.name) if isinstance(metrics, dict) else None
+        if metric is not None and not (metric in SELECTION_METRICS and SELECTION_METRICS[metric].applies_to(task)):
+            raise damaged(config_file, f"task {task.name!r} is a {task.kind} task but was selected on {metric!r}, "
+                                       "which does not apply to it")
+
+
 def read_weights(weights_file: Path) -> dict[str, Tensor]:
-    """The tensors of a run's weights file, refused in one sentence when it is truncated or damaged."""
+    """The tensors of a run's weights file, refused in one sentence when it is truncated, damaged or not finite.
+
+    The one place weights are read: ``LayerHead.load`` and through it ``eval``, ``predict`` and the
+    live bundle. A NaN or an infinity in any floating tensor would turn every prediction into NaN
+    (``predict`` printed "0 (nan)"), so it is refused here, naming the tensor.
+    """
     try:
-        return load_file(str(weights_file))
+        state = load_file(str(weights_file))
     except (SafetensorError, OSError, ValueError, RuntimeError) as err:
         raise ConfigError(f"The weights file {weights_file} cannot be read ({error_detail(err)}); it is truncated "
                           "or damaged: restore it or train the head again.") from None
+    for name, tensor in state.items():
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            what = "NaN" if bool(torch.isnan(tensor).any()) else "infinite values"
+            raise ConfigError(f"The weights file {weights_file} holds {what} in {name!r}, so every prediction would "
+                              "be NaN; it is damaged or its training diverged: restore it or train the head again.")
+    return state
 
 
 def load_weights(model: nn.Module, state: dict[str, Tensor], weights_file: Path) -> None:

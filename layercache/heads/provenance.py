@@ -45,12 +45,12 @@ def check_cache_matches(cache: LayerCache, trained_on: dict, layer_names: list[s
     token (``mean_skip_first``) and predicts ``tasks``; the error names what differs.
     """
     theirs = cache_identity(cache)
-    what = {"model_fingerprint": "backbone weights", "tokenizer_fingerprint": "tokenizer",
-            "hidden_size": "hidden size"}
+    what = {"model_fingerprint": "different backbone weights", "tokenizer_fingerprint": "a different tokenizer",
+            "hidden_size": "a different hidden size"}
     for key, label in what.items():
         if trained_on[key] != theirs[key]:
             raise CacheMismatchError(
-                f"The cache {cache.path} was extracted with a different {label} ({theirs['model']!r}, "
+                f"The cache {cache.path} was extracted with {label} ({theirs['model']!r}, "
                 f"{key} {short_digest(theirs[key])}) than this head was trained on ({trained_on['model']!r}, "
                 f"{short_digest(trained_on[key])}); extract the data with the head's backbone.")
     missing = [n for n in layer_names if n not in cache.layer_names]
