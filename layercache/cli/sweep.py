@@ -166,5 +166,6 @@ def render_leaderboard(result, console: Console) -> None:
     if result.skipped:
         console.print(f"{len(result.skipped)} candidate(s) not run or not counted; see skipped in sweep.json "
                       f"(first: {result.skipped[0]['candidate']}: {result.skipped[0]['reason']}).", soft_wrap=True)
-    feeds = result.feeds
-    console.print(f"Shared feeds: {feeds['built']} built once for {feeds['served']} requests.", style="dim")
+    from ..heads.sweep_budget import describe_feeds
+
+    console.print(describe_feeds(result.feeds), style="dim")

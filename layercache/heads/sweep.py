@@ -29,10 +29,9 @@ Each candidate trains with every seed (default three); a head that the convex so
 trains once. Every run validates on the same data: the cache's validation split, or one seeded slice of
 train for all (``val_seed``).
 
-**Budget.** A candidate starts only when its estimated cost fits in what is left: its seeds times
-the mean time of a fit of the same candidate, else the longest fit of the same mixer, else the mean
-fit of the mixers of its kind so far (mixers that learn, or fixed maps); plus the time the last
-write of the best run took.
+**Budget.** A candidate starts only when its estimated cost fits in what is left, priced from what
+it is (:mod:`.sweep_budget`): a convex fit runs once and costs what the convex fits so far cost;
+another candidate costs its seeds times its own earlier fits, else its mixer's, else its kind's.
 A candidate nothing predicts yet (the first of its kind) starts while time is left. Training
 itself gets the budget's end (less a reserve of 1 %, at least 0.5 s, for writing the leaderboard)
 as a deadline and starts no epoch that its mean epoch time says would
@@ -105,8 +104,9 @@ from .evaluation import PassResult, evaluate
 from .evaluation import score as score_predictions
 from .feed_pool import FeedPool
 from .finite import DivergedError, check_split_stats
-from .mixers import MIXERS, make_mixer, mixer_names
+from .mixers import MIXERS, mixer_names
 from .runs import TEST_NAMES, check_run_folder, default_run_folder, write_trained_run
+from .sweep_budget import Costs
 from .validation import validation_slice
 
 DEFAULT_BUDGET = "5m"
@@ -115,9 +115,6 @@ DEFAULT_SEEDS = 3
 """Seeds per candidate (a deterministic convex fit runs once)."""
 RESERVE_SHARE, RESERVE_MIN_S = 0.01, 0.5
 """The share of the budget (and its least seconds) kept back for the end of the sweep."""
-DEFER_SHARE = 0.02
-"""A single-state fit that takes more than this share of the budget sends the remaining single states
-behind the learning mixers' defaults (see the module docstring)."""
 LR_FACTORS = (0.3, 3.0)
 """The learning rates a sweep tries besides a mixer's default, as multiples of it."""
 VARIANT_CONFIDENCE = 0.95
@@ -495,40 +492,6 @@ class _Run:
     test_seconds: float
 
 
-class _Costs:
-    """What has run, and what a candidate should therefore cost (see the module docstring)."""
-
-    def __init__(self) -> None:
-        self.fits: dict[str, list[float]] = {}  # candidate name -> seconds of each fit (test scoring included)
-        self.by_family: dict[str, list[float]] = {}
-        self.by_kind: dict[bool, list[float]] = {}  # fixed map? -> seconds of each fit
-        self.tests: dict[str, list[float]] = {}  # family -> seconds of each test scoring
-        self.deterministic: dict[str, bool] = {}  # family -> fitted by the convex solver
-        self.write_seconds = 0.0
-
-    def record(self, candidate: Candidate, fixed: bool, run: _Run, deterministic: bool) -> None:
-        self.fits.setdefault(candidate.name, []).append(run.seconds)
-        self.by_family.setdefault(candidate.family, []).append(run.seconds)
-        self.by_kind.setdefault(fixed, []).append(run.seconds)
-        self.tests.setdefault(candidate.family, []).append(run.test_seconds)
-        self.deterministic[candidate.family] = deterministic
-
-    def per_fit(self, candidate: Candidate, fixed: bool) -> float | None:
-        """Seconds one fit of ``candidate`` should take; None when nothing that ran predicts it."""
-        if candidate.name in self.fits:
-            return statistics.fmean(self.fits[candidate.name])
-        if candidate.family in self.by_family:
-            return max(self.by_family[candidate.family])
-        if fixed in self.by_kind:  # a mixer not run yet: the mean of its kind, between the cheap and the dear ones
-            return statistics.fmean(self.by_kind[fixed])
-        return None
-
-    def after_training(self, candidate: Candidate) -> float:
-        """Seconds a fit needs after its last epoch: scoring the test split, and writing the best run."""
-        tests = self.tests.get(candidate.family) or [t for ts in self.tests.values() for t in ts] or [0.0]
-        return max(tests) + self.write_seconds
-
-
 class _Sweep:
     """The state of one sweep: the cache, the shared feeds, the clock, and the results so far."""
 
@@ -548,7 +511,8 @@ class _Sweep:
         self.reserve = 0.0 if budget is None else min(max(RESERVE_MIN_S, RESERVE_SHARE * budget), 0.1 * budget)
         self.end = None if budget is None else started + budget - self.reserve
         self.pool = FeedPool(cache)
-        self.costs = _Costs()
+        self.costs = Costs(len(layer_names), cache.hidden_size, tasks, params)
+        self.step = lambda description: None  # the progress bar's: called as a candidate starts training
         self.results: list[CandidateResult] = []
         self.skipped: list[dict] = []
         self.runs: dict[str, list[_Run]] = {}  # candidate -> its runs, kept while it may lead or join the ensemble
@@ -576,20 +540,19 @@ class _Sweep:
         variants = [c for c in plan if c.base is not None]
         first: tuple[str, float] | None = None
         deferred = False
-        with steps_progress(self.progress, total=len(plan), title="sweep") as step:
+        with steps_progress(self.progress, total=len(plan), title="sweep") as self.step:  # counts what runs
             while queue:
                 candidate = queue.pop(0)
-                step(self._describe(candidate))
                 trained = self._try(candidate)
                 first = first or trained
-                if not deferred and self._too_dear(candidate):
+                if not deferred and self.costs.too_dear(candidate, self.budget):
                     # Single states are tried first because they are cheap; where one is not (a token
                     # task's convex fit over every word of a large cache), the rest wait behind the
                     # learning mixers' defaults instead of eating the budget before those ever run.
                     deferred = True
-                    queue = [c for c in queue if not self._fixed(c)] + [c for c in queue if self._fixed(c)]
+                    fixed = [c for c in queue if self.costs.is_fixed(c)]
+                    queue = [c for c in queue if c not in fixed] + fixed
             for candidate in self._order_variants(variants):
-                step(self._describe(candidate))
                 trained = self._try(candidate)
                 first = first or trained
         if not self.results:
@@ -606,19 +569,6 @@ class _Sweep:
         result.elapsed = time.perf_counter() - self.started
         result.write()
         return result
-
-    def _fixed(self, candidate: Candidate) -> bool:
-        """Whether ``candidate``'s mixer learns nothing (a single state; a spec this cache refuses counts as not)."""
-        try:
-            return make_mixer(candidate.mixer, len(self.layer_names), 1, **candidate.mixer_options).is_fixed_map()
-        except ConfigError:
-            return False
-
-    def _too_dear(self, candidate: Candidate) -> bool:
-        """Whether ``candidate`` was a fixed-map fit that took more than :data:`DEFER_SHARE` of the budget."""
-        fits = self.costs.fits.get(candidate.name)
-        return (self.budget is not None and bool(fits) and self._fixed(candidate)
-                and statistics.fmean(fits) > DEFER_SHARE * self.budget)
 
     def _describe(self, candidate: Candidate) -> str:
         if self.winner is None:
@@ -647,29 +597,21 @@ class _Sweep:
                 return None
             lr = candidate.lr_factor * base.lr
         try:
-            fixed = make_mixer(candidate.mixer, len(self.layer_names), 1, **candidate.mixer_options).is_fixed_map()
+            self.costs.shape(candidate)
         except ConfigError as err:  # a spec this cache cannot take (act on one state ...)
             if self.first_error_raises:
                 raise
             self.skipped.append({"candidate": candidate.name, "reason": str(err)})
             return None
-        estimate = self.costs.per_fit(candidate, fixed)
-        if estimate is not None:
-            n = 1 if self.costs.deterministic.get(candidate.family) else len(self.seeds)
-            needed = n * estimate + self.costs.write_seconds
-            if needed > self.left():
-                self.budget_hit = True
-                self.skipped.append({"candidate": candidate.name,
-                                     "reason": f"the budget: it would take about {human_seconds(needed)}, "
-                                               f"{human_seconds(max(self.left(), 0.0))} were left"})
-                return None
-        elif self.left() <= 0:
+        reason = self.costs.refusal(candidate, len(self.seeds), self.left())
+        if reason is not None:
             self.budget_hit = True
-            self.skipped.append({"candidate": candidate.name, "reason": "the budget ran out"})
+            self.skipped.append({"candidate": candidate.name, "reason": reason})
             return None
-        return self._train(candidate, lr, fixed)
+        self.step(self._describe(candidate))
+        return self._train(candidate, lr)
 
-    def _train(self, candidate: Candidate, lr: float | None, fixed: bool) -> tuple[str, float] | None:
+    def _train(self, candidate: Candidate, lr: float | None) -> tuple[str, float] | None:
         runs: list[_Run] = []
         notes = []
         t0 = time.perf_counter()
@@ -677,7 +619,7 @@ class _Sweep:
         for i, seed in enumerate(self.seeds):
             if deterministic:
                 break
-            if i > 0 and self.costs.per_fit(candidate, fixed) + self.costs.write_seconds > self.left():
+            if i > 0 and self.costs.per_fit(candidate) + self.costs.write_seconds > self.left():
                 self.budget_hit = True
                 notes.append(f"{i} of {len(self.seeds)} seeds: the budget ran out")
                 break
@@ -697,7 +639,7 @@ class _Sweep:
                 return None
             self.first_error_raises = False
             deterministic = head.fit_["solver"] == "lbfgs"
-            self.costs.record(candidate, fixed, run, deterministic)
+            self.costs.record(candidate, run.seconds, run.test_seconds)
             runs.append(run)
             if head.history_.out_of_time:
                 notes.append(f"seed {seed} stopped at epoch {len(head.history_.epochs)} of "

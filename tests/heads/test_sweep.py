@@ -373,7 +373,7 @@ def test_single_states_that_prove_dear_wait_behind_the_learning_mixers(planted, 
     sweep(planted, out=tmp_path / "cheap", tasks="topic", candidates=plan, seeds=1, budget="10m", **QUICK)
     assert order == plan  # fractions of a second: the registry order
     order.clear()
-    monkeypatch.setattr(sweep_module, "DEFER_SHARE", 0.0)  # every single-state fit is now too dear
+    monkeypatch.setattr(importlib.import_module("layercache.heads.sweep_budget"), "DEFER_SHARE", 0.0)  # all too dear
     result = sweep(planted, out=tmp_path / "dear", tasks="topic", candidates=plan, seeds=1, budget="10m", **QUICK)
     assert order == ["last", "scalar", "layer:0", "layer:1"]
     assert {c.candidate for c in result.leaderboard} == set(plan)  # deferred, not dropped
