@@ -77,8 +77,9 @@ def split_name_problem(name: object) -> str | None:
     """
     if not is_safe_name(name):
         return "has a '/', a '\\', a control character or a leading '.'"
-    if name.casefold() in {own.casefold() for own in OWN_FILES}:
-        return f"is the name of the cache's own file {name}"
+    own = next((own for own in OWN_FILES if own.casefold() == name.casefold()), None)
+    if own is not None:
+        return f"is the name of the cache's own file {own}"
     if len(name.encode("utf-8", "surrogateescape")) > NAME_MAX_BYTES:
         return f"is longer than the {NAME_MAX_BYTES} bytes a folder name may have"
     return None

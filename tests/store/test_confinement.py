@@ -302,3 +302,14 @@ def test_a_clean_cache_is_untouched_by_these_checks(tiny_models, data, sandbox):
     assert result.exit_code == 0 and "already complete" in result.output, result.output
     assert {p.name: p.read_bytes() for p in sandbox.cache.glob("*/shard-*.h5")} == shards
     assert len(shards) >= 3
+
+
+def test_an_out_folder_given_through_a_link_is_the_users_choice(tiny_models, data, tmp_path):
+    """Guard: only links *inside* a cache are refused; ``--out`` itself may be a link to a real folder."""
+    real = tmp_path / "fast-disk" / "cache"
+    real.mkdir(parents=True)
+    (tmp_path / "cache-link").symlink_to(real, target_is_directory=True)
+    result = invoke(*extract_args(tiny_models, data, tmp_path / "cache-link"))
+    assert result.exit_code == 0, result.output
+    assert_complete(real)
+    assert invoke(*extract_args(tiny_models, data, tmp_path / "cache-link")).exit_code == 0  # resumes through it
