@@ -55,3 +55,11 @@ class UnsafePathError(LayercacheError):
 
 class OutputWriteError(LayercacheError, OSError):
     """A file layercache writes outside a cache (predictions, a live bundle) cannot be written where it was asked."""
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a run that writes a folder, after it cleaned up: the message says what was kept and what next.
+
+    A ``KeyboardInterrupt`` (not a :class:`LayercacheError`): it still ends the program as Ctrl-C does,
+    and the CLI prints its message in place of the extraction's resume hint.
+    """

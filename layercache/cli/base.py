@@ -61,8 +61,9 @@ def friendly(command):
         except LayercacheError as err:
             err_console.print(f"[bold red]Error:[/] {err}", highlight=False, soft_wrap=True)
             raise typer.Exit(EXIT_USAGE) from None
-        except KeyboardInterrupt:
-            err_console.print("Interrupted; committed shards are kept, run the same command again to resume.")
+        except KeyboardInterrupt as err:  # a RunInterrupted (train-head, sweep) says itself what was kept
+            err_console.print(str(err) or "Interrupted; committed shards are kept, run the same command again to "
+                              "resume.", highlight=False, soft_wrap=True)
             raise typer.Exit(EXIT_INTERRUPTED) from None
 
     return wrapper

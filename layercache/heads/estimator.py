@@ -458,10 +458,10 @@ class LayerHead(BaseEstimator):
         check_backbone_matches(backbone, self.cache_info_)
 
     # --- persistence ------------------------------------------------------------------------
-    def save(self, path: str | Path, **extra_json) -> Path:
-        """Write ``config.json`` and ``weights.safetensors`` (plus ``extra_json`` files) into ``path``."""
+    def save(self, path, **extra_json) -> Path:
+        """Write ``config.json`` and ``weights.safetensors`` (plus ``extra_json`` files) as the run folder ``path``
+        (a folder written whole, or a staged :class:`~.run_folder.StagedRun`; :func:`~.persistence.write_run`)."""
         self._check_fitted()
-        path = Path(path)
         state = {k: v.detach().cpu().contiguous() for k, v in self.model_.state_dict().items()}
         config = {
             "layercache_version": __version__, "created_at": utc_now(),

@@ -1,15 +1,18 @@
 """Run folders on disk: writing a head's config and weights, and reading them back with checks.
 
 A run folder holds ``config.json`` (plain JSON) and ``weights.safetensors`` (no pickle), plus any
-other JSON files the caller adds (``metrics.json``, ``layer_weights.json``). A damaged file is
-refused with a :class:`~layercache.errors.ConfigError` that names it, here where it is read, so every
-reader (``eval``, ``predict``, the live bundle) refuses alike: a config whose tasks do not agree with
-the heads it describes, weights that are NaN or infinite. Nothing in config.json is used as a path.
+other JSON files the caller adds (``metrics.json``, ``layer_weights.json``). It is written whole
+(:mod:`.run_folder`: locked, staged, committed), each file atomically with the mode of any new
+file (:mod:`layercache.core.files`). A damaged file is refused with a
+:class:`~layercache.errors.ConfigError` that names it, here where it is read, so every reader
+(``eval``, ``predict``, the live bundle) refuses alike: a config whose tasks do not agree with the
+heads it describes, weights that are NaN or infinite. Nothing in config.json is used as a path.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -18,32 +21,44 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 
-from ..core.files import write_text_atomic
+from ..core.files import write_file_atomic, write_text_atomic
 from ..core.tasks import TASK_KINDS, LabelTask
 from ..errors import ConfigError
 from ..store.feature_source import parse_source
+from .run_folder import CONFIG_FILE, WEIGHTS_FILE, RunFolder, StagedRun
 from .selection import SELECTION_METRICS
 
-CONFIG_FILE = "config.json"
-WEIGHTS_FILE = "weights.safetensors"
 
+def write_run(path: str | os.PathLike | StagedRun, state: dict[str, Tensor], config: dict, extra_json: dict) -> Path:
+    """Write ``state`` as the weights file, ``config`` as config.json and each ``extra_json`` as ``<name>.json``.
 
-def write_run(path: Path, state: dict[str, Tensor], config: dict, extra_json: dict) -> Path:
-    """Write ``state`` as the weights file, ``config`` as config.json and each ``extra_json`` as ``<name>.json``."""
+    ``path`` is a folder, written whole (:class:`~.run_folder.RunFolder`: a folder that holds a run
+    has its run files replaced, anything else in it is kept), or a :class:`~.run_folder.StagedRun`
+    whose owner commits it. Returns the run folder.
+    """
+    if not isinstance(path, StagedRun):
+        with RunFolder.claim(path, overwrite=True) as folder:
+            write_run(folder.run(), state, config, extra_json)
+            return folder.commit()
     try:
-        path.mkdir(parents=True, exist_ok=True)
-        save_file(state, str(path / WEIGHTS_FILE))
-        write_json(path / CONFIG_FILE, config)
+        write_file_atomic(path.file(WEIGHTS_FILE), lambda tmp: save_file(state, str(tmp)))
+        write_json(path.file(CONFIG_FILE), config)
         for name, payload in extra_json.items():
-            write_json(path / f"{name}.json", payload)
-    except (NotADirectoryError, FileExistsError):
-        raise ConfigError(f"The run folder {path} cannot be created: a file stands on its path; give a folder "
-                          "path for the run.") from None
+            write_json(path.file(f"{name}.json"), payload)
     except (OSError, SafetensorError) as err:  # read-only disk, permissions, full disk (safetensors: its own type)
+        raise unwritable(path.final, err) from None
+    return path.final
+
+
+def unwritable(folder: Path, err: BaseException) -> ConfigError:
+    """The one sentence for a run folder that cannot be written (a full disk, permissions ...)."""
+    text = str(err)
+    if "No space left" in text or "os error 28" in text or getattr(err, "errno", None) == 28:
+        why = "no space left on the disk"
+    else:
         why = err.strerror if isinstance(err, OSError) and err.strerror else error_detail(err)
-        raise ConfigError(f"The run folder {path} cannot be written ({why}); choose another folder for the "
-                          "run.") from None
-    return path
+    return ConfigError(f"The run folder {folder} cannot be written ({why}), and nothing of the run was kept; free "
+                       "space or choose another --out, and train again.")
 
 
 def run_files(path: Path) -> tuple[Path, Path]:
@@ -185,5 +200,6 @@ def jsonable(value):
 
 
 def write_json(path: Path, payload) -> None:
-    """Write ``payload`` as indented JSON, atomically (anything JSON cannot hold as its ``str``)."""
+    """Write ``payload`` as indented JSON, atomically, with the mode of any new file (anything JSON cannot hold as its
+    ``str``)."""
     write_text_atomic(path, json.dumps(jsonable(payload), indent=2, default=str) + "\n")

@@ -12,6 +12,9 @@ A run folder holds
 - ``layer_weights.json`` and ``layer_weights.png``: each mixer's weight per state (and per-token
   depth / per-example usage for ``act`` / ``gumbel``).
 
+The folder is claimed (locked against a second writer) before training and appears complete or not
+at all (:mod:`.run_folder`): a run that fails or is interrupted leaves nothing behind.
+
 ``train_head`` and ``evaluate_run`` are what the ``train-head`` and ``eval`` commands call.
 """
 
@@ -24,11 +27,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..core.files import write_file_atomic
 from ..errors import ConfigError
 from ..store.reader import LayerCache
 from .estimator import LayerHead
 from .evaluation import PassResult
 from .finite import check_split_stats
+from .persistence import unwritable
+from .run_folder import IGNORED, STAGING_PREFIX, RunFolder, StagedRun
 
 TEST_NAMES = ("test",)
 
@@ -44,14 +50,22 @@ class TrainResult:
     layer_weights: dict
 
 
-def default_run_folder(cache_path: Path, mixer: str) -> Path:
-    """A new folder beside the cache: ``<cache>.runs/<mixer>-<n>``."""
-    root = cache_path.parent / f"{cache_path.name}.runs"
-    name = mixer.replace(":", "")
-    n = 1
-    while (root / f"{name}-{n:03d}").exists():
-        n += 1
-    return root / f"{name}-{n:03d}"
+def runs_root(cache_path: str | os.PathLike) -> Path:
+    """Where a cache's runs go by default: ``<cache>.runs`` beside the real cache folder.
+
+    The cache path is resolved first, so ``.`` inside a cache or ``..`` from a split folder name the
+    cache itself, never a ``.runs`` folder inside it.
+    """
+    root = Path(cache_path).resolve()
+    return root.parent / f"{root.name}.runs"
+
+
+def claim_run_folder(cache_path: str | os.PathLike, out: str | os.PathLike | None, name: str, overwrite: bool,
+                     what: str = "run folder") -> RunFolder:
+    """Lock ``out``, or a new ``<cache>.runs/<name>-NNN`` (claimed atomically), for writing a run; use with ``with``."""
+    if out is not None:
+        return RunFolder.claim(out, overwrite=overwrite, what=what)
+    return RunFolder.claim_new(runs_root(cache_path), name.replace(":", ""), what=what)
 
 
 def check_run_folder(run: Path, overwrite: bool = False) -> None:
@@ -59,7 +73,7 @@ def check_run_folder(run: Path, overwrite: bool = False) -> None:
 
     ``run`` may not exist yet: then its nearest existing ancestor must be a writable folder (not a
     file, as in ``--out notes.txt/run``). An existing ``run`` must be a writable folder, empty
-    unless ``overwrite``.
+    unless ``overwrite`` (a lock file, or what a killed run left staged, does not count).
     """
     probe = run
     while not probe.exists() and not probe.is_symlink() and probe != probe.parent:
@@ -73,7 +87,8 @@ def check_run_folder(run: Path, overwrite: bool = False) -> None:
         raise ConfigError(f"--out {run} cannot be created ({probe} is a broken link or missing); give another "
                           "folder for the run.")
     try:
-        occupied = probe == run and any(run.iterdir())
+        occupied = probe == run and any(p.name not in IGNORED and not p.name.startswith(STAGING_PREFIX)
+                                        for p in run.iterdir())
     except OSError as err:
         raise ConfigError(f"The run folder {run} cannot be read ({err.strerror or err}); choose another "
                           "--out.") from None
@@ -106,8 +121,8 @@ def train_head(cache: str | os.PathLike | LayerCache | None = None, mixer: str =
     owned = not isinstance(cache, LayerCache)
     handle = LayerCache.open(cache) if owned else cache
     try:
-        run = Path(out) if out is not None else default_run_folder(handle.path, mixer)
-        check_run_folder(run, overwrite)  # before training: a bad --out should not cost a training run
+        if out is not None:
+            check_run_folder(Path(out), overwrite)  # before training: a bad --out should not cost a training run
         if test_split is not None and test_split not in handle.splits:
             raise ConfigError(f"The cache has no split {test_split!r}; its splits are: {', '.join(handle.splits)}.")
         test_name = test_split or next((s for s in TEST_NAMES if s in handle.splits and s != split), None)
@@ -115,23 +130,33 @@ def train_head(cache: str | os.PathLike | LayerCache | None = None, mixer: str =
             read = [handle.layer_names[i] for i in handle.layer_index(params.get("layers"))]
             check_split_stats(handle, test_name, read)  # refuse a damaged test split before training
         head = estimator(mixer, **params)
-        started = time.perf_counter()
-        head.fit(handle, split=split, val_split=val_split)
-        train_seconds = time.perf_counter() - started
-        test = None if test_name is None else (test_name, *head.evaluate(handle, test_name))
-        return write_trained_run(run, head, handle, train_seconds=train_seconds, test=test)
+        with claim_run_folder(handle.path, out, mixer, overwrite) as folder:  # locked until written, or removed
+            started = time.perf_counter()
+            head.fit(handle, split=split, val_split=val_split)
+            train_seconds = time.perf_counter() - started
+            test = None if test_name is None else (test_name, *head.evaluate(handle, test_name))
+            result = write_trained_run(folder.run(), head, handle, train_seconds=train_seconds, test=test)
+            folder.commit()
+            return result
     finally:
         if owned:
             handle.close()
 
 
-def write_trained_run(run: Path, head: LayerHead, cache: LayerCache, *, train_seconds: float,
-                      test: tuple[str, dict, PassResult] | None = None) -> TrainResult:
+def write_trained_run(run: str | os.PathLike | StagedRun, head: LayerHead, cache: LayerCache, *,
+                      train_seconds: float, test: tuple[str, dict, PassResult] | None = None) -> TrainResult:
     """Write the run folder of a head just fitted on ``cache``: what :func:`train_head` writes.
 
-    ``test`` is ``(split, metrics, pass)`` of the head scored on a test split, or None. The layer
-    weights' usage summaries come from that pass when given, else from the validation pass.
+    ``run`` is a folder (claimed, written and committed here; a run there is replaced) or a
+    :class:`~.run_folder.StagedRun` whose owner commits it. ``test`` is ``(split, metrics, pass)`` of
+    the head scored on a test split, or None. The layer weights' usage summaries come from that pass
+    when given, else from the validation pass.
     """
+    if not isinstance(run, StagedRun):
+        with RunFolder.claim(run, overwrite=True) as folder:
+            result = write_trained_run(folder.run(), head, cache, train_seconds=train_seconds, test=test)
+            folder.commit()
+            return result
     mixer = head.mixer
     metrics: dict = {"mixer": mixer, "normalize": head.normalize_, "fit": head.fit_, "train_seconds": train_seconds,
                      "data": head.data_, "selection": head.selection_.to_json(),
@@ -143,11 +168,10 @@ def write_trained_run(run: Path, head: LayerHead, cache: LayerCache, *, train_se
     weights = {"layer_names": head.layer_names_, "mixers": head.layer_weights(), "usage": result.usage}
     head.save(run, metrics=metrics, layer_weights=weights)
     try:
-        plot_layer_weights(weights, run / "layer_weights.png", title=f"{mixer} on {cache.manifest.model.name}")
+        plot_layer_weights(weights, run.file("layer_weights.png"), title=f"{mixer} on {cache.manifest.model.name}")
     except OSError as err:
-        raise ConfigError(f"The run folder {run} cannot be written ({err.strerror or err}); choose another "
-                          "--out.") from None
-    return TrainResult(run=run, head=head, metrics=metrics, layer_weights=weights)
+        raise unwritable(run.final, err) from None
+    return TrainResult(run=run.final, head=head, metrics=metrics, layer_weights=weights)
 
 
 def evaluate_run(run: str | os.PathLike, cache: str | os.PathLike | LayerCache | None = None,
@@ -182,7 +206,7 @@ def read_run(run: str | os.PathLike) -> dict:
 
 
 def plot_layer_weights(weights: dict, path: Path, title: str = "") -> Path:
-    """Bar chart of each mixer's weight per state."""
+    """Bar chart of each mixer's weight per state, written atomically as a PNG with the mode of any new file."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -201,6 +225,8 @@ def plot_layer_weights(weights: dict, path: Path, title: str = "") -> Path:
     if len(mixers) > 1:
         ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    try:
+        write_file_atomic(path, lambda tmp: fig.savefig(tmp, dpi=100, format="png"))
+    finally:
+        plt.close(fig)
     return path

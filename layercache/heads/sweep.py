@@ -71,12 +71,12 @@ shows each variant's lead and share of resamples won; the winner (what ``best/``
 :attr:`SweepResult.winner`) is the first candidate on it that is a default or a variant that cleared the
 bar. ``confidence=0`` keeps the leader whatever its margin.
 
-**Output** (``out``, default ``<cache>.runs/sweep-<n>`` beside the cache): ``best/``, the pick as
-the run folder :func:`~.runs.train_head` writes (``LayerHead.load``, ``layercache eval``,
-``layercache predict``), rewritten whenever the winner changes; ``sweep.json``, the leaderboard
-(:class:`SweepResult`). With ``ensemble=K`` the top K candidates, each as it would be picked (its
-seeds averaged, or its best run), are also averaged as one head, scored (:mod:`.ensemble`) and
-written as ``ensemble/``, a run folder like ``best/`` (:meth:`~.estimator.LayerHead.from_members`).
+**Output** (``out``, default ``<cache>.runs/sweep-<n>`` beside the cache; locked, and written whole at
+the end, :mod:`.run_folder`): ``best/``, the pick as the run folder :func:`~.runs.train_head` writes
+(``LayerHead.load``, ``eval``, ``predict``), staged again whenever the winner changes; ``sweep.json``,
+the leaderboard (:class:`SweepResult`). With ``ensemble=K`` the top K candidates, each as it would be
+picked (its seeds averaged, or its best run), are also averaged as one head, scored (:mod:`.ensemble`)
+and written as ``ensemble/``, a run folder like ``best/`` (:meth:`~.estimator.LayerHead.from_members`).
 """
 
 from __future__ import annotations
@@ -92,6 +92,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..core.confine import OwnedFolder
 from ..core.files import write_text_atomic
 from ..core.units import human_seconds, parse_duration
 from ..errors import ConfigError
@@ -105,7 +106,8 @@ from .evaluation import score as score_predictions
 from .feed_pool import FeedPool
 from .finite import DivergedError, check_split_stats
 from .mixers import MIXERS, mixer_names
-from .runs import TEST_NAMES, check_run_folder, default_run_folder, write_trained_run
+from .run_folder import BEST_RUN, ENSEMBLE_RUN, SWEEP_FILE
+from .runs import TEST_NAMES, check_run_folder, claim_run_folder, write_trained_run
 from .sweep_budget import Costs
 from .validation import validation_slice
 
@@ -128,9 +130,6 @@ PICKS = {
 }
 """What the sweep keeps of its winner as ``best/``, by name (``--pick``)."""
 DEFAULT_PICK = "seeds"
-SWEEP_FILE = "sweep.json"
-BEST_RUN = "best"
-ENSEMBLE_RUN = "ensemble"
 #: LayerHead settings the sweep chooses itself, refused among ``**params``.
 CHOSEN = ("mixer", "mixer_options", "lr", "seed", "seeds", "val_seed", "progress")
 
@@ -346,11 +345,11 @@ class SweepResult:
 
     def write(self, path: str | os.PathLike | None = None) -> Path:
         """Write :meth:`to_json` to ``path`` (default ``out/sweep.json``)."""
-        path = Path(path) if path is not None else self.out / SWEEP_FILE
+        path = Path(path) if path is not None else OwnedFolder.at(self.out, "sweep folder").file(SWEEP_FILE)
         try:
             write_text_atomic(path, json.dumps(self.to_json(), indent=2, default=float) + "\n")
         except OSError as err:
-            raise ConfigError(f"The sweep folder {path.parent} cannot be written ({err.strerror or err}); choose "
+            raise ConfigError(f"The sweep folder {self.out} cannot be written ({err.strerror or err}); choose "
                               "another --out.") from None
         return path
 
@@ -416,8 +415,8 @@ def sweep(cache: str | os.PathLike | LayerCache | None = None, *, out: str | os.
     handle = LayerCache.open(cache) if owned else cache
     try:
         head_tasks = resolve_tasks(handle, tasks)
-        folder = Path(out) if out is not None else default_run_folder(handle.path, "sweep")
-        check_run_folder(folder, overwrite)
+        if out is not None:
+            check_run_folder(Path(out), overwrite)  # a bad --out is refused before anything is written
         handle.require_split(split)
         layer_names = [handle.layer_names[i] for i in handle.layer_index(params.get("layers"))]
         if val_split is not None:
@@ -437,9 +436,12 @@ def sweep(cache: str | os.PathLike | LayerCache | None = None, *, out: str | os.
         if not plan:
             raise ConfigError("The sweep has no candidate to try; name a mixer or a candidate.")
         _import_plotting()  # once, before the clock counts candidates: the best run's plot would pay for it
-        run = _Sweep(handle, folder, head_tasks, layer_names, seed_list, seed, split, val_split, test_name, params,
-                     started, seconds, progress, pick, float(confidence))
-        return run.run(plan, ensemble)
+        with claim_run_folder(handle.path, out, "sweep", overwrite, what="sweep folder") as folder:
+            run = _Sweep(handle, folder, head_tasks, layer_names, seed_list, seed, split, val_split, test_name,
+                         params, started, seconds, progress, pick, float(confidence))
+            result = run.run(plan, ensemble)
+            folder.commit()  # best/, ensemble/ and sweep.json appear together, complete
+            return result
     finally:
         if owned:
             handle.close()
@@ -495,11 +497,11 @@ class _Run:
 class _Sweep:
     """The state of one sweep: the cache, the shared feeds, the clock, and the results so far."""
 
-    def __init__(self, cache: LayerCache, out: Path, tasks, layer_names: list[str], seeds: list[int], seed: int,
+    def __init__(self, cache: LayerCache, folder, tasks, layer_names: list[str], seeds: list[int], seed: int,
                  split: str, val_split: str | None, test_name: str | None, params: dict, started: float,
                  budget: float | None, progress: bool, pick: str = DEFAULT_PICK,
                  confidence: float = VARIANT_CONFIDENCE) -> None:
-        self.cache, self.out, self.tasks, self.layer_names = cache, out, tasks, layer_names
+        self.cache, self.folder, self.out, self.tasks, self.layer_names = cache, folder, folder.path, tasks, layer_names
         self.seeds, self.seed, self.split, self.test_name, self.params = seeds, seed, split, test_name, params
         self.val_split = val_split or cache.validation_split(exclude=split)
         self.started, self.budget, self.progress, self.pick = started, budget, progress, pick
@@ -567,7 +569,7 @@ class _Sweep:
         if ensemble > 1:
             result.ensemble = self._ensemble(ranked[:ensemble])
         result.elapsed = time.perf_counter() - self.started
-        result.write()
+        result.write(self.folder.file(SWEEP_FILE))
         return result
 
     def _describe(self, candidate: Candidate) -> str:
@@ -731,7 +733,7 @@ class _Sweep:
     def _write_pick(self, result: CandidateResult, runs: list[_Run]) -> None:
         """Write the leader's pick (:data:`PICKS`) as ``best/``: its seeds averaged, or its best run."""
         head, test, seconds, picked = self._pick_of(runs)
-        write_trained_run(self.out / BEST_RUN, head, self.cache, train_seconds=seconds, test=test)
+        write_trained_run(self.folder.run(BEST_RUN), head, self.cache, train_seconds=seconds, test=test)
         self.picked = {**picked, "candidate": result.candidate,
                        "validation": head.selection_.score(head.validation_metrics_),
                        "test": None if test is None else head.selection_.score(test[1])}
@@ -780,7 +782,8 @@ class _Sweep:
         if self.test_name is not None:
             passed = combine_passes([p[1][2] for p in picks], head.tasks_)
             test = (self.test_name, self._score(head, self._gold(head, self.test_name), passed), passed)
-        write_trained_run(self.out / ENSEMBLE_RUN, head, self.cache, train_seconds=sum(p[2] for p in picks), test=test)
+        write_trained_run(self.folder.run(ENSEMBLE_RUN), head, self.cache, train_seconds=sum(p[2] for p in picks),
+                          test=test)
         return {"members": [{"candidate": name, **p[3]} for name, p in zip(labels, picks)],
                 "combine": "mean of class probabilities (per word for token tasks), of predictions (regression)",
                 "run": str(self.out / ENSEMBLE_RUN),
