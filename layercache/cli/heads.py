@@ -8,9 +8,11 @@ from typing import Optional
 
 import typer
 
+from ..errors import ConfigError
 from . import base
 from .base import app, friendly
 from .choices import choice_help
+from .live import allow_pickle_option
 from .parsing import (
     layer_specs,
     parse_assignments,
@@ -88,10 +90,14 @@ def train_head(
     live: bool = typer.Option(
         False, "--live", help="Compute every batch with the cache's backbone instead of reading stored states "
                               "(the reference for end-to-end checks; metrics.json records it)."),
+    allow_pickle: bool = allow_pickle_option(),
     threads: str = threads_option(),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
 ):
     """Learn a head on a cache (no backbone needed): prints metrics and layer weights, writes a run folder."""
+    if allow_pickle and not live:
+        raise ConfigError("--allow-pickle loads the cache's backbone, which only train-head --live does: add --live, "
+                          "or leave --allow-pickle out (a head on stored states loads no model).")
     apply_threads(threads)
     if live:
         from ..live.training import train_head_live as run_train_head
@@ -109,6 +115,7 @@ def train_head(
         loss_weights=weights or None, epochs=epochs, batch_size=batch_size, lr=lr, weight_decay=weight_decay,
         schedule=schedule, patience=patience, seed=seed, seeds=seeds, device=device, progress=not quiet,
         metric=parse_metric(metric), class_weight=parse_class_weight(class_weight), solver=solver,
+        **({"allow_pickle": allow_pickle} if live else {}),
     )
     m = result.metrics
     shown = {"validation": m["validation"]}

@@ -24,6 +24,13 @@ class _TextsAfterDashes(TyperCommand):
 
 
 LITERAL_KEY = "layercache.literal_texts"
+ALLOW_PICKLE_HELP = ("Load a backbone that has only pickle weights (pytorch_model.bin), which can run code when "
+                     "loaded: only for a source you trust (as extract's).")
+
+
+def allow_pickle_option():
+    """The ``--allow-pickle`` typer option of the commands that load a backbone: predict, verify, train-head --live."""
+    return typer.Option(False, "--allow-pickle", help=ALLOW_PICKLE_HELP)
 
 
 @app.command("predict", cls=_TextsAfterDashes)
@@ -48,9 +55,7 @@ def predict(
         None, "--backbone", help="Backbone to load (hub id or folder).", show_default="the one the runs record"),
     batch_size: int = typer.Option(32, "--batch-size", help="Texts per forward pass (sorted by length)."),
     device: str = typer.Option("auto", "--device", help="cpu, cuda, cuda:N or auto."),
-    allow_pickle: bool = typer.Option(
-        False, "--allow-pickle", help="Load a backbone that has only pickle weights (pytorch_model.bin), which can "
-                                      "run code when loaded: only for a source you trust (as extract's)."),
+    allow_pickle: bool = allow_pickle_option(),
     threads: str = threads_option(),
 ):
     """Predict with trained runs on raw text: one backbone forward pass per batch serves every run."""
@@ -106,9 +111,7 @@ def verify(
         None, "--dtype", help="Forward dtype: float32, bfloat16 or float16.", show_default="the one extraction used"),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
     device: str = typer.Option("auto", "--device", help="cpu, cuda, cuda:N or auto."),
-    allow_pickle: bool = typer.Option(
-        False, "--allow-pickle", help="Load a backbone that has only pickle weights (pytorch_model.bin), which can "
-                                      "run code when loaded: only for a source you trust (as extract's)."),
+    allow_pickle: bool = allow_pickle_option(),
     threads: str = threads_option(),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
 ):

@@ -19,13 +19,12 @@ from pathlib import Path
 
 import pytest
 from conftest import tiny_builtin_cache
+from fs_support import make_outside, no_hang, plant, real_parents, restore_access, tree_state
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from layercache.errors import LayercacheError
 from layercache.heads import LayerHead, sweep, train_head
-
-from .run_folder_support import snapshot, within
 
 QUICK = {"tasks": ["sentiment"], "epochs": 1, "progress": False, "device": "cpu"}
 SETTINGS = settings(max_examples=30, deadline=None, derandomize=True, print_blob=True,
@@ -33,7 +32,7 @@ SETTINGS = settings(max_examples=30, deadline=None, derandomize=True, print_blob
 NAMES = ("config.json", "weights.safetensors", "metrics.json", "layer_weights.png", "sweep.json", "best",
          "ensemble", ".layercache.lock", "best/config.json", "best/weights.safetensors", "notes.txt", "data",
          ".layercache-partial-0badc0de")
-KINDS = ("link-file", "link-folder", "dangling", "loop", "fifo", "file", "folder", "no-access")
+KINDS = ("link-to-file", "link-to-folder", "dangling", "loop", "fifo", "foreign-file", "foreign-folder", "no-access")
 OWN = {"config.json", "weights.safetensors", "metrics.json", "layer_weights.json", "layer_weights.png",
        "sweep.json", "best", "ensemble"}
 
@@ -49,43 +48,16 @@ def head(cache, tmp_path_factory):
 
 
 def _plant(folder: Path, name: str, kind: str, outside: Path) -> None:
-    path = folder / name
-    if os.path.lexists(path):
+    """Plant ``kind`` at ``name`` unless something is there already or a folder on the way is not a real one."""
+    if os.path.lexists(folder / name) or not real_parents(folder, name):
         return
-    if os.path.lexists(path.parent) and not stat.S_ISDIR(os.lstat(path.parent).st_mode):
-        return  # its folder is itself a planted link or file
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if kind == "link-file":
-        path.symlink_to(outside / "important.txt")
-    elif kind == "link-folder":
-        path.symlink_to(outside / "folder")
-    elif kind == "dangling":
-        path.symlink_to(outside / "nothing-here")
-    elif kind == "loop":
-        path.symlink_to(path.name)
-    elif kind == "fifo":
-        os.mkfifo(path)
-    elif kind == "file":
-        path.write_text("someone's notes\n")
-    elif kind == "folder":
-        path.mkdir()
-        (path / "thesis.tex").write_text("someone's thesis\n")
-    else:  # a file nobody may read or write
-        path.write_text("locked\n")
-        path.chmod(0o000)
-
-
-def _restore_access(root: Path) -> None:
-    for dirpath, dirnames, filenames in os.walk(root):
-        for name in dirnames + filenames:
-            path = Path(dirpath) / name
-            if not path.is_symlink():
-                path.chmod(0o700)
+    plant(folder / name, kind, outside, inside="thesis.tex")
 
 
 @SETTINGS
-@example(plants=[("layer_weights.png", "link-file")], action="train", overwrite=True, folder_mode=0o755)
-@example(plants=[("best", "link-folder"), ("notes.txt", "file")], action="sweep", overwrite=True, folder_mode=0o755)
+@example(plants=[("layer_weights.png", "link-to-file")], action="train", overwrite=True, folder_mode=0o755)
+@example(plants=[("best", "link-to-folder"), ("notes.txt", "foreign-file")], action="sweep", overwrite=True,
+         folder_mode=0o755)
 @given(plants=st.lists(st.tuples(st.sampled_from(NAMES), st.sampled_from(KINDS)), min_size=1, max_size=4),
        action=st.sampled_from(("train", "save", "sweep")), overwrite=st.sampled_from((True, True, False)),
        folder_mode=st.sampled_from((0o755, 0o755, 0o555)))
@@ -93,17 +65,15 @@ def test_a_salted_run_folder_gives_a_correct_run_or_a_typed_error(cache, head, p
                                                                   folder_mode):
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        outside = root / "outside"
-        (outside / "folder").mkdir(parents=True)
-        (outside / "important.txt").write_text("do not touch\n")
+        outside = make_outside(root / "outside")
         run = root / "sandbox" / "run"
         run.mkdir(parents=True)
         for name, kind in plants:
             _plant(run, name, kind, outside)
-        foreign = {k: v for k, v in snapshot(run).items() if Path(k).relative_to(run).parts[0] not in OWN
+        foreign = {k: v for k, v in tree_state(run).items() if Path(k).parts[0] not in OWN
                    and not Path(k).name.startswith(".layercache")}
         lock_before = os.path.lexists(run / ".layercache.lock")
-        before = snapshot(outside), snapshot(cache)
+        before = tree_state(outside), tree_state(cache)
         run.chmod(folder_mode)
         try:
             if action == "train":
@@ -114,13 +84,14 @@ def test_a_salted_run_folder_gives_a_correct_run_or_a_typed_error(cache, head, p
                 call = lambda: sweep(cache, out=run, overwrite=overwrite, candidates=["last"], seeds=1,  # noqa: E731
                                      budget=None, progress=False, tasks=["sentiment"])
             try:
-                within(120, call)
+                with no_hang(120):
+                    call()
                 succeeded = True
             except LayercacheError:
                 succeeded = False
         finally:
             run.chmod(0o755)
-        assert (snapshot(outside), snapshot(cache)) == before, "something outside the run folder changed"
+        assert (tree_state(outside), tree_state(cache)) == before, "something outside the run folder changed"
         left = {p.name for p in run.iterdir()}
         assert not any(n.startswith(".layercache-partial-") and n != ".layercache-partial-0badc0de" for n in left)
         if not lock_before:
@@ -132,7 +103,7 @@ def test_a_salted_run_folder_gives_a_correct_run_or_a_typed_error(cache, head, p
                 if action != "save" or name in ("config.json", "weights.safetensors"):
                     assert stat.S_ISREG(os.lstat(written / name).st_mode), name
             assert LayerHead.load(written).mixer == "last"
-            now = snapshot(run)
+            now = tree_state(run)
             assert {k: now.get(k) for k in foreign} == foreign, "a foreign entry was changed"
-        _restore_access(root)
+        restore_access(root)
         shutil.rmtree(root / "sandbox", ignore_errors=True)

@@ -18,11 +18,10 @@ from pathlib import Path
 
 import pytest
 from conftest import tiny_builtin_cache
+from fs_support import OUTSIDE_FOLDER, make_outside, no_hang, plant, tree_state
 
 from layercache.errors import LayercacheError, UnsafePathError
 from layercache.heads import LayerHead, sweep, train_head
-
-from .run_folder_support import snapshot, within
 
 QUICK = {"tasks": ["sentiment"], "epochs": 1, "progress": False, "device": "cpu"}
 RUN_FILES = ("config.json", "weights.safetensors", "metrics.json", "layer_weights.json", "layer_weights.png")
@@ -37,26 +36,17 @@ def cache(tiny_models, tmp_path_factory):
 @pytest.fixture
 def sandbox(tmp_path, cache):
     """``outside``: a file and a folder a planted link may point at, hashed with the cache before and after."""
-    outside = tmp_path / "outside"
-    (outside / "folder").mkdir(parents=True)
-    (outside / "important.txt").write_text("do not touch\n")
-    (outside / "folder" / "config.json").write_text("{}\n")
-    before = snapshot(outside), snapshot(cache)
+    outside = make_outside(tmp_path / "outside", {f"{OUTSIDE_FOLDER}/config.json": "{}\n"})
+    before = tree_state(outside), tree_state(cache)
     yield outside
-    assert (snapshot(outside), snapshot(cache)) == before, "something outside the run folder changed"
+    assert (tree_state(outside), tree_state(cache)) == before, "something outside the run folder changed"
 
 
-def plant(path: Path, how: str, outside: Path, folder: bool = False) -> None:
-    """Put a link or a FIFO where layercache will write ``path``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+def plant_at(path: Path, how: str, outside: Path, folder: bool = False) -> None:
+    """Put a link or a FIFO where layercache will write ``path`` (``link-out``: to a folder or a file outside)."""
     if how == "link-out":
-        path.symlink_to(outside / ("folder" if folder else "important.txt"))
-    elif how == "dangling":
-        path.symlink_to(outside / "nothing-here")
-    elif how == "loop":
-        path.symlink_to(path.name)
-    else:
-        os.mkfifo(path)
+        how = "link-to-folder" if folder else "link-to-file"
+    plant(path, how, outside)
 
 
 def assert_real(path: Path, folder: bool = False) -> None:
@@ -70,8 +60,9 @@ def assert_real(path: Path, folder: bool = False) -> None:
 @pytest.mark.parametrize("name", RUN_FILES)
 def test_a_run_file_planted_as_link_or_fifo_is_replaced_never_written_through(cache, sandbox, tmp_path, name, how):
     run = tmp_path / "run"
-    plant(run / name, how, sandbox)
-    result = within(120, lambda: train_head(cache, "last", out=run, overwrite=True, **QUICK))
+    plant_at(run / name, how, sandbox)
+    with no_hang(120):
+        result = train_head(cache, "last", out=run, overwrite=True, **QUICK)
     assert result.run == run.resolve()
     for file in RUN_FILES:
         assert_real(run / file)
@@ -81,9 +72,9 @@ def test_a_run_file_planted_as_link_or_fifo_is_replaced_never_written_through(ca
 @pytest.mark.parametrize("how", PLANTS)
 def test_a_planted_lock_file_is_refused_never_written_through(cache, sandbox, tmp_path, how):
     run = tmp_path / "run"
-    plant(run / ".layercache.lock", how, sandbox)
-    with pytest.raises(LayercacheError) as refused:
-        within(120, lambda: train_head(cache, "last", out=run, overwrite=True, **QUICK))
+    plant_at(run / ".layercache.lock", how, sandbox)
+    with no_hang(120), pytest.raises(LayercacheError) as refused:
+        train_head(cache, "last", out=run, overwrite=True, **QUICK)
     assert ".layercache.lock" in str(refused.value)
     assert {p.name for p in run.iterdir()} == {".layercache.lock"}  # nothing was written beside it
 
@@ -92,8 +83,9 @@ def test_a_planted_lock_file_is_refused_never_written_through(cache, sandbox, tm
 def test_a_saved_head_never_writes_through_a_planted_file(cache, sandbox, tmp_path, how):
     head = LayerHead.load(train_head(cache, "last", out=tmp_path / "first", **QUICK).run)
     target = tmp_path / "saved"
-    plant(target / "weights.safetensors", how, sandbox)
-    within(120, lambda: head.save(target))
+    plant_at(target / "weights.safetensors", how, sandbox)
+    with no_hang(120):
+        head.save(target)
     assert_real(target / "weights.safetensors")
 
 
@@ -101,16 +93,17 @@ def test_a_saved_head_never_writes_through_a_planted_file(cache, sandbox, tmp_pa
 @pytest.mark.parametrize("how", PLANTS)
 def test_a_link_in_place_of_the_runs_folder_is_refused(cache, sandbox, tmp_path, how):
     copy = shutil.copytree(cache, tmp_path / "copy" / "cache")
-    plant(copy.parent / "cache.runs", how, sandbox, folder=True)
-    with pytest.raises(UnsafePathError, match="cache.runs"):
-        within(120, lambda: train_head(copy, "last", **QUICK))
+    plant_at(copy.parent / "cache.runs", how, sandbox, folder=True)
+    with no_hang(120), pytest.raises(UnsafePathError, match="cache.runs"):
+        train_head(copy, "last", **QUICK)
 
 
 @pytest.mark.parametrize("how", PLANTS)
 def test_a_planted_default_run_name_is_skipped(cache, sandbox, tmp_path, how):
     cache = shutil.copytree(cache, tmp_path / "copy" / "cache")
-    plant(cache.parent / "cache.runs" / "last-001", how, sandbox, folder=True)
-    run = within(120, lambda: train_head(cache, "last", **QUICK)).run
+    plant_at(cache.parent / "cache.runs" / "last-001", how, sandbox, folder=True)
+    with no_hang(120):
+        run = train_head(cache, "last", **QUICK).run
     assert run.name == "last-002"
     assert_real(run, folder=True)
 
@@ -127,17 +120,18 @@ def test_a_sweep_path_planted_as_link_or_fifo_is_replaced_or_refused(cache, sand
     folder = where in ("best", "ensemble")
     if "/" in where:  # a file inside a run folder the sweep writes: that folder is a real one
         (out / where).parent.mkdir(parents=True)
-    plant(out / where, how, sandbox, folder=folder)
+    plant_at(out / where, how, sandbox, folder=folder)
 
     def run():
         return sweep(cache, out=out, overwrite=True, candidates=["last", "layer:1"], seeds=1, budget=None,
                      ensemble=2, progress=False, tasks=["sentiment"])
 
     if where == ".layercache.lock":
-        with pytest.raises(UnsafePathError, match="lock"):
-            within(120, run)
+        with no_hang(120), pytest.raises(UnsafePathError, match="lock"):
+            run()
         return
-    within(120, run)
+    with no_hang(120):
+        run()
     assert_real(out / "sweep.json")
     for sub in ("best", "ensemble"):
         assert_real(out / sub, folder=True)

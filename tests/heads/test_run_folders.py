@@ -26,8 +26,6 @@ import layercache as lc
 from layercache.errors import CacheLockedError, ConfigError
 from layercache.heads import LayerHead, sweep, train_head
 
-from .run_folder_support import in_thread
-
 QUICK = {"tasks": ["sentiment"], "epochs": 1, "progress": False, "device": "cpu"}
 CLI_QUICK = ("--mixer", "last", "--task", "sentiment", "-q")
 RUN_FILES = {"config.json", "weights.safetensors", "metrics.json", "layer_weights.json", "layer_weights.png"}
@@ -41,6 +39,21 @@ def cache(tiny_models, tmp_path_factory):
 @pytest.fixture(scope="module")
 def good_run(cache, tmp_path_factory):
     return train_head(cache, "last", out=tmp_path_factory.mktemp("good") / "run", **QUICK).run
+
+
+def in_thread(call):
+    """Start ``call()`` in a daemon thread; returns the thread and a dict that gets ``result`` or ``error``."""
+    box: dict = {}
+
+    def target():
+        try:
+            box["result"] = call()
+        except BaseException as err:  # noqa: BLE001 - handed to the test
+            box["error"] = err
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    return thread, box
 
 
 def _visible(folder: Path) -> set[str]:

@@ -1,4 +1,4 @@
-"""A pickle-only model's cache can be verified and predicted from (--allow-pickle); verify counts clamped values."""
+"""--allow-pickle for a pickle-only model's cache: verify, predict, train-head --live; verify counts clamped values."""
 
 from __future__ import annotations
 
@@ -49,6 +49,23 @@ def test_predict_takes_allow_pickle(pickle_cache):
     assert "Predictions" in result.output
     assert predict_texts([run], ["a fine day"], allow_pickle=True).texts == ["a fine day"]
     assert LiveBundle.from_runs([run], allow_pickle=True).predict(["a fine day"]).texts == ["a fine day"]
+
+
+def test_train_head_live_takes_allow_pickle(pickle_cache, tmp_path):
+    cache, _ = pickle_cache
+    args = ("train-head", cache, "--live", "--mixer", "last", "--task", "topic", "--layers", "layer_1",
+            "--threads", "1", "--quiet")
+    assert_refused(invoke(*args, "--out", tmp_path / "refused"), "pickle", "--allow-pickle")
+    assert not (tmp_path / "refused").exists()
+    result = invoke(*args, "--out", tmp_path / "run", "--allow-pickle")
+    assert result.exit_code == 0, result.output
+    assert "live backbone" in result.output and "Run written" in result.output
+    assert json.loads((tmp_path / "run" / "metrics.json").read_text())["data"]["trained"] == "live"
+    assert lc.LayerHead.load(tmp_path / "run").mixer == "last"
+    # Without --live no backbone is loaded: the flag would do nothing, so it is refused rather than ignored.
+    assert_refused(invoke("train-head", cache, "--allow-pickle", "--out", tmp_path / "cached", "--quiet"),
+                   "--allow-pickle loads the cache's backbone", "add --live")
+    assert not (tmp_path / "cached").exists()
 
 
 @pytest.fixture(scope="module")

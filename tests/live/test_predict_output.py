@@ -2,22 +2,19 @@
 
 Each hostile case plants something in a sandbox (a folder of the test's own) and asserts that
 nothing outside the place layercache was asked to write changed: every file's bytes, every
-link's target and every entry's kind are compared before and after.
+link's target and every entry's kind and mode are compared before and after (fs_support.tree_state).
 """
 
 from __future__ import annotations
 
 import errno
-import hashlib
 import json
 import os
-import signal
-import stat
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 from cli_support import assert_refused, invoke
+from fs_support import OUTSIDE_FOLDER, make_outside, no_hang, plant, tree_state
 
 from layercache.errors import LayercacheError
 from layercache.live import LiveBundle
@@ -25,67 +22,15 @@ from layercache.live import LiveBundle
 TEXTS = ["the film was not good", "a fine day in the park"]
 
 
-def snapshot(root: Path) -> dict[str, tuple]:
-    """Every entry under ``root``: its kind and its bytes' digest (files) or target (links), never following a link."""
-    out = {}
-    for folder, dirs, files in os.walk(root):
-        for name in dirs + files:
-            path = Path(folder, name)
-            st = os.lstat(path)
-            if stat.S_ISLNK(st.st_mode):
-                out[str(path.relative_to(root))] = ("link", os.readlink(path))
-            elif stat.S_ISREG(st.st_mode):
-                out[str(path.relative_to(root))] = ("file", hashlib.sha256(path.read_bytes()).hexdigest())
-            else:
-                out[str(path.relative_to(root))] = ("dir" if stat.S_ISDIR(st.st_mode) else "special",)
-    return out
-
-
-@contextmanager
-def no_hang(seconds: int = 20):
-    """Fail instead of blocking forever (opening a FIFO for writing waits for a reader)."""
-    def expired(*_):
-        raise TimeoutError("blocked: something opened a FIFO")
-
-    previous = signal.signal(signal.SIGALRM, expired)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
-
-
 @pytest.fixture
 def sandbox(tmp_path):
     """``outside/`` holds a file and a folder that must never change; ``work/`` is where outputs are asked for."""
-    outside = tmp_path / "outside"
-    (outside / "folder").mkdir(parents=True)
-    (outside / "important.txt").write_text("keep me\n")
-    (outside / "folder" / "notes.txt").write_text("keep me too\n")
+    make_outside(tmp_path / "outside", {f"{OUTSIDE_FOLDER}/notes.txt": "keep me too\n"})
     (tmp_path / "work").mkdir()
     return tmp_path
 
 
-def plant(kind: str, at: Path, outside: Path) -> None:
-    """Put a link to an outside file / folder, a dangling link, a loop of links or a FIFO at ``at``."""
-    at.parent.mkdir(parents=True, exist_ok=True)
-    if kind == "link-to-file":
-        at.symlink_to(outside / "important.txt")
-    elif kind == "link-to-folder":
-        at.symlink_to(outside / "folder", target_is_directory=True)
-    elif kind == "dangling":
-        at.symlink_to(outside / "created-by-a-write")
-    elif kind == "loop":
-        at.symlink_to(at.with_name(at.name + "-b"))
-        at.with_name(at.name + "-b").symlink_to(at)
-    elif kind == "fifo":
-        os.mkfifo(at)
-    else:
-        raise ValueError(kind)
-
-
-PLANTED = ["link-to-file", "dangling", "loop", "fifo"]
+PLANTED = ["link-to-file", "dangling", "loop-of-two", "fifo"]
 
 
 # ---------------------------------------------------------------- predict --out
@@ -164,12 +109,12 @@ def test_a_failure_late_leaves_the_old_output_whole(runs, tmp_path, monkeypatch)
 def test_out_never_writes_through_what_is_planted_there(runs, sandbox, kind):
     outside = sandbox / "outside"
     out = sandbox / "work" / "pred.jsonl"
-    plant(kind, out, outside)
-    before = snapshot(sandbox)
+    plant(out, kind, outside)
+    before = tree_state(sandbox)
     with no_hang():
         result = invoke("predict", runs["bert"]["topic"], *TEXTS, "--out", out, "--threads", "1")
     assert_refused(result)
-    assert snapshot(sandbox) == before
+    assert tree_state(sandbox) == before
 
 
 # ---------------------------------------------------------------- LiveBundle.save_pretrained
@@ -179,8 +124,8 @@ def bundle(runs):
 
 
 BUNDLE_PLACES = {  # where a planted entry sits, relative to the bundle folder
-    "live_bundle.json": ["link-to-file", "dangling", "loop", "fifo"],
-    "heads": ["link-to-folder", "dangling", "loop", "fifo"],
+    "live_bundle.json": ["link-to-file", "dangling", "loop-of-two", "fifo"],
+    "heads": ["link-to-folder", "dangling", "loop-of-two", "fifo"],
     "heads/00": ["link-to-folder", "dangling", "fifo"],
     "heads/01/weights.safetensors": ["link-to-file", "dangling", "fifo"],
     "heads/00/config.json": ["link-to-file", "fifo"],
@@ -193,11 +138,11 @@ def test_save_pretrained_never_writes_through_what_is_planted(bundle, sandbox, p
     folder = sandbox / "work" / "bundle"
     if "/" in place:
         (folder / place).parent.mkdir(parents=True)
-    plant(kind, folder / place, outside)
-    before = snapshot(sandbox)
+    plant(folder / place, kind, outside)
+    before = tree_state(sandbox)
     with no_hang(), pytest.raises(LayercacheError, match="link|FIFO"):
         bundle.save_pretrained(folder)
-    assert snapshot(sandbox) == before  # nothing written, inside or out
+    assert tree_state(sandbox) == before  # nothing written, inside or out
 
 
 def test_save_pretrained_writes_a_bundle_that_loads(bundle, sandbox):

@@ -18,12 +18,11 @@ from pathlib import Path
 
 import pytest
 from cli_support import assert_refused, invoke
+from fs_support import make_outside, no_hang, plant, tree_state
 
 import layercache as lc
 from layercache.errors import LayercacheError, UnsafePathError
 from layercache.store.lock import LOCK_NAME, CacheLock
-
-from .fs_support import no_hang, tree_state
 
 
 @pytest.fixture(scope="module")
@@ -63,10 +62,7 @@ class Sandbox:
     def __init__(self, root: Path, pristine: Path):
         self.root, self.cache, self.outside = root, root / "cache", root / "outside"
         shutil.copytree(pristine, self.cache, symlinks=True)
-        self.outside.mkdir()
-        (self.outside / "important.txt").write_text("the user's own notes\n")
-        (self.outside / "shard-00000.h5").write_bytes(b"an outside shard-named file")
-        (self.outside / "shard-00007.h5").write_bytes(b"another one")
+        make_outside(self.outside, {"shard-00000.h5": "an outside shard-named file", "shard-00007.h5": "another one"})
         self.before = self.state()
 
     def state(self) -> dict:
@@ -102,11 +98,11 @@ def assert_complete(cache: Path) -> None:
 
 
 # --- the lock file ----------------------------------------------------------------------------------
-@pytest.mark.parametrize("target", ["important.txt", "not-there-yet.txt"])
-def test_a_lock_file_that_is_a_link_is_refused_never_written_through(tiny_models, data, sandbox, target):
+@pytest.mark.parametrize("kind", ["link-to-file", "dangling"])
+def test_a_lock_file_that_is_a_link_is_refused_never_written_through(tiny_models, data, sandbox, kind):
     lock = sandbox.cache / LOCK_NAME
     lock.unlink()
-    lock.symlink_to(sandbox.outside / target)
+    plant(lock, kind, sandbox.outside)
     result = invoke(*extract_args(tiny_models, data, sandbox.cache))
     assert_refused(result, LOCK_NAME, "is a symbolic link")
     sandbox.assert_outside_untouched()  # the dangling link created no file outside either
@@ -222,7 +218,7 @@ def test_repair_never_writes_through_a_planted_temp_shard(tiny_models, data, san
     damaged = bytearray(shard.read_bytes())
     damaged[len(damaged) // 2] ^= 0xFF
     shard.write_bytes(bytes(damaged))
-    (shard.parent / (shard.name + ".tmp")).symlink_to(sandbox.outside / "important.txt")
+    plant(shard.parent / (shard.name + ".tmp"), "link-to-file", sandbox.outside)
     result = invoke(*extract_args(tiny_models, data, sandbox.cache), "--repair")
     assert result.exit_code == 0 and "repaired" in result.output, result.output
     sandbox.assert_outside_untouched()

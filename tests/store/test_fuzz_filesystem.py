@@ -28,6 +28,16 @@ import stat
 from pathlib import Path
 
 import pytest
+from fs_support import (
+    OUTSIDE_FOLDER,
+    make_outside,
+    no_hang,
+    plant,
+    real_parents,
+    remove,
+    restore_access,
+    tree_state,
+)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -35,8 +45,6 @@ import layercache as lc
 import layercache.extraction.run as run
 from layercache.backbone.loader import load_backbone
 from layercache.errors import LayercacheError
-
-from .fs_support import no_hang, tree_state
 
 SETTINGS = settings(max_examples=30, deadline=None, derandomize=True, print_blob=True,
                     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
@@ -77,8 +85,8 @@ def one_backbone(monkeypatch):
 
 
 # --- what is planted ----------------------------------------------------------------------------------
-KINDS = ("link-outside-file", "link-outside-folder", "dangling-link", "link-other-split", "loop", "fifo",
-         "foreign-file", "foreign-folder", "chmod-000", "chmod-555")
+KINDS = ("link-to-file", "link-to-folder", "dangling", "link-other-split", "loop", "fifo", "foreign-file",
+         "foreign-folder", "chmod-000", "chmod-555")
 
 
 def targets(shards: list[str]) -> list[str]:
@@ -88,32 +96,8 @@ def targets(shards: list[str]) -> list[str]:
             ".manifest.json-a1b2c3d4.tmp", ".vocab.json-x9y8z7w6.tmp", "extra", "extra/shard-00000.h5"]
 
 
-def real_parents(cache: Path, relative: str) -> bool:
-    """Whether every folder on the way to ``relative`` is a real folder (planting never writes through a link)."""
-    here = cache
-    for part in Path(relative).parts[:-1]:
-        here = here / part
-        try:
-            if not stat.S_ISDIR(os.lstat(here).st_mode):
-                return False
-        except FileNotFoundError:
-            here.mkdir()
-    return True
-
-
-def remove(path: Path) -> None:
-    """Remove what is at ``path`` itself (a link as a link)."""
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return
-    if stat.S_ISDIR(st.st_mode):
-        shutil.rmtree(path)
-    else:
-        path.unlink()
-
-
-def plant(cache: Path, outside: Path, relative: str, kind: str) -> None:
+def plant_in_cache(cache: Path, outside: Path, relative: str, kind: str) -> None:
+    """Replace what is at ``relative`` by ``kind``, or change its mode (planting never writes through a link)."""
     if not real_parents(cache, relative):
         return
     path = cache / relative
@@ -122,40 +106,24 @@ def plant(cache: Path, outside: Path, relative: str, kind: str) -> None:
             path.chmod(0 if kind == "chmod-000" else 0o555)
         return
     remove(path)
-    if kind == "link-outside-file":
-        path.symlink_to(outside / "important.txt")
-    elif kind == "link-outside-folder":
-        path.symlink_to(outside / "folder", target_is_directory=True)
-    elif kind == "dangling-link":
-        path.symlink_to(outside / "not-there-yet")
-    elif kind == "link-other-split":
+    if kind == "link-other-split":
         parts = Path(relative).parts
         other = "validation" if parts[0] == "train" else "train"
         path.symlink_to(Path(*[".."] * (len(parts) - 1), other, *parts[1:]))
-    elif kind == "loop":
-        path.symlink_to(path.name)
-    elif kind == "fifo":
-        os.mkfifo(path)
-    elif kind == "foreign-file":
-        path.write_bytes(b"not layercache's")
-    else:
-        path.mkdir()
-        (path / "shard-00000.h5").write_bytes(b"a folder's own file")
+    else:  # a foreign folder holds a file named like a shard
+        plant(path, kind, outside, inside="shard-00000.h5")
 
 
 def make_sandbox(root: Path, pristine: Path) -> tuple[Path, Path]:
     if root.exists():
-        for path in [root, *root.rglob("*")]:  # chmod-ed folders first become removable again
-            if not path.is_symlink() and path.is_dir():
-                path.chmod(0o755)
+        restore_access(root)  # chmod-ed folders first become removable again
         shutil.rmtree(root)
-    cache, outside = root / "cache", root / "outside"
+    cache = root / "cache"
     shutil.copytree(pristine, cache, symlinks=True)
-    (outside / "folder").mkdir(parents=True)
-    (outside / "important.txt").write_text("the user's own notes\n")
-    for name in ("shard-00000.h5", "shard-00001.h5", "shard-00001.h5.tmp", "shard-00009.h5", "vocab.json",
-                 "manifest.json"):
-        (outside / "folder" / name).write_bytes(b"outside: " + name.encode())
+    outside = make_outside(root / "outside", {
+        f"{OUTSIDE_FOLDER}/{name}": b"outside: " + name.encode()
+        for name in ("shard-00000.h5", "shard-00001.h5", "shard-00001.h5.tmp", "shard-00009.h5", "vocab.json",
+                     "manifest.json")})
     return cache, outside
 
 
@@ -214,7 +182,7 @@ def test_planted_links_fifos_and_foreign_files_never_reach_outside(setup, tiny_m
         if incomplete:
             forget_validation(cache)
         for relative, kind in plants:
-            plant(cache, outside, relative, kind)
+            plant_in_cache(cache, outside, relative, kind)
         before = tree_state(sandbox, skip=cache)
         try:
             with no_hang(60):

@@ -19,10 +19,9 @@ import h5py
 import pytest
 from cli_support import assert_refused, invoke
 from conftest import tiny_builtin_cache
+from fs_support import no_hang
 
 import layercache as lc
-
-from .fs_support import no_hang
 
 
 @pytest.fixture(scope="module")
