@@ -107,7 +107,8 @@ def restore_access(root: Path) -> None:
 
 
 def tree_state(root: Path, skip: Path | None = None) -> dict[str, tuple]:
-    """Every entry below ``root`` (links never followed, FIFOs never opened): its kind, a link's target, a file's bytes and mode.
+    """Every entry below ``root`` (links never followed, FIFOs never opened): its kind, a link's target,
+    a file's bytes and mode.
 
     Keys are paths relative to ``root``. Two equal states mean nothing below ``root`` was created,
     deleted, renamed, written or chmod-ed; ``skip`` leaves one sub-tree out (the cache inside a sandbox).
