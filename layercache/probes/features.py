@@ -22,13 +22,13 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from ..core.holdout import holdout_strata, stratified_holdout
 from ..errors import CacheError, ConfigError
 from ..solvers import check_c_grid
 from ..store.feature_source import parse_source, require_source
 from ..store.manifest import LabelTask
 from ..store.reader import LayerCache
 
-"""Split names taken for the validation split, in this order (as the heads do)."""
 CHUNK_TOKENS = 1 << 14
 """Token states read per step when averaging token states: ~170 MB of float32 for 7 x 384 states."""
 
@@ -46,6 +46,14 @@ class ProbeInputs:
     y: np.ndarray
     rows: np.ndarray
     types: list[tuple[int, ...]] | None = None
+
+
+def take_rows(inputs: ProbeInputs, pick: np.ndarray | None) -> ProbeInputs:
+    """``inputs`` restricted to the positions ``pick`` (a sorted sample), or ``inputs`` itself for None."""
+    if pick is None:
+        return inputs
+    types = None if inputs.types is None else [inputs.types[i] for i in pick]
+    return ProbeInputs(np.ascontiguousarray(inputs.X[:, pick]), inputs.y[pick], inputs.rows[pick], types)
 
 
 def resolve_task(cache: LayerCache, task: str | None) -> LabelTask:
@@ -85,25 +93,6 @@ def resolve_source(cache: LayerCache, spec: LabelTask, source: str) -> str:
     return str(require_source(cache, parsed))
 
 
-def holdout(n: int, fraction: float, seed: int, strata: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """(kept, held out) positions of ``n`` items: a seeded ``fraction``, stratified by ``strata``.
-
-    Stratified as the heads' validation slice is (same rounding, same generator): each value's
-    members are permuted and the first ``round(fraction * count)`` held out.
-    """
-    if not 0 < fraction < 1:
-        raise ConfigError(f"val_fraction must be in (0, 1), got {fraction}.")
-    if n < 2:
-        raise ConfigError(f"{n} example(s) are too few to hold out a validation slice; give a validation split.")
-    rng = np.random.default_rng(seed)
-    strata = np.zeros(n, np.int64) if strata is None else np.asarray(strata)
-    val = [rng.permutation(np.nonzero(strata == v)[0]) for v in np.unique(strata)]
-    val = np.sort(np.concatenate([m[: int(round(fraction * len(m)))] for m in val]))
-    if len(val) == 0 or len(val) == n:
-        val = np.sort(rng.choice(n, size=1, replace=False))
-    return np.setdiff1d(np.arange(n), val), val
-
-
 def read_train_val(cache: LayerCache, spec: LabelTask, source: str, index: list[int], split: str,
                    val_split: str | None, val_fraction: float, seed: int, *,
                    want_types: bool = False) -> tuple[ProbeInputs, ProbeInputs, str]:
@@ -111,7 +100,8 @@ def read_train_val(cache: LayerCache, spec: LabelTask, source: str, index: list[
 
     Validation is ``val_split`` when given, else a seeded ``val_fraction`` slice of ``split``
     (stratified by label for a sequence task, whole sentences for a token task), read in the
-    same pass as the training part.
+    same pass as the training part: the slice a head of this one task validates on
+    (:func:`~layercache.core.holdout.stratified_holdout`).
     """
     cache.require_split(split)
     if val_split is not None:
@@ -119,8 +109,10 @@ def read_train_val(cache: LayerCache, spec: LabelTask, source: str, index: list[
         train = read_inputs(cache, split, spec, source, index, want_types=want_types)
         val = read_inputs(cache, val_split, spec, source, index, want_types=want_types)
         return train, val, val_split
-    strata = cache.labels(split, spec.name) if spec.kind == "sequence" else None
-    rows, val_rows = holdout(cache.num_examples(split), val_fraction, seed, strata)
+    strata = holdout_strata([spec])  # the heads' rule: a head of this one task holds out the same rows
+    labels = cache.labels(split, strata.name) if strata is not None else None
+    rows, val_rows = stratified_holdout(cache.num_examples(split), val_fraction, seed, labels,
+                                        what=f"Split {split!r}")
     train, val = read_parts(cache, split, spec, source, index, [rows, val_rows], want_types=want_types)
     return train, val, f"{split} (seeded {val_fraction:.0%} slice, seed {seed})"
 

@@ -7,8 +7,8 @@
 A probe is a multinomial logistic regression (binomial for two classes) on one layer's states,
 or a ridge regression for a regression task. The ``G`` values of ``C`` times ``L`` layers are
 ``G * L`` independent models; :mod:`layercache.solvers` fits them as one batched model (weights
-``(G, L, D, K)``, float32, CPU), then each layer keeps the ``C`` that scores best on validation
-data. The objective follows scikit-learn's convention (``sum of per-example losses +
+``(G, L, D, K)``, float32, CPU), then each layer keeps the ``C`` whose model has the smallest
+validation loss (:mod:`.selection`). The objective follows scikit-learn's convention (``sum of per-example losses +
 ||w||^2 / (2 C)``), so ``LogisticRegression(C=probes.C_[l])`` on the same standardised features
 finds the same model.
 """
@@ -25,6 +25,7 @@ from sklearn.base import BaseEstimator
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.validation import check_is_fitted
 
+from ..core.holdout import stratified_holdout
 from ..errors import CacheError, ConfigError
 from ..solvers import fit_logistic, fit_ridge, outputs_to_predictions
 from ..store.reader import LayerCache
@@ -32,7 +33,6 @@ from .control import ControlTask
 from .features import (
     ProbeInputs,
     check_solver_params,
-    holdout,
     input_moments,
     layer_moments,
     read_inputs,
@@ -40,11 +40,16 @@ from .features import (
     resolve_source,
     resolve_task,
     standardise,
+    take_rows,
     usable_scale,
 )
 from .registry import register_probe
+from .selection import check_max_train, choose_c, sample_rows, validation_loss
 
-DEFAULT_C_GRID = (0.01, 0.1, 1.0, 10.0)
+DEFAULT_C_GRID = (0.001, 0.01, 0.1, 1.0)
+"""Inverse L2 strengths tried per layer. No ``C = 10``: its weakly regularised fits stop at ``tol`` least
+converged, and on the built-in MiniLM cache it won topic's layers 5-6 on 3 torch threads and lost them
+on 1 or 2 (prediction depth 0.845 against 0.878); ``0.001`` is what layers at chance choose."""
 
 
 @register_probe("linear")
@@ -55,7 +60,9 @@ class LinearProbes(BaseEstimator):
         task: the cache's label task to probe (default: its only task).
         C_grid: inverse L2 strengths tried for every layer (scikit-learn's ``C``: loss = sum of
             per-example losses + ``||w||^2 / (2 C)``; for ridge that is ``Ridge(alpha=1/C)``).
-            Each layer keeps the one with the best validation score; ties go to the smaller ``C``.
+            Each layer keeps the one with the smallest validation loss (cross-entropy; squared
+            error for regression), ties to the smaller ``C``: a smooth criterion, so the choice
+            does not follow rounding noise as a tie in accuracy does (:mod:`.selection`).
         max_iter: L-BFGS iterations at most (each one steps every layer and every ``C``).
         source: ``tokens``, ``pooled:<mode>`` or ``auto``. ``auto``: word states (the first
             sub-token of each word) for a token task; the pooled mean for a sequence or
@@ -72,6 +79,9 @@ class LinearProbes(BaseEstimator):
             sentence for token tasks).
         tol: L-BFGS stops when the largest entry of the gradient of the per-example-mean
             objective in the weights and intercepts falls below it (scikit-learn's rule and default).
+        max_train: fit on at most this many training examples or words, a seeded sample
+            (:func:`~.selection.sample_rows`; the same rows for every probe of the task and seed);
+            ``None`` (default): all of them. Validation and scoring read every row.
 
     Standardisation: each layer and dimension is centred and scaled before fitting (L-BFGS
     needs it, and it makes one ``C`` grid fit every layer). Word states use the training split's
@@ -85,11 +95,13 @@ class LinearProbes(BaseEstimator):
 
     - ``layer_names_``: the probed states; ``best_layer_``: index (into them) of the best one.
     - ``scores_`` (L,): validation score at the chosen ``C`` (accuracy; R^2 for regression);
-      ``grid_scores_`` (G, L) for every ``C`` of ``C_grid_`` (sorted ascending).
+      ``grid_scores_`` (G, L) and ``grid_losses_`` (G, L) (the criterion) for every ``C`` of
+      ``C_grid_`` (sorted ascending).
     - ``C_`` (L,), ``coef_`` (L, D, K), ``intercept_`` (L, K): the chosen models, on
       standardised inputs ``(x - mean_) / scale_`` with ``mean_``, ``scale_`` (L, D).
     - ``classes_``, ``task_`` (name), ``kind_`` (``classification`` / ``regression``),
-      ``metric_``, ``source_``, ``n_iter_``, ``converged_``, ``n_train_``, ``n_val_``,
+      ``metric_``, ``source_``, ``n_iter_``, ``converged_``, ``n_train_`` (examples fitted),
+      ``n_train_available_`` (before ``max_train``), ``n_val_``,
       ``validation_`` (what validated), ``fit_seconds_`` and ``timings_`` (seconds by phase).
 
     The probes are fitted on the training part only; the chosen ``C`` is not refitted on
@@ -98,7 +110,7 @@ class LinearProbes(BaseEstimator):
 
     def __init__(self, task: str | None = None, C_grid: Sequence[float] = DEFAULT_C_GRID, max_iter: int = 500,
                  source: str = "auto", control: bool = False, seed: int = 0, layers=None,
-                 val_fraction: float = 0.1, tol: float = 1e-4) -> None:
+                 val_fraction: float = 0.1, tol: float = 1e-4, max_train: int | None = None) -> None:
         self.task = task
         self.C_grid = C_grid
         self.max_iter = max_iter
@@ -108,6 +120,7 @@ class LinearProbes(BaseEstimator):
         self.layers = layers
         self.val_fraction = val_fraction
         self.tol = tol
+        self.max_train = max_train
 
     # --- fitting from a cache ---------------------------------------------------------
     def fit(self, cache: LayerCache, split: str = "train", val_split: str | None = None) -> "LinearProbes":
@@ -123,6 +136,8 @@ class LinearProbes(BaseEstimator):
         want_types = bool(self.control) and spec.kind == "token"
         train, val, self.validation_ = read_train_val(cache, spec, source, index, split, val_split,
                                                       self.val_fraction, self.seed, want_types=want_types)
+        self.n_train_available_ = len(train.y)
+        train = take_rows(train, sample_rows(len(train.y), self.max_train, self.seed))
         if self.control:
             self._control_fit(spec, train)
             train.y = self._control_labels(cache, split, spec, train)
@@ -177,16 +192,22 @@ class LinearProbes(BaseEstimator):
         t0 = time.perf_counter()
         Cs = self._check_params()
         X, y = _check_arrays(X, y, "X", "y")
+        self.n_train_available_ = len(y)
         kind = "regression" if y.dtype.kind == "f" else "classification"
         self.validation_ = "X_val" if X_val is not None else f"seeded {self.val_fraction:.0%} slice of X"
         if X_val is None:
-            keep, held = holdout(len(y), self.val_fraction, self.seed, y if kind == "classification" else None)
+            keep, held = stratified_holdout(len(y), self.val_fraction, self.seed,
+                                            y if kind == "classification" else None, what="X")
             X_val, y_val, X, y = X[held], y[held], X[keep], y[keep]
+            self.n_train_available_ = len(y)
         else:
             X_val, y_val = _check_arrays(X_val, y_val, "X_val", "y_val")
             if X_val.shape[1:] != X.shape[1:]:
                 raise ConfigError(f"X_val has states x width {X_val.shape[1:]} but X has {X.shape[1:]}; "
                                   "give both the same layers.")
+        pick = sample_rows(len(y), self.max_train, self.seed)
+        if pick is not None:
+            X, y = X[pick], y[pick]
         classes = None
         if kind == "classification":
             classes, y = np.unique(y, return_inverse=True)
@@ -226,6 +247,7 @@ class LinearProbes(BaseEstimator):
         Cs = check_solver_params(self.C_grid, self.max_iter, self.seed, self.tol)
         if not 0 < self.val_fraction < 1:
             raise ConfigError(f"val_fraction must be in (0, 1), got {self.val_fraction!r}.")
+        check_max_train(self.max_train)
         return Cs
 
     def _fit_standardised(self, train: ProbeInputs, val: ProbeInputs, mean: np.ndarray, scale: np.ndarray,
@@ -250,14 +272,14 @@ class LinearProbes(BaseEstimator):
                               "raise max_iter for exact probes.", ConvergenceWarning, stacklevel=3)
         t2 = time.perf_counter()
         n_classes = None if kind == "regression" else len(classes)
-        grid_scores = np.stack([
-            self._score(outputs_to_predictions(torch.baddbmm(fit.intercept[g].unsqueeze(1), Xva, fit.coef[g]),
-                                               n_classes).numpy(), val.y)
-            for g in range(len(Cs))])  # (G, L)
-        choice = grid_scores.argmax(0)  # (L,): first best, i.e. the smallest such C
+        outputs = [torch.baddbmm(fit.intercept[g].unsqueeze(1), Xva, fit.coef[g]) for g in range(len(Cs))]
+        grid_scores = np.stack([self._score(outputs_to_predictions(Z, n_classes).numpy(), val.y)
+                                for Z in outputs])  # (G, L)
+        grid_losses = np.stack([validation_loss(Z, val.y, n_classes) for Z in outputs])  # (G, L)
+        choice = choose_c(grid_losses)  # (L,): the smallest validation loss, ties to the smaller C
         layers = np.arange(Xtr.shape[0])
         self.C_grid_ = Cs
-        self.grid_scores_ = grid_scores
+        self.grid_scores_, self.grid_losses_ = grid_scores, grid_losses
         self.C_ = self.C_grid_[choice]
         self.scores_ = grid_scores[choice, layers]
         self.coef_ = fit.coef[choice, layers].numpy()  # (L, D, K)

@@ -31,7 +31,6 @@ import numpy as np
 import torch
 from sklearn.base import BaseEstimator
 from sklearn.exceptions import ConvergenceWarning
-from torch.nn import functional as F
 
 from ..errors import CacheError, ConfigError
 from ..solvers import LinearFit, fit_logistic, linear_outputs
@@ -47,6 +46,7 @@ from .features import (
 )
 from .linear import DEFAULT_C_GRID
 from .registry import register_probe
+from .selection import check_max_train, cross_entropy_nats, sample_rows
 
 DEFAULT_PORTIONS = (0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.0625, 0.125, 0.25, 0.5, 1.0)
 """Block ends as fractions of the training data: Voita & Titov's 0.1, 0.2, ..., 50, 100 %."""
@@ -80,6 +80,11 @@ class OnlineCodeMDL(BaseEstimator):
         seed: seeds the shuffle of the training data (and the solver's preconditioner sample).
         layers: cached states to probe (names or indices; default: all).
         tol: L-BFGS stopping tolerance (as for ``LinearProbes``).
+        max_train: code at most this many training examples or words: the seeded sample
+            :class:`~.linear.LinearProbes` fits with the same ``max_train`` and ``seed``
+            (:func:`~.selection.sample_rows`), then shuffled. ``None`` (default): all of them.
+            The codelength grows with the number of labels coded and the compression with the
+            data the probes learn from, so compare layers at one ``max_train``.
 
     Fitted attributes (``L`` probed layers, ``M`` blocks):
 
@@ -90,7 +95,8 @@ class OnlineCodeMDL(BaseEstimator):
     - ``portions_`` (M,): the block ends ``t_1 < ... < t_M = N`` as counts of examples.
     - ``layer_names_``, ``best_layer_`` (index of the shortest codelength), ``n_classes_`` (K),
       ``classes_`` (the labels behind class ids 0..K-1), ``task_``, ``source_``, ``n_train_`` (N),
-      ``converged_`` (M,) (whether each block's probes met ``tol``; the first block has none),
+      ``n_train_available_`` (before ``max_train``), ``converged_`` (M,) (whether each block's probes
+      met ``tol``; the first block has none),
       ``C_`` (M, L): the ``C`` that coded each block and layer (NaN for the uniform first block),
       ``fit_seconds_``.
 
@@ -103,7 +109,7 @@ class OnlineCodeMDL(BaseEstimator):
 
     def __init__(self, task: str | None = None, source: str = "auto", portions: Sequence[float] = DEFAULT_PORTIONS,
                  C_grid: Sequence[float] = DEFAULT_C_GRID, selection_fraction: float = 0.1, max_iter: int = 500,
-                 seed: int = 0, layers=None, tol: float = 1e-4) -> None:
+                 seed: int = 0, layers=None, tol: float = 1e-4, max_train: int | None = None) -> None:
         self.task = task
         self.source = source
         self.portions = portions
@@ -113,6 +119,7 @@ class OnlineCodeMDL(BaseEstimator):
         self.seed = seed
         self.layers = layers
         self.tol = tol
+        self.max_train = max_train
 
     def fit(self, cache: LayerCache, split: str = "train") -> "OnlineCodeMDL":
         """Measure every layer's online codelength of the task's labels on ``split``."""
@@ -191,12 +198,17 @@ class OnlineCodeMDL(BaseEstimator):
         check_solver_params(self.C_grid, self.max_iter, self.seed, self.tol)
         if not (isinstance(self.selection_fraction, (int, float)) and 0 < self.selection_fraction < 1):
             raise ConfigError(f"selection_fraction must be in (0, 1), got {self.selection_fraction!r}.")
+        check_max_train(self.max_train)
         return portions
 
     def _fit_standardised(self, X: np.ndarray, y: np.ndarray, n_classes: int, portions: np.ndarray) -> None:
         """The online code on standardised X (L, N, D), class ids y (N,) in [0, n_classes)."""
         L, N, _ = X.shape
-        order = np.random.default_rng(self.seed).permutation(N)
+        self.n_train_available_ = N
+        sample = sample_rows(N, self.max_train, self.seed)
+        rows = np.arange(N) if sample is None else sample  # the examples coded: all, or the seeded sample
+        order = rows[np.random.default_rng(self.seed).permutation(len(rows))]
+        N = len(rows)
         ends = np.unique(np.clip(np.round(portions * N).astype(np.int64), 1, N))  # t_1 < ... < t_M = N
         Xs = torch.from_numpy(X).index_select(1, torch.from_numpy(order))  # (L, N, D), shuffled, contiguous
         ys = torch.from_numpy(y[order])
@@ -220,7 +232,7 @@ class OnlineCodeMDL(BaseEstimator):
                                     tol=self.tol, seed=self.seed, init=pick)
                 at_limit = at_limit or pick.n_iter >= self.max_iter
                 held = Xs[:, head:seen].contiguous()  # (L, n_select, D)
-                nats = np.stack([_cross_entropy_nats(linear_outputs(held, pick.coef[g], pick.intercept[g]),
+                nats = np.stack([cross_entropy_nats(linear_outputs(held, pick.coef[g], pick.intercept[g]),
                                                      ys[head:seen]) for g in range(G)])  # (G, L)
                 choice = np.argmin(nats, axis=0)  # ties: the smaller C (the grid is ascending)
             fit = fit_logistic(Xs[:, :seen].contiguous(), ys[:seen], n_classes, Cs, max_iter=self.max_iter,
@@ -229,7 +241,7 @@ class OnlineCodeMDL(BaseEstimator):
             at_limit = at_limit or fit.n_iter >= self.max_iter
             layer = torch.arange(L)
             coef, intercept = fit.coef[choice, layer], fit.intercept[choice, layer]  # (L, D, K), (L, K)
-            nats = _cross_entropy_nats(linear_outputs(Xs[:, seen:stop].contiguous(), coef, intercept), ys[seen:stop])
+            nats = cross_entropy_nats(linear_outputs(Xs[:, seen:stop].contiguous(), coef, intercept), ys[seen:stop])
             blocks[i] = nats / math.log(2)  # nats -> bits
             chosen_C[i] = Cs.numpy()[choice]
         if at_limit:  # (a fit that stopped short of tol for lack of progress, on a few examples, is no news)
@@ -242,18 +254,3 @@ class OnlineCodeMDL(BaseEstimator):
         self.uniform_codelength_ = N * log2k
         self.compression_ = self.uniform_codelength_ / self.codelength_
         self.best_layer_ = int(np.argmin(self.codelength_))
-
-
-def _cross_entropy_nats(Z: torch.Tensor, y: torch.Tensor) -> np.ndarray:
-    """(L,) summed cross-entropy in nats of outputs Z (L, n, K) against class ids y (n,).
-
-    K = 1 is the binomial logit of class 1. In float64 log-softmax form, so every term is finite
-    (a probability that rounds to zero in float32 still costs its finite number of nats).
-    """
-    Z = Z.double()
-    if Z.shape[-1] == 1:
-        z = Z[..., 0]
-        return (F.softplus(z) - y.double().view(1, -1) * z).sum(1).numpy()  # -log sigmoid(+-z)
-    logp = torch.log_softmax(Z, dim=-1)
-    return -logp.gather(2, y.long().view(1, -1, 1).expand(Z.shape[0], -1, 1)).sum((1, 2)).numpy()
-

@@ -1,0 +1,52 @@
+"""The one seeded validation slice of a training split, shared by the heads and the probes.
+
+When a cache has no validation split, a head (:mod:`layercache.heads`) and a probe
+(:mod:`layercache.probes`) both hold out a seeded share of the training rows. They draw it with
+:func:`stratified_holdout`, stratified by the labels :func:`holdout_strata` picks, so a head and a
+probe of the same task and seed validate on the same rows (and a notebook and the probe report
+on the same cache agree).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from ..errors import ConfigError
+from .tasks import LabelTask
+
+
+def holdout_strata(tasks: Sequence[LabelTask]) -> LabelTask | None:
+    """The task whose labels stratify the slice: the first sequence task of ``tasks``, or None.
+
+    Token tasks hold out whole sentences and regression targets have no classes, so neither
+    stratifies; a slice without strata is a plain seeded sample of the rows.
+    """
+    return next((t for t in tasks if t.kind == "sequence"), None)
+
+
+def stratified_holdout(n: int, fraction: float, seed: int, strata: np.ndarray | None = None, *,
+                       what: str = "The training split") -> tuple[np.ndarray, np.ndarray]:
+    """(kept, held out) sorted positions of ``n`` rows: a seeded ``fraction`` held out, per stratum.
+
+    Each value of ``strata`` (n,) has its members permuted by one ``numpy`` generator seeded with
+    ``seed`` (values in sorted order) and its first ``round(fraction * count)`` held out. When that
+    holds out nothing or everything, one seeded row is held out instead. ``what`` names the rows in
+    the refusal of fewer than two.
+    """
+    if not 0 < fraction < 1:
+        raise ConfigError(f"val_fraction must be in (0, 1), got {fraction}.")
+    if n < 2:
+        raise ConfigError(f"{what} has {n} example(s): too few to hold out a validation slice; "
+                          "give a validation split.")
+    rng = np.random.default_rng(seed)
+    strata = np.zeros(n, np.int64) if strata is None else np.asarray(strata)
+    if strata.shape != (n,):
+        raise ConfigError(f"The strata of a validation slice must hold one value per row ({n}), got shape "
+                          f"{strata.shape}.")
+    held = [rng.permutation(np.nonzero(strata == value)[0]) for value in np.unique(strata)]
+    val = np.sort(np.concatenate([members[: int(round(fraction * len(members)))] for members in held]))
+    if len(val) == 0 or len(val) == n:
+        val = np.sort(rng.choice(n, size=1, replace=False))
+    return np.setdiff1d(np.arange(n), val), val
