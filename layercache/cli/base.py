@@ -6,6 +6,7 @@ printed as one sentence with exit code 2; no traceback for the user's own mistak
 
 from __future__ import annotations
 
+import errno
 import functools
 import logging
 
@@ -13,6 +14,7 @@ import typer
 from rich.console import Console
 from rich.logging import RichHandler
 
+from ..core.files import NO_SPACE, why_unwritable
 from ..errors import LayercacheError
 
 
@@ -61,12 +63,34 @@ def friendly(command):
         except LayercacheError as err:
             err_console.print(f"[bold red]Error:[/] {err}", highlight=False, soft_wrap=True)
             raise typer.Exit(EXIT_USAGE) from None
+        except OSError as err:
+            # The file system's refusals that no library call turned into a sentence of its own (a disk that
+            # fills while a report or a figure is written): say which file and why, never a traceback.
+            if err.errno not in ENVIRONMENT_ERRNOS:
+                raise
+            err_console.print(f"[bold red]Error:[/] {file_system_refusal(err)}", highlight=False, soft_wrap=True)
+            raise typer.Exit(EXIT_USAGE) from None
         except KeyboardInterrupt as err:  # a RunInterrupted (train-head, sweep) says itself what was kept
             err_console.print(str(err) or "Interrupted; committed shards are kept, run the same command again to "
                               "resume.", highlight=False, soft_wrap=True)
             raise typer.Exit(EXIT_INTERRUPTED) from None
 
     return wrapper
+
+
+ENVIRONMENT_ERRNOS = frozenset((*NO_SPACE, errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOTDIR, errno.EISDIR,
+                                errno.ENAMETOOLONG, errno.ELOOP))
+"""``OSError`` numbers that are the machine's answer, not a bug: the CLI prints them as one sentence."""
+
+
+def file_system_refusal(err: OSError) -> str:
+    """One sentence for an ``OSError`` of :data:`ENVIRONMENT_ERRNOS`: the file, why, and what to do."""
+    where = f" {err.filename}" if err.filename else ""
+    if err.errno in NO_SPACE:
+        fix = "free space on that disk (or choose another --out) and run the same command again"
+    else:
+        fix = "fix the path or its permissions (or choose another --out) and run the same command again"
+    return f"The file system refused{where} ({why_unwritable(err)}); {fix}."
 
 
 def _setup_logging() -> None:

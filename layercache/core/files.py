@@ -9,6 +9,7 @@ about to land, just before the rename; a teammate then reads a cache or a run li
 
 from __future__ import annotations
 
+import errno
 import os
 import tempfile
 from collections.abc import Callable
@@ -34,6 +35,31 @@ def current_umask() -> int:
 def new_file_mode() -> int:
     """``0o666`` less the umask: the mode ``open()`` gives a new file, and the mode every written file gets."""
     return 0o666 & ~current_umask()
+
+
+NO_SPACE = (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC), errno.EFBIG)
+
+
+def why_unwritable(err: BaseException) -> str:
+    """Why a write failed, in the words every refusal of an unwritable path uses (``the disk is full`` ...).
+
+    ``err`` is an ``OSError`` or a library's own error that carries its text (``safetensors``
+    reports a full disk as ``os error 28``).
+    """
+    code = getattr(err, "errno", None)
+    text = str(err)
+    if code in NO_SPACE or "No space left" in text or "os error 28" in text:
+        return "the disk is full"
+    if code in (errno.ENOTDIR, errno.EEXIST):
+        return "a file stands where a folder of its path should be"
+    if code == errno.EROFS:
+        return "the file system is read-only"
+    if code in (errno.EACCES, errno.EPERM):
+        return "permission denied"
+    if isinstance(err, OSError) and err.strerror:
+        return err.strerror[:1].lower() + err.strerror[1:]
+    first = next((line.strip() for line in text.splitlines() if line.strip()), type(err).__name__)
+    return first.rstrip(".")[:200]
 
 
 def write_text_atomic(path: str | os.PathLike, text: str, *, fsync: bool = True) -> None:

@@ -21,7 +21,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 
-from ..core.files import write_file_atomic, write_text_atomic
+from ..core.files import why_unwritable, write_file_atomic, write_text_atomic
 from ..core.tasks import TASK_KINDS, LabelTask
 from ..errors import ConfigError
 from ..store.feature_source import parse_source
@@ -52,13 +52,8 @@ def write_run(path: str | os.PathLike | StagedRun, state: dict[str, Tensor], con
 
 def unwritable(folder: Path, err: BaseException) -> ConfigError:
     """The one sentence for a run folder that cannot be written (a full disk, permissions ...)."""
-    text = str(err)
-    if "No space left" in text or "os error 28" in text or getattr(err, "errno", None) == 28:
-        why = "no space left on the disk"
-    else:
-        why = err.strerror if isinstance(err, OSError) and err.strerror else error_detail(err)
-    return ConfigError(f"The run folder {folder} cannot be written ({why}), and nothing of the run was kept; free "
-                       "space or choose another --out, and train again.")
+    return ConfigError(f"The run folder {folder} cannot be written ({why_unwritable(err)}), and nothing of the run "
+                       "was kept; free space or choose another --out, and train again.")
 
 
 def run_files(path: Path) -> tuple[Path, Path]:

@@ -28,7 +28,6 @@ a folder that holds only a lock file, or a stale staging folder, counts as empty
 
 from __future__ import annotations
 
-import errno
 import os
 import secrets
 import shutil
@@ -37,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.confine import OwnedFolder, kind_of, lstat_or_none, open_regular
+from ..core.files import why_unwritable
 from ..errors import CacheLockedError, ConfigError, LayercacheError, RunInterrupted, UnsafePathError
 from ..store.lock import LOCK_NAME, CacheLock
 
@@ -321,5 +321,4 @@ def _refuse_occupied(owner: OwnedFolder, overwrite: bool) -> None:
 
 
 def _unwritable(what: str, path: Path, err: OSError) -> ConfigError:
-    why = err.strerror or os.strerror(err.errno or errno.EIO)
-    return ConfigError(f"The {what} {path} cannot be written ({why}); choose another --out.")
+    return ConfigError(f"The {what} {path} cannot be written ({why_unwritable(err)}); choose another --out.")

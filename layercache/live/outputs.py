@@ -19,7 +19,6 @@ or regular files.
 
 from __future__ import annotations
 
-import errno
 import os
 import stat
 import tempfile
@@ -27,7 +26,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from ..core.confine import OwnedFolder, kind_of, lstat_or_none
-from ..core.files import write_text_atomic
+from ..core.files import why_unwritable, write_text_atomic
 from ..errors import ConfigError, OutputWriteError, UnsafePathError
 
 
@@ -90,16 +89,7 @@ def bundle_folder(folder: str | os.PathLike) -> OwnedFolder:
 
 def unwritable(what: str, path: str | os.PathLike, err: OSError) -> OutputWriteError:
     """One sentence for an ``OSError`` met writing ``path``; ``what`` starts it (``--out``, ``The bundle folder``)."""
-    if err.errno in (errno.ENOTDIR, errno.EEXIST):
-        why = "a file stands where a folder of its path should be"
-    elif err.errno in (errno.EROFS,):
-        why = "the file system is read-only"
-    elif err.errno in (errno.EACCES, errno.EPERM):
-        why = "permission denied"
-    elif err.errno == errno.ENOSPC:
-        why = "the disk is full"
-    else:
-        why = err.strerror or type(err).__name__
+    why = why_unwritable(err)
     return OutputWriteError(f"{what} {path} cannot be written ({why}); choose a path in a folder you can write.")
 
 

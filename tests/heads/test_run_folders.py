@@ -209,7 +209,7 @@ def test_a_full_disk_leaves_no_run_folder_and_one_sentence(cache, tmp_path, monk
     monkeypatch.setattr(persistence, "save_file", full)
     out = tmp_path / "run"
     result = invoke("train-head", cache, *CLI_QUICK, "--out", out)
-    assert_refused(result, f"The run folder {out} cannot be written (no space left on the disk)")
+    assert_refused(result, f"The run folder {out} cannot be written (the disk is full)")
     message = " ".join(result.output.split()).partition("Error: ")[2]
     assert message.count(". ") == 0 and message.endswith("."), message  # one sentence
     assert not out.exists()
