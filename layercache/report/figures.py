@@ -8,6 +8,7 @@ with a title and a caption that says how to read each.
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -48,6 +49,35 @@ def _color(i: int) -> str:
     return COLORS[i % len(COLORS)]
 
 
+def _legend_below(fig, handles=None, labels=None, ncol: int | None = None) -> None:
+    """One legend for the whole figure, below its panels, where it covers no data.
+
+    The figure must use the constrained layout (``layout="constrained"``), which makes room for it.
+    """
+    if handles is None:
+        handles, labels = [], []
+        for ax in fig.axes:
+            for handle, label in zip(*ax.get_legend_handles_labels()):
+                if label not in labels:
+                    handles.append(handle)
+                    labels.append(label)
+    if not handles:
+        return
+    fig.legend(handles, labels, loc="outside lower center", ncol=ncol or min(len(handles), 4), fontsize=8,
+               frameon=False)
+
+
+def _min_span(ax, low: float, high: float, span: float) -> None:
+    """Y limits around ``low..high`` that are at least ``span`` wide, so that noise is not stretched to full height."""
+    if not (np.isfinite(low) and np.isfinite(high)):
+        return
+    if high - low < span:
+        centre = (low + high) / 2
+        low, high = centre - span / 2, centre + span / 2
+    pad = 0.08 * (high - low)
+    ax.set_ylim(low - pad, high + pad)
+
+
 def _task_panels(report: ProbeReport, part: str):
     """A figure with one panel per task that has ``part``, and ``(axes, task, the part's data, colour)`` per
     panel; None when no task has it."""
@@ -55,45 +85,55 @@ def _task_panels(report: ProbeReport, part: str):
     if not tasks:
         return None
     plt = _plt()
-    fig, axes = plt.subplots(1, len(tasks), figsize=(3.6 * len(tasks) + 1, 3.3), squeeze=False)
+    fig, axes = plt.subplots(1, len(tasks), figsize=(3.6 * len(tasks) + 1, 3.5), squeeze=False,
+                             layout="constrained")
     order = list(report.tasks)
     return fig, [(axes[0, i], task, t[part], _color(order.index(task))) for i, (task, t) in enumerate(tasks.items())]
 
 
 def figure_scores(report: ProbeReport):
-    """Probe score and selectivity by layer, one line per task."""
+    """Probe score and selectivity by layer, one line per task; one legend below the panels."""
     if not report.tasks:
         return None
     plt = _plt()
+    from matplotlib.lines import Line2D
+
     names = report.layer_names
     has_control = any("control" in t for t in report.tasks.values())
-    fig, axes = plt.subplots(1, 2 if has_control else 1, figsize=(11 if has_control else 6, 3.6), squeeze=False)
+    fig, axes = plt.subplots(1, 2 if has_control else 1, figsize=(11 if has_control else 6, 4.0), squeeze=False,
+                             layout="constrained")
     ax = axes[0, 0]
+    handles, labels = [], []
     for i, (task, t) in enumerate(report.tasks.items()):
         probe = t["probe"]
         scores = _values(probe["eval"] if probe.get("eval") is not None else probe["validation"])
-        ax.plot(range(len(names)), scores, "o-", color=_color(i), label=f"{task} ({t['metric']})")
+        (line,) = ax.plot(range(len(names)), scores, "o-", color=_color(i))
+        handles.append(line)
+        labels.append(f"{task} ({t['metric']})")
         if "control" in t:
             control = t["control"]
             ctrl = _values(control["eval"] if control.get("eval") is not None else control["validation"])
             ax.plot(range(len(names)), ctrl, ":", color=_color(i), alpha=0.8)
         best = probe["best_index"]
         ax.plot([best], [scores[best]], "*", color=_color(i), markersize=14)
+    if has_control:
+        handles.append(Line2D([], [], ls=":", color="grey"))
+        labels.append("control task (dotted)")
+    handles.append(Line2D([], [], ls="", marker="*", markersize=10, color="grey"))
+    labels.append("best on validation")
     ax.set_ylabel("probe score")
     ax.set_title("probe score by layer (dotted: control task; star: best on validation)", fontsize=9)
     _layer_axis(ax, names)
-    ax.legend(fontsize=8)
     if has_control:
         ax = axes[0, 1]
-        for i, (task, t) in enumerate(report.tasks.items()):
+        for i, (_task, t) in enumerate(report.tasks.items()):
             if "control" in t:
-                ax.plot(range(len(names)), _values(t["control"]["selectivity"]), "o-", color=_color(i), label=task)
+                ax.plot(range(len(names)), _values(t["control"]["selectivity"]), "o-", color=_color(i))
         ax.axhline(0, color="grey", lw=0.8)
         ax.set_ylabel("selectivity (task - control)")
-        ax.set_title("selectivity by layer", fontsize=9)
+        ax.set_title("selectivity by layer (same colours)", fontsize=9)
         _layer_axis(ax, names)
-        ax.legend(fontsize=8)
-    fig.tight_layout()
+    _legend_below(fig, handles, labels, ncol=min(len(handles), 4))
     return fig
 
 
@@ -107,36 +147,88 @@ def figure_mdl(report: ProbeReport):
     for ax, task, mdl, color in panels:
         bits = _values(mdl["codelength_bits"]) / 1000
         ax.bar(range(len(names)), bits, color=color)
-        ax.axhline(mdl["uniform_bits"] / 1000, color="grey", ls="--", lw=1, label="uniform code")
+        ax.axhline(mdl["uniform_bits"] / 1000, color="grey", ls="--", lw=1, label="uniform code (dashed)")
         ax.set_ylim(0, max(np.nanmax(bits), mdl["uniform_bits"] / 1000) * 1.1)
         ax.set_title(f"{task}: best {mdl['best_layer']}, compression "
                      f"{np.nanmax(_values(mdl['compression'])):.2f}", fontsize=9)
         ax.set_ylabel("codelength (kbits)")
         _layer_axis(ax, names)
-        ax.legend(fontsize=7)
-    fig.tight_layout()
+    _legend_below(fig)
     return fig
 
 
-def figure_cumulative(report: ProbeReport):
-    """Cumulative scoring: the score of the mix of layers 0..l and the gain of each layer."""
-    panels = _task_panels(report, "cumulative")
-    if panels is None:
+MIN_GAIN_RANGE = 0.02
+"""The gains panel spans at least ±this (in the task's metric), so that ±0.004 of noise stays small."""
+MIN_SCORE_SPAN = 0.05
+"""The score panel spans at least this much of the metric."""
+
+
+def _gain_errors(cum: dict, gains: np.ndarray) -> np.ndarray | None:
+    """Error bars (2, layers) from ``gain_intervals`` (per prefix ``[lo, hi]`` or null); None when absent."""
+    intervals = cum.get("gain_intervals")
+    if not intervals or len(intervals) != len(gains):
         return None
-    fig, panels = panels
+    errors = np.zeros((2, len(gains)))
+    for i, interval in enumerate(intervals):
+        if interval is None or any(v is None for v in interval) or not np.isfinite(gains[i]):
+            continue
+        low, high = interval
+        errors[0, i] = max(gains[i] - low, 0.0)
+        errors[1, i] = max(high - gains[i], 0.0)
+    return errors
+
+
+def figure_cumulative(report: ProbeReport):
+    """Cumulative scoring, one column per task: the score of the mix of layers 0..l (top) and the gain
+    each layer adds, with its uncertainty when the report has it (bottom, on its own axis around zero)."""
+    tasks = {k: t["cumulative"] for k, t in report.tasks.items() if "cumulative" in t}
+    if not tasks:
+        return None
+    plt = _plt()
     names = report.layer_names
-    for ax, task, cum, color in panels:
-        ax.bar(range(len(names)), _values(cum["gains"]), color=color, alpha=0.45, label="gain Δ_l")
-        ax.set_ylabel("gain over layers 0..l-1")
-        twin = ax.twinx()
-        twin.plot(range(len(names)), _values(cum["scores"]), "o-", color=color, label="score of mix 0..l")
-        twin.set_ylabel("score of the mix of 0..l")
+    order = list(report.tasks)
+    fig, axes = plt.subplots(2, len(tasks), figsize=(3.6 * len(tasks) + 1, 5.2), squeeze=False, sharex="col",
+                             layout="constrained", gridspec_kw={"height_ratios": [1, 1.15]})
+    x = np.arange(len(names))
+    for col, (task, cum) in enumerate(tasks.items()):
+        color = _color(order.index(task))
+        top, bottom = axes[0, col], axes[1, col]
+        scores = _values(cum["scores"])
+        top.plot(x, scores, "o-", color=color)
+        _min_span(top, np.nanmin(scores), np.nanmax(scores), MIN_SCORE_SPAN)
+        top.set_ylabel("score of mix 0..l")
+        top.grid(alpha=0.3)
+        noise = bool(cum.get("expected_layer_is_noise"))
         centre = cum.get("expected_layer")
-        ax.set_title(f"{task}: " + (f"E_Δ = {centre:.2f}" if centre is not None else "E_Δ undefined"), fontsize=9)
-        if centre is not None:
-            ax.axvline(centre, color="black", ls=":", lw=1)
-        _layer_axis(ax, names)
-    fig.tight_layout()
+        if noise:
+            heading = "E_Δ: gains within noise"
+        elif centre is not None:
+            heading = f"E_Δ = {centre:.2f}"
+        else:
+            heading = "E_Δ undefined"
+        top.set_title(f"{task}: {heading}", fontsize=9)
+
+        gains = _values(cum["gains"])
+        errors = _gain_errors(cum, gains)
+        bottom.bar(x, gains, color=color, alpha=0.6, yerr=errors, ecolor="black",
+                   error_kw={"lw": 0.9, "capsize": 2.5})
+        bottom.axhline(0, color="black", lw=0.8)
+        low = np.nanmin(gains - (errors[0] if errors is not None else 0))
+        high = np.nanmax(gains + (errors[1] if errors is not None else 0))
+        low, high = min(low, -MIN_GAIN_RANGE), max(high, MIN_GAIN_RANGE)
+        pad = 0.08 * (high - low)
+        bottom.set_ylim(low - pad, high + pad)
+        bottom.set_ylabel("gain Δ_l over 0..l-1")
+        if noise and cum.get("noise_note"):
+            bottom.set_title(textwrap.fill(str(cum["noise_note"]), 48), fontsize=7, color="#8a5a00")
+        else:
+            bottom.set_title("gain of each layer" + (" (bars: its interval)" if errors is not None else ""),
+                             fontsize=8)
+        if centre is not None and not noise:
+            for ax in (top, bottom):
+                ax.axvline(centre, color="black", ls=":", lw=1)
+        top.tick_params(labelbottom=False)
+        _layer_axis(bottom, names)
     return fig
 
 
@@ -155,15 +247,14 @@ def figure_layer_weights(report: ProbeReport):
         return None
     plt = _plt()
     names = report.layer_names
-    fig, ax = plt.subplots(figsize=(max(6.0, 0.9 * len(names) + 3), 3.6))
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.9 * len(names) + 3), 4.2), layout="constrained")
     width = 0.8 / len(series)
     for i, (label, values) in enumerate(series):
         ax.bar(np.arange(len(names)) + i * width - 0.4 + width / 2, values, width=width, color=_color(i), label=label)
     ax.set_ylabel("weight")
     ax.set_title("layer weights (trained runs and each task's probe on the mix of all layers)", fontsize=9)
     _layer_axis(ax, names)
-    ax.legend(fontsize=7, ncol=2)
-    fig.tight_layout()
+    _legend_below(fig, ncol=3)
     return fig
 
 
@@ -208,8 +299,18 @@ def figure_prediction_depth(report: ProbeReport):
         twin.set_ylabel("final-layer accuracy")
         ax.set_title(f"{task}: mean depth {depth['mean']:.2f}", fontsize=9)
         _layer_axis(ax, names)
-    fig.tight_layout()
     return fig
+
+
+def _nonempty_families(token_depth: dict) -> list[tuple[str, list[dict]]]:
+    """Each token family's categories that hold tokens (``punctuation (0)`` has no bar to show); a family with
+    none is left out."""
+    out = []
+    for family, rows in token_depth["by_category"]["families"].items():
+        rows = [r for r in rows if r.get("count")]
+        if rows:
+            out.append((family, rows))
+    return out
 
 
 def figure_token_depth(report: ProbeReport):
@@ -222,7 +323,7 @@ def figure_token_depth(report: ProbeReport):
     if td is None:
         return None
     plt = _plt()
-    families = list(td["by_category"]["families"].items())
+    families = _nonempty_families(td)
     n_panels = 1 + len(families)
     n_cols = min(3, n_panels)
     n_rows = -(-n_panels // n_cols)
@@ -261,7 +362,7 @@ def figure_logit_lens(report: ProbeReport):
         return None
     plt = _plt()
     names = lens["layer_names"]
-    fig, ax = plt.subplots(figsize=(6.5, 3.3))
+    fig, ax = plt.subplots(figsize=(6.5, 3.6), layout="constrained")
     ax.plot(range(len(names)), _values(lens["accuracy"]), "o-", color=_color(0), label="next-token accuracy")
     ax.set_ylabel("next-token accuracy")
     twin = ax.twinx()
@@ -269,8 +370,8 @@ def figure_logit_lens(report: ProbeReport):
     twin.set_ylabel("KL(final || layer), nats")
     ax.set_title("logit lens: every layer through the final norm and unembedding", fontsize=9)
     _layer_axis(ax, names)
-    fig.legend(fontsize=8, loc="upper center", ncol=2, bbox_to_anchor=(0.5, 0.92))
-    fig.tight_layout()
+    handles = ax.get_legend_handles_labels()[0] + twin.get_legend_handles_labels()[0]
+    _legend_below(fig, handles, [h.get_label() for h in handles], ncol=2)
     return fig
 
 
@@ -293,8 +394,10 @@ FIGURES: tuple[ReportFigure, ...] = (
                  "Online codelength of the labels given each layer (Voita & Titov), against the uniform code: "
                  "lower means the labels are easier to extract, with the probe's effort counted.", figure_mdl),
     ReportFigure("cumulative", "Cumulative scoring",
-                 "Score of a probe on the learned scalar mix of layers 0..l (line) and the gain each layer adds "
-                 "(bars); E_Δ is the centre of gravity of the gains (Tenney et al.).", figure_cumulative),
+                 "Top: score of a probe on the learned scalar mix of layers 0..l. Bottom, on its own axis around "
+                 "zero: the gain each layer adds, with its uncertainty interval when the report has one. E_Δ is "
+                 "the centre of gravity of the gains (Tenney et al.); the panel says when the gains are within "
+                 "noise, where E_Δ means nothing.", figure_cumulative),
     ReportFigure("layer_weights", "Layer weights",
                  "Every trained run's mixer weights for this cache, beside each task's probe on the mix of all "
                  "layers.", figure_layer_weights),
