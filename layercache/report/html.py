@@ -20,13 +20,17 @@ STYLE = """
 body { font-family: -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; margin: 2em auto; max-width: 1180px;
        color: #222; line-height: 1.45; padding: 0 1em; }
 h1 { font-size: 1.6em; margin-bottom: 0.2em; } h2 { margin-top: 2em; border-bottom: 1px solid #ddd; }
-table { border-collapse: collapse; margin: 0.8em 0; font-size: 0.9em; }
+.table-box { max-width: 100%; overflow-x: auto; margin: 0.8em 0; }
+table { border-collapse: collapse; font-size: 0.9em; }
 th, td { border: 1px solid #ddd; padding: 0.25em 0.6em; text-align: right; }
 th { background: #f5f5f5; } td.text, th.text { text-align: left; }
 td.best { font-weight: bold; background: #eef6ee; }
 figure { margin: 1em 0; } figure img { max-width: 100%; height: auto; border: 1px solid #eee; }
 figcaption { color: #555; font-size: 0.9em; max-width: 900px; }
 .meta { color: #555; } .note { color: #8a5a00; }
+@media (max-width: 800px) { body { padding: 0 0.5em; } table { font-size: 0.75em; }
+                             th, td { padding: 0.2em 0.3em; } }
+h2 .about { font-size: 0.6em; font-weight: normal; color: #8a5a00; white-space: normal; }
 """
 
 
@@ -53,7 +57,8 @@ def _table(header: list[str], rows: list[list[str]], text_columns: int = 1, best
             classes = " ".join(x for x in ("text" if c < text_columns else "", "best" if best.get((r, c)) else "") if x)
             cells.append(f'<td class="{classes}">{cell}</td>' if classes else f"<td>{cell}</td>")
         body.append("<tr>" + "".join(cells) + "</tr>")
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+    # a table wider than the page (the summary at 700 px) scrolls in its own box instead of being cut
+    return f'<div class="table-box"><table><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table></div>'
 
 
 def _layer_table(report: ProbeReport, task: str, t: dict) -> str:
@@ -96,9 +101,14 @@ def _token_depth_tables(report: ProbeReport) -> str:
              f"{td['n_tokens']:,} tokens, mean depth {td['mean']:.2f}.</p>"]
     for family, rows in td["by_category"]["families"].items():
         parts.append(f"<h3>{_e(family)}</h3>")
-        parts.append(_table(["category", "tokens", "mean depth", "sd"],
-                            [[_e(r["category"]), f"{r['count']:,}", _num(r["mean"], 2), _num(r["std"], 2)]
-                             for r in rows]))
+        empty = [r["category"] for r in rows if not r.get("count")]
+        rows = [r for r in rows if r.get("count")]
+        if rows:
+            parts.append(_table(["category", "tokens", "mean depth", "sd"],
+                                [[_e(r["category"]), f"{r['count']:,}", _num(r["mean"], 2), _num(r["std"], 2)]
+                                 for r in rows]))
+        if empty:
+            parts.append(f'<p class="meta">No tokens of: {_e(", ".join(map(str, empty)))}.</p>')
     return "".join(parts)
 
 
@@ -150,7 +160,10 @@ def render_html(report: ProbeReport) -> str:
         if key in figures:
             out += [f"<h2>{title}</h2>", figures[key]]
     if report.token_depth is not None:
-        out += ["<h2>How deep each token goes</h2>", figures.get("token_depth", ""), _token_depth_tables(report)]
+        about = report.token_depth.get("about")
+        about = f' <span class="about">({_e(about)})</span>' if about else ""
+        out += [f'<h2 id="token-depth">How deep each token goes{about}</h2>', figures.get("token_depth", ""),
+                _token_depth_tables(report)]
     if report.logit_lens is not None:
         out += ["<h2>Logit lens</h2>", figures.get("logit_lens", "")]
     if report.notes:

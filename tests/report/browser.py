@@ -39,6 +39,8 @@ class PageResult:
     """Per ``<img>``: ``figure`` (its data-figure), ``complete``, ``width`` / ``height`` (natural size)."""
     screenshot: bytes = b""
     title: str = ""
+    value: object = None
+    """What ``open_page``'s ``script`` (a JavaScript expression) evaluated to, as JSON data."""
 
 
 class _DevTools:
@@ -78,8 +80,9 @@ class _DevTools:
         self.socket.close()
 
 
-def open_page(path: Path, browser: str, width: int = 1280) -> PageResult:
-    """Load ``path`` in a fresh headless ``browser`` profile and collect a :class:`PageResult`."""
+def open_page(path: Path, browser: str, width: int = 1280, script: str | None = None) -> PageResult:
+    """Load ``path`` in a fresh headless ``browser`` profile, ``width`` CSS pixels wide, and collect a
+    :class:`PageResult` (with ``script``, a JavaScript expression, evaluated on the loaded page)."""
     with tempfile.TemporaryDirectory() as profile:
         process = subprocess.Popen(
             [browser, "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
@@ -92,7 +95,7 @@ def open_page(path: Path, browser: str, width: int = 1280) -> PageResult:
                 page = next(t for t in json.load(answer) if t["type"] == "page")
             tools = _DevTools(page["webSocketDebuggerUrl"])
             try:
-                return _inspect(tools, path)
+                return _inspect(tools, path, width, script)
             finally:
                 tools.close()
         finally:
@@ -118,7 +121,7 @@ def _devtools_port(process: subprocess.Popen, timeout: float = 30.0) -> int:
     raise RuntimeError("chromium did not start its DevTools endpoint:\n" + "".join(lines[-20:]))
 
 
-def _inspect(tools: _DevTools, path: Path) -> PageResult:
+def _inspect(tools: _DevTools, path: Path, width: int, script: str | None = None) -> PageResult:
     for domain in ("Page", "Runtime", "Log", "Network"):
         tools.call(f"{domain}.enable")
     tools.call("Page.navigate", url=path.resolve().as_uri())
@@ -130,6 +133,18 @@ def _inspect(tools: _DevTools, path: Path) -> PageResult:
                                             width: img.naturalWidth, height: img.naturalHeight})))""")
     result.images = images["result"]["value"]
     result.title = tools.call("Runtime.evaluate", expression="document.title", returnByValue=True)["result"]["value"]
+    if script is not None:
+        answer = tools.call("Runtime.evaluate", expression=script, returnByValue=True, awaitPromise=True)
+        if "exceptionDetails" in answer:
+            raise RuntimeError(f"the script failed: {answer['exceptionDetails'].get('text')}")
+        result.value = answer["result"].get("value")
+    # the whole page as laid out in the window (its width less the vertical scrollbar), drawn in one view as
+    # tall as the content: without that, the scrollbar's width came back to the layout and the shot cut it off
+    metrics = tools.call("Page.getLayoutMetrics")
+    size = metrics.get("cssContentSize") or metrics["contentSize"]
+    view = metrics.get("cssLayoutViewport", {}).get("clientWidth", width)
+    tools.call("Emulation.setDeviceMetricsOverride", width=int(view), height=int(size["height"]), deviceScaleFactor=1,
+               mobile=False)
     metrics = tools.call("Page.getLayoutMetrics")
     size = metrics.get("cssContentSize") or metrics["contentSize"]
     shot = tools.call("Page.captureScreenshot", format="png", captureBeyondViewport=True,

@@ -6,9 +6,14 @@ and installs chromium), so CI cannot pass without the check.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from layercache.report.figures import report_figures
+from layercache.report.html import render_html
+from layercache.report.probing import ProbeReport
 
 from .browser import open_page, require_browser
 
@@ -45,3 +50,32 @@ def test_the_check_sees_a_broken_page(browser, tmp_path):
     assert any("boom" in e for e in page.console_errors)
     assert any("undefined_call" in e or "Uncaught" in e for e in page.console_errors)
     assert page.images == [{"figure": "gone", "complete": True, "width": 0, "height": 0}]
+
+
+FITS = """(() => {
+  const view = document.documentElement.clientWidth;
+  return {page: document.documentElement.scrollWidth, view: view,
+          tables: [...document.querySelectorAll('table')].map(table => {
+            const box = table.parentElement;
+            const scrolls = ['auto', 'scroll'].includes(getComputedStyle(box).overflowX);
+            return {fits: table.getBoundingClientRect().right <= view + 0.5, scrolls: scrolls,
+                    box_inside: box.getBoundingClientRect().right <= view + 0.5};
+          })};
+})()"""
+
+
+def test_at_700_px_nothing_is_cut(browser, tmp_path):
+    """The demo cache's report in a 700 px window: the page is no wider than the window, and every table
+    either fits or scrolls in its own box that does (the summary table used to run off the right edge)."""
+    demo = json.loads((Path(__file__).with_name("data") / "demo_report.json").read_text())
+    path = tmp_path / "report.html"
+    path.write_text(render_html(ProbeReport.from_json(demo)))
+    page = open_page(path, browser, width=700, script=FITS)
+    (tmp_path / "report-700.png").write_bytes(page.screenshot)
+    assert page.console_errors == []
+    layout = page.value
+    assert layout["page"] <= layout["view"], layout
+    assert layout["tables"]
+    for table in layout["tables"]:
+        assert table["fits"] or (table["scrolls"] and table["box_inside"]), table
+    assert layout["tables"][0]["fits"], "the summary table fits in 700 px"
