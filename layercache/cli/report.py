@@ -7,6 +7,8 @@ from typing import Optional
 
 import typer
 
+from ..core.holdout import DEFAULT_MAX_TRAIN
+from ..errors import ConfigError
 from . import base
 from .base import app, friendly
 from .parsing import split_list
@@ -36,6 +38,9 @@ def probe_report(
     cumulative: bool = typer.Option(True, "--cumulative/--no-cumulative",
                                     help="Cumulative scoring: a probe on the mix of layers 0..l for every l."),
     seed: int = typer.Option(0, "--seed", help="Seed for validation slices, control tasks and samples."),
+    max_train: str = typer.Option(
+        str(DEFAULT_MAX_TRAIN), "--max-train",
+        help="Fit each task's probes on a seeded sample of at most N training examples (words); 0 or all: every one."),
     threads: str = threads_option(),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
 ):
@@ -47,6 +52,18 @@ def probe_report(
     report, paths = run_probe_report(
         cache, out, tasks=split_list(task) or None, eval_split=eval_split, runs=split_list(run),
         act_run=act_run, train_act=train_act, act_epochs=act_epochs, mdl=mdl, cumulative=cumulative, seed=seed,
-        progress=not quiet)
+        max_train=parse_max_train(max_train), progress=not quiet,
+        say=lambda line: base.err_console.print(line, highlight=False, soft_wrap=True))
     render_probe_summary(report, base.out_console)
     base.out_console.print(f"Report written: [bold]{paths.html}[/] (data: {paths.json.name})", soft_wrap=True)
+
+
+def parse_max_train(text: str) -> int | None:
+    """``--max-train``: a count of at least 2, or ``0`` / ``all`` for every training example (None)."""
+    value = text.strip().lower()
+    if value in ("0", "all"):
+        return None
+    if not value.isdigit() or int(value) < 2:
+        raise ConfigError(f"--max-train takes a number of training examples (at least 2), or 0 / all for every "
+                          f"one; got {text!r}.")
+    return int(value)

@@ -51,7 +51,7 @@ from .features import (
 )
 from .linear import DEFAULT_C_GRID, LinearProbes
 from .registry import register_probe
-from .selection import check_max_train, sample_rows, validation_loss
+from .selection import DEFAULT_MAX_TRAIN, check_max_train, sample_rows, validation_loss
 
 START_WEIGHT = 0.9
 """Share of a prefix's starting mix on its best single layer (the rest spread over the others)."""
@@ -89,7 +89,7 @@ class CumulativeProbes(BaseEstimator):
 
     def __init__(self, task: str | None = None, C_grid: Sequence[float] = DEFAULT_C_GRID, max_iter: int = 100,
                  source: str = "auto", seed: int = 0, layers=None, val_fraction: float = 0.1,
-                 max_train: int | None = 50_000) -> None:
+                 max_train: int | None = DEFAULT_MAX_TRAIN) -> None:
         self.task = task
         self.C_grid = C_grid
         self.max_iter = max_iter

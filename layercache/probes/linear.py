@@ -44,7 +44,7 @@ from .features import (
     usable_scale,
 )
 from .registry import register_probe
-from .selection import check_max_train, choose_c, sample_rows, validation_loss
+from .selection import DEFAULT_MAX_TRAIN, check_max_train, choose_c, sample_rows, validation_loss
 
 DEFAULT_C_GRID = (0.001, 0.01, 0.1, 1.0)
 """Inverse L2 strengths tried per layer. No ``C = 10``: its weakly regularised fits stop at ``tol`` least
@@ -81,7 +81,8 @@ class LinearProbes(BaseEstimator):
             objective in the weights and intercepts falls below it (scikit-learn's rule and default).
         max_train: fit on at most this many training examples or words, a seeded sample
             (:func:`~.selection.sample_rows`; the same rows for every probe of the task and seed);
-            ``None`` (default): all of them. Validation and scoring read every row.
+            default :data:`~.selection.DEFAULT_MAX_TRAIN` (the probe report's too); ``None``: all of them.
+            Validation and scoring read every row.
 
     Standardisation: each layer and dimension is centred and scaled before fitting (L-BFGS
     needs it, and it makes one ``C`` grid fit every layer). Word states use the training split's
@@ -110,7 +111,7 @@ class LinearProbes(BaseEstimator):
 
     def __init__(self, task: str | None = None, C_grid: Sequence[float] = DEFAULT_C_GRID, max_iter: int = 500,
                  source: str = "auto", control: bool = False, seed: int = 0, layers=None,
-                 val_fraction: float = 0.1, tol: float = 1e-4, max_train: int | None = None) -> None:
+                 val_fraction: float = 0.1, tol: float = 1e-4, max_train: int | None = DEFAULT_MAX_TRAIN) -> None:
         self.task = task
         self.C_grid = C_grid
         self.max_iter = max_iter

@@ -46,7 +46,7 @@ from .features import (
 )
 from .linear import DEFAULT_C_GRID
 from .registry import register_probe
-from .selection import check_max_train, cross_entropy_nats, sample_rows
+from .selection import DEFAULT_MAX_TRAIN, check_max_train, cross_entropy_nats, sample_rows
 
 DEFAULT_PORTIONS = (0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.0625, 0.125, 0.25, 0.5, 1.0)
 """Block ends as fractions of the training data: Voita & Titov's 0.1, 0.2, ..., 50, 100 %."""
@@ -82,7 +82,8 @@ class OnlineCodeMDL(BaseEstimator):
         tol: L-BFGS stopping tolerance (as for ``LinearProbes``).
         max_train: code at most this many training examples or words: the seeded sample
             :class:`~.linear.LinearProbes` fits with the same ``max_train`` and ``seed``
-            (:func:`~.selection.sample_rows`), then shuffled. ``None`` (default): all of them.
+            (:func:`~.selection.sample_rows`), then shuffled. Default
+            :data:`~.selection.DEFAULT_MAX_TRAIN`; ``None``: all of them.
             The codelength grows with the number of labels coded and the compression with the
             data the probes learn from, so compare layers at one ``max_train``.
 
@@ -109,7 +110,7 @@ class OnlineCodeMDL(BaseEstimator):
 
     def __init__(self, task: str | None = None, source: str = "auto", portions: Sequence[float] = DEFAULT_PORTIONS,
                  C_grid: Sequence[float] = DEFAULT_C_GRID, selection_fraction: float = 0.1, max_iter: int = 500,
-                 seed: int = 0, layers=None, tol: float = 1e-4, max_train: int | None = None) -> None:
+                 seed: int = 0, layers=None, tol: float = 1e-4, max_train: int | None = DEFAULT_MAX_TRAIN) -> None:
         self.task = task
         self.source = source
         self.portions = portions

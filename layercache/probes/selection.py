@@ -10,8 +10,8 @@ function of the weights, so two values of ``C`` come close only when their model
 good: :func:`choose_c` takes the smallest ``C`` whose loss is within 0.1 % of the smallest (the
 grid is ascending), so such a pair cannot trade places on rounding noise.
 
-:func:`sample_rows` is the one seeded sample of training rows (or words) that a probe fitted
-with ``max_train`` keeps, the same draw for every probe of a task and seed.
+:func:`sample_rows` (from :mod:`layercache.core.holdout`) is the one seeded sample of training rows
+(or words) that a probe fitted with ``max_train`` keeps, the same draw for every probe of a task and seed.
 """
 
 from __future__ import annotations
@@ -20,7 +20,10 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from ..errors import ConfigError
+from ..core.holdout import DEFAULT_MAX_TRAIN, check_max_train, sample_rows
+
+__all__ = ["DEFAULT_MAX_TRAIN", "check_max_train", "choose_c", "cross_entropy_nats", "sample_rows",
+           "validation_loss"]
 
 LOSS_RTOL = 1e-3
 """Validation losses closer than this (relative) count as a tie, won by the smaller ``C``: well above the
@@ -65,17 +68,3 @@ def choose_c(losses: np.ndarray, rtol: float = LOSS_RTOL) -> np.ndarray:
     best = losses.min(0)  # (L,)
     within = losses <= best + rtol * np.abs(best)  # (G, L); the best itself is always within
     return np.argmax(within, axis=0)  # the first (smallest) C within the margin
-
-
-def sample_rows(n: int, max_train: int | None, seed: int) -> np.ndarray | None:
-    """Sorted positions of a seeded sample of ``max_train`` of ``n`` rows, or None to keep all of them."""
-    if max_train is None or n <= max_train:
-        return None
-    return np.sort(np.random.default_rng(seed).choice(n, max_train, replace=False))
-
-
-def check_max_train(max_train) -> None:
-    """Refuse, in one sentence, a ``max_train`` that is neither None nor an integer of at least 2."""
-    if max_train is not None and (isinstance(max_train, bool) or not isinstance(max_train, (int, np.integer))
-                                  or max_train < 2):
-        raise ConfigError(f"max_train must be an integer of at least 2 or None, got {max_train!r}.")

@@ -28,12 +28,10 @@ Missing values (a score of an empty split, an expected layer without positive ga
 from __future__ import annotations
 
 import json
-import math
 import os
 import time
 import warnings
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -41,135 +39,17 @@ import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 
 from ..core.version import __version__
-from ..depth import cumulative_scoring, expected_layer, layer_similarity, prediction_depth
+from ..depth import expected_layer, layer_similarity, prediction_depth
 from ..errors import CacheError, ConfigError
 from ..heads.runs import read_run
 from ..probes import CumulativeProbes, LinearProbes, OnlineCodeMDL
+from ..probes.selection import DEFAULT_MAX_TRAIN, check_max_train
 from ..store.reader import LayerCache
+from .cumulative_gains import cumulative_part
+from .document import ProbeReport, ReportPaths
 
-REPORT_FORMAT = "layercache-probe-report"
-REPORT_VERSION = 1
-JSON_NAME, HTML_NAME = "report.json", "report.html"
 CONTROL_MAX_ITER = 150
 """L-BFGS iterations of the control probes: enough for their score, a fraction of a full fit on a token task."""
-
-
-def clean(value):
-    """``value`` as plain JSON data: arrays as lists, numpy scalars as Python numbers, NaN / inf as None."""
-    if isinstance(value, dict):
-        return {str(k): clean(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [clean(v) for v in value]
-    if isinstance(value, np.ndarray):
-        return clean(value.tolist())
-    if isinstance(value, (np.integer,)):
-        return int(value)
-    if isinstance(value, (float, np.floating)):
-        value = float(value)
-        return value if math.isfinite(value) else None
-    return value
-
-
-@dataclass
-class ReportPaths:
-    """Where :meth:`ProbeReport.save` wrote the report."""
-
-    folder: Path
-    json: Path
-    html: Path
-
-
-@dataclass
-class ProbeReport:
-    """A probing report, as plain JSON data (see the module docstring for what each part holds).
-
-    Attributes:
-        meta: the cache (path, model, dataset, layer names, splits), the evaluation split, the
-            settings and the versions.
-        tasks: task name -> its analyses (``probe``, ``control``, ``mdl``, ``cumulative``,
-            ``prediction_depth``; the parts that do not apply to a task kind are absent).
-        similarity: linear CKA between layers, or None when the cache holds no pooled vectors.
-        runs: every trained run found for the cache: its path, mixer, test score and layer weights.
-        token_depth: per-token ``act`` depth by token category, or None.
-        logit_lens: next-token accuracy and KL to the final layer per layer (decoders), or None.
-        timings: seconds spent in each part.
-        notes: why a part is missing, in one sentence each.
-    """
-
-    meta: dict
-    tasks: dict[str, dict] = field(default_factory=dict)
-    similarity: dict | None = None
-    runs: list[dict] = field(default_factory=list)
-    token_depth: dict | None = None
-    logit_lens: dict | None = None
-    timings: dict[str, float] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        self.clean()
-
-    def clean(self) -> "ProbeReport":
-        """Make every part plain JSON data (lists, numbers, None for NaN), as :meth:`to_json` writes it."""
-        for name in ("meta", "tasks", "similarity", "runs", "token_depth", "logit_lens", "timings", "notes"):
-            setattr(self, name, clean(getattr(self, name)))
-        return self
-
-    @property
-    def layer_names(self) -> list[str]:
-        """The cache's states, in order (embeddings first)."""
-        return list(self.meta["layer_names"])
-
-    def to_json(self) -> dict:
-        """The report as JSON data, with its format name and version."""
-        return {"format": REPORT_FORMAT, "version": REPORT_VERSION, **clean(asdict(self))}
-
-    @classmethod
-    def from_json(cls, data: dict) -> "ProbeReport":
-        """A report from :meth:`to_json`'s data; refuses another format or a newer version."""
-        if not isinstance(data, dict) or data.get("format") != REPORT_FORMAT:
-            raise ConfigError("This JSON is not a layercache probe report (no \"format\": "
-                              f"\"{REPORT_FORMAT}\"); pass the report.json that probe-report wrote.")
-        if not isinstance(data.get("version"), int) or data["version"] > REPORT_VERSION:
-            raise ConfigError(f"The report has version {data.get('version')!r}, newer than this layercache reads "
-                              f"({REPORT_VERSION}); upgrade layercache.")
-        names = ("meta", "tasks", "similarity", "runs", "token_depth", "logit_lens", "timings", "notes")
-        return cls(**{k: data[k] for k in names if k in data})
-
-    @classmethod
-    def load(cls, path: str | os.PathLike) -> "ProbeReport":
-        """Read a ``report.json`` (or the folder holding one)."""
-        path = Path(path)
-        if path.is_dir():
-            path = path / JSON_NAME
-        try:
-            data = json.loads(path.read_text())
-        except FileNotFoundError:
-            raise ConfigError(f"There is no report at {path}; run layercache probe-report first.") from None
-        except (OSError, ValueError) as err:
-            raise ConfigError(f"The report {path} is not readable JSON ({err}); write it again with "
-                              "layercache probe-report.") from None
-        return cls.from_json(data)
-
-    def save(self, folder: str | os.PathLike) -> ReportPaths:
-        """Write ``report.json`` and a self-contained ``report.html`` (figures embedded) into ``folder``."""
-        from ..core.files import write_text_atomic
-        from .html import render_html
-
-        folder = Path(folder)
-        try:
-            folder.mkdir(parents=True, exist_ok=True)
-        except OSError as err:
-            raise ConfigError(f"The report folder {folder} cannot be created ({err.strerror or err}); choose "
-                              "another --out.") from None
-        paths = ReportPaths(folder, folder / JSON_NAME, folder / HTML_NAME)
-        write_text_atomic(paths.json, json.dumps(self.to_json(), indent=1, allow_nan=False) + "\n")
-        write_text_atomic(paths.html, render_html(self))
-        return paths
-
-    # --- what a summary shows ---------------------------------------------------------
-    def best_layers(self) -> dict[str, str | None]:
-        """Task -> the layer whose probe scores best on validation."""
-        return {name: t["probe"]["best_layer"] for name, t in self.tasks.items()}
 
 
 # --- building --------------------------------------------------------------------------
@@ -229,7 +109,7 @@ def _trained_on(config: dict, manifest) -> bool:
 def build_probe_report(cache: LayerCache, *, tasks: Sequence[str] | None = None, eval_split: str | None = None,
                        runs: Iterable[str | os.PathLike] = (), act_run: str | os.PathLike | None = None,
                        mdl: bool = True, cumulative: bool = True, seed: int = 0,
-                       step: Step = _no_step) -> ProbeReport:
+                       max_train: int | None = DEFAULT_MAX_TRAIN, step: Step = _no_step) -> ProbeReport:
     """Every analysis of the module docstring on ``cache``, from the cache alone.
 
     Args:
@@ -242,8 +122,13 @@ def build_probe_report(cache: LayerCache, *, tasks: Sequence[str] | None = None,
         mdl: compute the online codelength (the slowest part on large token tasks).
         cumulative: fit the cumulative scoring probes.
         seed: seeds the probes' validation slices, control tasks and samples.
+        max_train: fit every probe of a task (linear, control, MDL, cumulative) on at most this many
+            training examples (words for a token task): one seeded sample, the probes' own default
+            (:data:`~layercache.probes.selection.DEFAULT_MAX_TRAIN`), so a notebook's
+            ``LinearProbes(task=...)`` gives the report's numbers. ``None``: every example.
         step: called with a description before each part (progress display).
     """
+    check_max_train(max_train)
     if not cache.tasks:
         raise CacheError(f"The cache {cache.path} holds no labels, so there is nothing to probe; extract it with "
                          "a label column (without --no-labels).")
@@ -262,14 +147,15 @@ def build_probe_report(cache: LayerCache, *, tasks: Sequence[str] | None = None,
         "architecture": m.model.architecture, "dataset": m.dataset.name, "layer_names": cache.layer_names,
         "hidden_size": cache.hidden_size, "store": m.storage.store, "storage_dtype": m.storage.dtype,
         "splits": {s: cache.num_examples(s) for s in cache.splits}, "eval_split": eval_split,
-        "validation": cache.validation_split(exclude="train"), "seed": seed,
+        "validation": cache.validation_split(exclude="train"), "seed": seed, "max_train": max_train,
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "layercache_version": __version__,
     })
     timer = _Timer(report.timings)
     for spec in cache.tasks:
         if spec.name in chosen:
-            report.tasks[spec.name] = _task_report(cache, spec, eval_split, mdl, cumulative, seed, step, timer)
+            report.tasks[spec.name] = _task_report(cache, spec, eval_split, mdl, cumulative, seed, max_train, step,
+                                                   timer)
     _add_similarity(report, cache, eval_split, seed, step, timer)
     run_paths = find_runs(cache, runs)
     step("layer weights of trained runs")
@@ -300,28 +186,32 @@ class _Timer:
 
 
 def _task_report(cache: LayerCache, spec, eval_split: str | None, mdl: bool, cumulative: bool, seed: int,
-                 step: Step, timer: _Timer) -> dict:
-    """The per-layer analyses of one task."""
+                 max_train: int | None, step: Step, timer: _Timer) -> dict:
+    """The per-layer analyses of one task, every probe fitted on one seeded sample of ``max_train``."""
     name = spec.name
     classification = spec.kind != "regression"
     out: dict = {"kind": spec.kind, "label_names": spec.label_names,
                  "metric": "accuracy" if classification else "r2"}
+    unit = "words" if spec.kind == "token" else "examples"
     step(f"{name}: linear probes")
     with timer(f"{name}: probes"):
-        probes = LinearProbes(task=name, seed=seed).fit(cache)
+        probes = LinearProbes(task=name, seed=seed, max_train=max_train).fit(cache)
         evaluated = probes.score(cache, eval_split) if eval_split else None
+    sample = (f"{probes.n_train_:,} of {probes.n_train_available_:,} {unit}"
+              if probes.n_train_ < probes.n_train_available_ else f"all {probes.n_train_:,} {unit}")
     out["source"] = probes.source_
     out["probe"] = {"validation": probes.scores_, "eval": evaluated, "C": probes.C_,
                     "best_layer": probes.layer_names_[probes.best_layer_], "best_index": probes.best_layer_,
                     "validated_on": probes.validation_, "n_train": probes.n_train_,
-                    "seconds": probes.fit_seconds_}
+                    "n_train_available": probes.n_train_available_, "seconds": probes.fit_seconds_}
     if classification:
-        step(f"{name}: control task")
+        step(f"{name}: control task ({sample})")
         with timer(f"{name}: control"), warnings.catch_warnings():
             # Control labels of many word types are slow to fit to the last digit, and the report only
             # needs the score: cap the iterations and say so when the cap was reached.
             warnings.simplefilter("ignore", ConvergenceWarning)
-            control = LinearProbes(task=name, seed=seed, control=True, max_iter=CONTROL_MAX_ITER).fit(cache)
+            control = LinearProbes(task=name, seed=seed, control=True, max_iter=CONTROL_MAX_ITER,
+                                   max_train=max_train).fit(cache)
             control_eval = control.score(cache, eval_split) if eval_split else None
         task_scores = evaluated if evaluated is not None else probes.scores_
         control_scores = control_eval if control_eval is not None else control.scores_
@@ -337,23 +227,18 @@ def _task_report(cache: LayerCache, spec, eval_split: str | None, mdl: bool, cum
             out["prediction_depth"] = {"counts": depth.counts, "accuracy_by_depth": depth.accuracy_by_depth,
                                        "mean": depth.mean_depth, "on": eval_split}
         if mdl:
-            step(f"{name}: MDL (online code)")
+            step(f"{name}: MDL, online code ({sample})")
             with timer(f"{name}: mdl"):
-                code = OnlineCodeMDL(task=name, seed=seed).fit(cache)
+                code = OnlineCodeMDL(task=name, seed=seed, max_train=max_train).fit(cache)
             out["mdl"] = {"codelength_bits": code.codelength_, "compression": code.compression_,
                           "uniform_bits": code.uniform_codelength_,
                           "best_layer": code.layer_names_[code.best_layer_], "n": int(code.portions_[-1]),
                           "seconds": code.fit_seconds_}
     if cumulative:
-        step(f"{name}: cumulative scoring")
+        step(f"{name}: cumulative scoring ({sample})")
         with timer(f"{name}: cumulative"):
-            cum = CumulativeProbes(task=name, seed=seed).fit(cache)
-            scores = cum.score(cache, eval_split) if eval_split else cum.scores_
-        gains = cumulative_scoring(scores)
-        out["cumulative"] = {"scores": scores, "validation": cum.scores_, "gains": gains.gains,
-                             "expected_layer": gains.expected_layer, "mix_weights": cum.mix_weights_,
-                             "expected_layer_of_mix": expected_layer(cum.mix_weights_[-1]),
-                             "on": eval_split or "validation", "seconds": cum.fit_seconds_}
+            cum = CumulativeProbes(task=name, seed=seed, max_train=max_train).fit(cache, probes=probes)
+            out["cumulative"] = cumulative_part(cum, cache, eval_split, seed)
     return out
 
 
@@ -427,9 +312,10 @@ def _add_token_depth(report: ProbeReport, cache: LayerCache, eval_split: str | N
         families.setdefault(row.pop("family"), []).append(row)
     n_steps = len(head.layer_names_) - 1
     counts, edges = np.histogram(depth[np.isfinite(depth)], bins=np.arange(1, n_steps + 2))
-    report.token_depth = {"run": str(act_run), "mixer_key": key, "split": split, "n_tokens": int(np.isfinite(
-        depth).sum()), "mean": float(np.nanmean(depth)), "histogram": {"edges": edges, "counts": counts},
-        "by_category": {"families": families, "categories_of": categories.split}}
+    report.token_depth = {"run": str(act_run), "about": f"act run {act_run}", "mixer_key": key, "split": split,
+                          "n_tokens": int(np.isfinite(depth).sum()), "mean": float(np.nanmean(depth)),
+                          "histogram": {"edges": edges, "counts": counts},
+                          "by_category": {"families": families, "categories_of": categories.split}}
 
 
 def _add_logit_lens(report: ProbeReport, cache: LayerCache, eval_split: str | None, step: Step,
@@ -467,21 +353,24 @@ def count_steps(cache: LayerCache, tasks: Sequence[str] | None, eval_split: str 
 
 def probe_report(cache: str | os.PathLike | LayerCache | None = None, out: str | os.PathLike | None = None, *,
                  train_act: bool = True, act_epochs: int = 8, progress: bool = True,
-                 **options) -> tuple[ProbeReport, ReportPaths]:
+                 say: Callable[[str], None] = _no_step, **options) -> tuple[ProbeReport, ReportPaths]:
     """Build the probing report of a cache and write ``report.json`` and ``report.html``.
 
     Args:
         cache: a cache folder or an open :class:`LayerCache` (default: the most recent cache).
         out: the report folder (default: ``<cache>.report`` beside the cache).
         train_act: when the cache stores token states and no ``act`` run of it exists, train one
-            (``act_epochs`` epochs, into ``<out>/act-run``) for the per-token depth.
+            (``act_epochs`` epochs, into ``<out>/act-run``) for the per-token depth: a quick
+            estimate, labelled so in ``token_depth["about"]`` and in its ``runs`` entry.
         act_epochs: epochs of that head.
         progress: show a progress bar over the parts.
+        say: called with each line the console shows before the parts (the training sample, the act head).
         **options: :func:`build_probe_report` options (``tasks``, ``eval_split``, ``runs``, ``act_run``,
-            ``mdl``, ``cumulative``, ``seed``).
+            ``mdl``, ``cumulative``, ``seed``, ``max_train``).
     """
     from ..progress import steps_progress
 
+    check_max_train(options.get("max_train", DEFAULT_MAX_TRAIN))
     owned = not isinstance(cache, LayerCache)
     handle = LayerCache.open(cache) if owned else cache
     try:
@@ -492,8 +381,13 @@ def probe_report(cache: str | os.PathLike | LayerCache | None = None, out: str |
         act_run = options.pop("act_run", None)
         found = find_runs(handle, options["runs"])
         has_act = any(_run_summary(run)["mixer"] == "act" for run in found)
+        max_train = options.get("max_train", DEFAULT_MAX_TRAIN)
+        say(f"Probes fit on a seeded sample of at most {max_train:,} training examples (words) per task; "
+            "--max-train all fits every one." if max_train else "Probes fit on every training example (word).")
         act_seconds = None
         if act_run is None and not has_act and train_act and handle.stores_tokens:
+            say(f"Training an act head for per-token depth: a quick {act_epochs}-epoch estimate; pass --act-run "
+                "for a converged one.")
             t0 = time.perf_counter()
             act_run = _train_act(handle, folder / "act-run", act_epochs, options.get("seed", 0), progress)
             act_seconds = time.perf_counter() - t0
@@ -506,10 +400,21 @@ def probe_report(cache: str | os.PathLike | LayerCache | None = None, out: str |
             report = build_probe_report(handle, act_run=act_run, step=step, **options)
         if act_seconds is not None:  # part of what the report cost, though trained before the parts
             report.timings = {"act head (trained for token depth)": act_seconds, **report.timings}
+            _label_quick_act(report, Path(act_run), act_epochs)
         return report, report.save(folder)
     finally:
         if owned:
             handle.close()
+
+
+def _label_quick_act(report: ProbeReport, run: Path, epochs: int) -> None:
+    """Mark the act head the report trained as a quick estimate, in ``token_depth`` and in ``runs``."""
+    about = f"quick depth estimate: act head trained {epochs} epochs for this report"
+    if report.token_depth is not None:
+        report.token_depth["about"] = about
+    for entry in report.runs:
+        if Path(entry["path"]).resolve() == run.resolve():
+            entry["about"], entry["quick_estimate"] = about, True
 
 
 def _train_act(cache: LayerCache, run: Path, epochs: int, seed: int, progress: bool) -> Path:

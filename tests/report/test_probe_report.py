@@ -58,6 +58,26 @@ def test_every_part_is_there_for_every_task_kind(built_report, report_cache):
     assert all(part >= 0 for part in report.timings.values())
 
 
+def test_the_act_head_trained_for_the_report_is_labelled_a_quick_estimate(built_report):
+    """Its score must not read as a converged head's (sentiment 0.603 beside adaptive's 1.000 before)."""
+    report, _ = built_report
+    about = "quick depth estimate: act head trained 2 epochs for this report"
+    assert report.token_depth["about"] == about
+    (act,) = [r for r in report.runs if r["mixer"] == "act"]
+    assert act["quick_estimate"] is True and act["about"] == about
+
+
+def test_the_console_announces_the_act_head_and_the_sample(report_cache, tmp_path):
+    from layercache.report.probing import probe_report
+
+    lines = []
+    probe_report(report_cache, tmp_path / "r", tasks=["sentiment"], mdl=False, cumulative=False, act_epochs=1,
+                 progress=False, say=lines.append)
+    assert lines[0].startswith("Probes fit on a seeded sample of at most 4,000 training examples")
+    assert lines[1] == ("Training an act head for per-token depth: a quick 1-epoch estimate; pass --act-run for a "
+                        "converged one.")
+
+
 def test_html_is_self_contained_with_every_figure(built_report):
     report, paths = built_report
     page = paths.html.read_text()
