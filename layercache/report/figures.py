@@ -195,7 +195,8 @@ def figure_cumulative(report: ProbeReport):
         top, bottom = axes[0, col], axes[1, col]
         scores = _values(cum["scores"])
         top.plot(x, scores, "o-", color=color)
-        _min_span(top, np.nanmin(scores), np.nanmax(scores), MIN_SCORE_SPAN)
+        if np.isfinite(scores).any():
+            _min_span(top, np.nanmin(scores), np.nanmax(scores), MIN_SCORE_SPAN)
         top.set_ylabel("score of mix 0..l")
         top.grid(alpha=0.3)
         noise = bool(cum.get("expected_layer_is_noise"))
@@ -213,9 +214,10 @@ def figure_cumulative(report: ProbeReport):
         bottom.bar(x, gains, color=color, alpha=0.6, yerr=errors, ecolor="black",
                    error_kw={"lw": 0.9, "capsize": 2.5})
         bottom.axhline(0, color="black", lw=0.8)
-        low = np.nanmin(gains - (errors[0] if errors is not None else 0))
-        high = np.nanmax(gains + (errors[1] if errors is not None else 0))
-        low, high = min(low, -MIN_GAIN_RANGE), max(high, MIN_GAIN_RANGE)
+        lows = gains - (errors[0] if errors is not None else 0)
+        highs = gains + (errors[1] if errors is not None else 0)
+        low = min(float(np.min(lows[np.isfinite(lows)], initial=0.0)), -MIN_GAIN_RANGE)
+        high = max(float(np.max(highs[np.isfinite(highs)], initial=0.0)), MIN_GAIN_RANGE)
         pad = 0.08 * (high - low)
         bottom.set_ylim(low - pad, high + pad)
         bottom.set_ylabel("gain Δ_l over 0..l-1")

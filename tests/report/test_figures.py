@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -137,3 +138,15 @@ def test_token_depth_leaves_out_a_family_with_no_tokens(demo):
         row.update(count=0, mean=None, std=None)
     fig = figures.figure_token_depth(_report(data))
     assert "word_position" not in [ax.get_title() for ax in fig.axes if ax.get_visible()]
+
+
+def test_cumulative_with_no_scores_still_draws(demo):
+    """A task whose prefix scores are all missing (null) draws empty panels, no error, no warning."""
+    data = copy.deepcopy(demo)
+    cum = data["tasks"]["intensity"]["cumulative"]
+    n = len(cum["scores"])
+    cum.update(scores=[None] * n, gains=[None] * n, expected_layer=None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fig = figures.figure_cumulative(_report(data))
+    assert fig is not None
