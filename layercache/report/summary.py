@@ -27,9 +27,15 @@ def summary_rows(report: ProbeReport) -> tuple[list[str], list[list[str]]]:
         cum = t.get("cumulative") or {}
         depth = t.get("prediction_depth") or {}
         rows.append([task, t["kind"], t["probe"]["best_layer"], f"{_fmt(scores[best])} {t['metric']}",
-                     _fmt(selectivity), mdl_text, _fmt(cum.get("expected_layer"), 2),
+                     _fmt(selectivity), mdl_text, _expected_layer_text(cum),
                      _fmt(cum.get("expected_layer_of_mix"), 2), _fmt(depth.get("mean"), 2)])
     return header, rows
+
+
+def _expected_layer_text(cum: dict) -> str:
+    """E_Δ, or "noise (E_Δ)" when no layer's gain lies above 0 beyond its bootstrap interval."""
+    text = _fmt(cum.get("expected_layer"), 2)
+    return f"noise ({text})" if cum.get("expected_layer_is_noise") else text
 
 
 SUMMARY_COLUMNS = {  # how the terminal shows each summary column: the task names its row
@@ -70,5 +76,9 @@ def render_probe_summary(report: ProbeReport, console: Console) -> None:
     if report.logit_lens is not None:
         acc = report.logit_lens["accuracy"]
         console.print("logit lens next-token accuracy by layer: " + ", ".join(_fmt(a) for a in acc))
+    for task, t in report.tasks.items():
+        note = (t.get("cumulative") or {}).get("noise_note")
+        if note:
+            console.print(f"{task}: {note}", highlight=False)
     for note in report.notes:
         console.print(f"[yellow]{note}[/]")

@@ -48,3 +48,21 @@ def test_report_fields_and_noise_flag(built_report):
         noise = not any(lo > 0 for lo, _ in intervals[1:])
         assert cum["expected_layer_is_noise"] is noise, name
         assert (cum["noise_note"] is not None) is noise and (not noise or "noise" in cum["noise_note"])
+
+
+def test_the_summary_calls_a_noise_expected_layer_noise(built_report):
+    from rich.console import Console
+
+    from layercache.report.summary import render_probe_summary, summary_rows
+
+    report, _ = built_report
+    report = type(report).from_json(report.to_json())
+    name = next(iter(report.tasks))
+    cum = report.tasks[name]["cumulative"]
+    cum["expected_layer"], cum["expected_layer_is_noise"] = 2.5, True
+    cum["noise_note"] = "No layer's gain is above zero beyond its 95 % bootstrap interval, so E_Δ (2.50) is noise."
+    header, rows = summary_rows(report)
+    assert rows[0][header.index("E_Δ (cumulative)")] == "noise (2.50)"
+    console = Console(record=True, width=200)
+    render_probe_summary(report, console)
+    assert f"{name}: No layer's gain is above zero" in console.export_text()
