@@ -1,4 +1,6 @@
-"""The notebooks run top to bottom against the current library (their code cells, as one script)."""
+"""The notebooks run top to bottom against the current library (their code cells, as one script), and
+their figures read cleanly: no legend over a line or a bar, no overlapping tick labels, no text cut at
+the edge (tests/report/figure_checks.py)."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ from pathlib import Path
 import matplotlib
 import pytest
 from conftest import minilm_path
+from report.figure_checks import figure_problems
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
 
@@ -29,5 +32,10 @@ def test_notebook_runs(notebook, tmp_path, monkeypatch):
     assert code.strip(), f"{notebook.name} has no code"
     namespace: dict = {"__name__": "__main__"}
     exec(compile(code, str(notebook), "exec"), namespace)
-    plt.close("all")
+    try:
+        problems = {num: figure_problems(plt.figure(num)) for num in plt.get_fignums()}
+    finally:
+        plt.close("all")
     assert "cache" in namespace  # every notebook opens a cache first
+    assert problems, f"{notebook.name} draws no figure"
+    assert not {num: found for num, found in problems.items() if found}, problems
