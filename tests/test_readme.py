@@ -133,7 +133,7 @@ def test_every_python_block_compiles():
 # --- bash blocks ------------------------------------------------------------------------------------
 
 def _commands() -> dict[str, set[str]]:
-    """Each CLI command's name -> every option it accepts (both spellings of a flag pair)."""
+    """Each CLI command's name -> every option its --help shows (both spellings of a flag pair)."""
     import typer
 
     from layercache.cli import app
@@ -143,6 +143,8 @@ def _commands() -> dict[str, set[str]]:
     for name, command in group.commands.items():
         options = {"--help"}
         for param in command.params:
+            if getattr(param, "hidden", False):
+                continue  # not in --help
             options.update(o for o in [*param.opts, *param.secondary_opts] if o.startswith("--"))
         out[name] = options
     return out
