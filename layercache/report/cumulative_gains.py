@@ -39,9 +39,10 @@ def cumulative_part(cum: CumulativeProbes, cache: LayerCache, eval_split: str | 
     noise = None if not known else not any(lo > 0 for lo, _ in known)
     note = None
     if noise:
-        note = ("No layer's gain is above zero beyond its 95 % bootstrap interval, so E_Δ "
-                f"({_fmt(gains.expected_layer)}) is noise: the property is already in the embeddings or no "
-                "prefix adds to it measurably.")
+        centre = ("E_Δ is undefined (the gains do not sum above zero)" if not np.isfinite(gains.expected_layer)
+                  else f"E_Δ ({gains.expected_layer:.2f}) is noise")
+        note = (f"No layer's gain is above zero beyond its 95 % bootstrap interval, so {centre}: the property is "
+                "already in the embeddings or no prefix adds to it measurably.")
     return {"scores": scores, "validation": cum.scores_, "gains": gains.gains,
             "gain_intervals": intervals, "expected_layer": gains.expected_layer,
             "expected_layer_is_noise": noise, "noise_note": note, "n_bootstrap": N_BOOTSTRAP if eval_split else 0,
@@ -80,6 +81,3 @@ def _scores(counts: np.ndarray, predicted: np.ndarray, target: np.ndarray, kind:
         r2 = 1.0 - sse / sst
     return np.where(sst > 0, r2, np.where(sse == 0, 1.0, 0.0))
 
-
-def _fmt(value) -> str:
-    return "undefined" if value is None or not np.isfinite(value) else f"{value:.2f}"

@@ -47,7 +47,7 @@ def test_report_fields_and_noise_flag(built_report):
             assert lo <= hi and lo - 1e-9 <= gain <= hi + 1e-9 or abs(gain) < 0.05, (name, gain, lo, hi)
         noise = not any(lo > 0 for lo, _ in intervals[1:])
         assert cum["expected_layer_is_noise"] is noise, name
-        assert (cum["noise_note"] is not None) is noise and (not noise or "noise" in cum["noise_note"])
+        assert (cum["noise_note"] is not None) is noise and (not noise or "bootstrap interval" in cum["noise_note"])
 
 
 def test_the_summary_calls_a_noise_expected_layer_noise(built_report):
