@@ -31,6 +31,7 @@ figcaption { color: #555; font-size: 0.9em; max-width: 900px; }
 @media (max-width: 800px) { body { padding: 0 0.5em; } table { font-size: 0.75em; }
                              th, td { padding: 0.2em 0.3em; } }
 h2 .about { font-size: 0.6em; font-weight: normal; color: #8a5a00; white-space: normal; }
+td .about { font-size: 0.85em; color: #8a5a00; }
 """
 
 
@@ -39,11 +40,18 @@ def _e(value) -> str:
 
 
 def _num(value, digits: int = 3) -> str:
+    """A number to ``digits`` decimals; one that rounds to zero is 0 (never ``-0.000``); None is a dash."""
     if value is None:
         return "–"
     if isinstance(value, float):
-        return f"{value:.{digits}f}"
+        text = f"{value:.{digits}f}"
+        return text[1:] if text.startswith("-") and float(text) == 0 else text
     return _e(value)
+
+
+def _strength(value) -> str:
+    """An L2 strength ``C`` as written in the grid (``0.001``, ``10``): its size, not two decimals (``0.00``)."""
+    return "–" if value is None else f"{value:g}"
 
 
 def _table(header: list[str], rows: list[list[str]], text_columns: int = 1, best: dict | None = None) -> str:
@@ -78,7 +86,7 @@ def _layer_table(report: ProbeReport, task: str, t: dict) -> str:
     if "cumulative" in t:
         columns.append(("mix 0..l", t["cumulative"]["scores"]))
         columns.append(("gain", t["cumulative"]["gains"]))
-    rows = [[_e(name)] + [_num(values[i], 2 if label == "C" else 3) for label, values in columns]
+    rows = [[_e(name)] + [_strength(values[i]) if label == "C" else _num(values[i]) for label, values in columns]
             for i, name in enumerate(names)]
     best = {(t["probe"]["best_index"], 1): True}
     return _table(["layer"] + [label for label, _ in columns], rows, best=best)
@@ -90,7 +98,10 @@ def _runs_table(report: ProbeReport) -> str:
         scores = ", ".join(f"{task} {s['metric']} {_num(s['value'])}" for task, s in run["scores"].items())
         centres = ", ".join(f"{_num(v, 2)}" if key == "shared" else f"{key} {_num(v, 2)}"
                             for key, v in run["expected_layer"].items())
-        rows.append([_e(run["name"]), _e(run["mixer"]), _e(run["scored_on"]), scores or "–", centres or "–",
+        name = _e(run["name"])
+        if run.get("about"):  # the report's own quick act head: its scores are not a converged head's
+            name += f' <span class="about">({_e(run["about"])})</span>'
+        rows.append([name, _e(run["mixer"]), _e(run["scored_on"]), scores or "–", centres or "–",
                      f'<span class="meta">{_e(run["path"])}</span>'])
     return _table(["run", "mixer", "scored on", "scores", "expected layer", "folder"], rows, text_columns=6)
 
