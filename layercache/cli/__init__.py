@@ -3,7 +3,8 @@
 One module per group of commands (:mod:`.cache`: extract, info, list; :mod:`.heads`: train-head,
 eval; :mod:`.sweep`: sweep; :mod:`.report`: probe-report;
 :mod:`.live`: predict), each a thin typer wrapper over a public library call;
-:mod:`.parsing` turns option text into arguments and :mod:`.choices` gives every fixed list of values from its registry.
+:mod:`.parsing` turns option text into arguments, :mod:`.choices` gives every fixed list of values from its registry
+and :mod:`.options` declares each option several commands share once, its default read from the library.
 """
 
 from __future__ import annotations

@@ -13,8 +13,9 @@ from ..errors import ConfigError, LayercacheError
 from . import base
 from .base import app, friendly
 from .choices import choice_help, supported_files
+from .options import allow_pickle_option, device_option, quiet_option, threads_option
 from .parsing import layer_specs, parse_size, parse_splits, split_list
-from .threads import apply_threads, threads_option
+from .threads import apply_threads
 
 
 @app.command()
@@ -53,7 +54,7 @@ def extract(
              "in heads."),
     dtype: str = typer.Option("auto", "--dtype", help=choice_help(
         "extract", "--dtype", "Forward-pass dtype.", "auto: float32 on CPU, bfloat16 or float16 on CUDA.")),
-    device: str = typer.Option("auto", "--device", help="auto, cpu or cuda[:N]."),
+    device: str = device_option(),
     max_length: Optional[int] = typer.Option(
         None, "--max-length", help="Token limit per window.", show_default="the model's"),
     stride: Optional[int] = typer.Option(
@@ -66,11 +67,9 @@ def extract(
     repair: bool = typer.Option(
         False, "--repair", help="Re-read every shard and re-extract only those whose checksum fails (same arguments "
                                 "as the run that made the cache)."),
-    allow_pickle: bool = typer.Option(
-        False, "--allow-pickle", help="Load a model that has only pickle weights (pytorch_model.bin), which can run "
-                                      "code when loaded: only for a source you trust."),
+    allow_pickle: bool = allow_pickle_option(),
     threads: str = threads_option(),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
+    quiet: bool = quiet_option(),
 ):
     """Run MODEL frozen over DATASET once and cache every layer's states (resumable)."""
     apply_threads(threads)

@@ -35,6 +35,12 @@ def _forward_dtypes() -> Sequence[str]:
     return ("auto", *FORWARD_DTYPE_NAMES)
 
 
+def _forward_dtype_names() -> Sequence[str]:
+    from ..core.devices import FORWARD_DTYPE_NAMES
+
+    return FORWARD_DTYPE_NAMES
+
+
 def _task_kinds() -> Sequence[str]:
     from ..core.tasks import TASK_KINDS
 
@@ -104,6 +110,7 @@ OPTION_CHOICES: dict[tuple[str, str], Callable[[], Sequence[str]]] = {
     ("sweep", "--mixer"): _mixer_names,
     ("sweep", "--metric"): _selection_metrics,
     ("sweep", "--pick"): _sweep_picks,
+    ("verify", "--dtype"): _forward_dtype_names,
 }
 """(command, option) -> the values it accepts, read from the registry that owns them."""
 

@@ -12,7 +12,7 @@ from ..errors import ConfigError
 from . import base
 from .base import app, friendly
 from .choices import choice_help
-from .live import allow_pickle_option
+from .options import allow_pickle_option, device_option, quiet_option, threads_option
 from .parsing import (
     layer_specs,
     parse_assignments,
@@ -21,7 +21,7 @@ from .parsing import (
     parse_metric,
     split_list,
 )
-from .threads import apply_threads, threads_option
+from .threads import apply_threads
 
 LIVE_NOTE = " (live backbone)"
 
@@ -85,14 +85,14 @@ def train_head(
     loss_weight: Optional[list[str]] = typer.Option(
         None, "--loss-weight", help="TASK=WEIGHT for joint training; repeatable."),
     separate_mixers: bool = typer.Option(False, "--separate-mixers", help="One mixer per task instead of one shared."),
-    device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
+    device: str = device_option(),
     overwrite: bool = typer.Option(False, "--overwrite", help="Write into a non-empty run folder."),
     live: bool = typer.Option(
         False, "--live", help="Compute every batch with the cache's backbone instead of reading stored states "
                               "(the reference for end-to-end checks; metrics.json records it)."),
     allow_pickle: bool = allow_pickle_option(),
     threads: str = threads_option(),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
+    quiet: bool = quiet_option(),
 ):
     """Learn a head on a cache (no backbone needed): prints metrics and layer weights, writes a run folder."""
     if allow_pickle and not live:

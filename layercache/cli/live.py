@@ -11,7 +11,9 @@ from typer.core import TyperCommand
 
 from . import base
 from .base import app, friendly
-from .threads import apply_threads, threads_option
+from .choices import choice_help
+from .options import allow_pickle_option, device_option, quiet_option, threads_option
+from .threads import apply_threads
 
 
 class _TextsAfterDashes(TyperCommand):
@@ -24,13 +26,6 @@ class _TextsAfterDashes(TyperCommand):
 
 
 LITERAL_KEY = "layercache.literal_texts"
-ALLOW_PICKLE_HELP = ("Load a backbone that has only pickle weights (pytorch_model.bin), which can run code when "
-                     "loaded: only for a source you trust (as extract's).")
-
-
-def allow_pickle_option():
-    """The ``--allow-pickle`` typer option of the commands that load a backbone: predict, verify, train-head --live."""
-    return typer.Option(False, "--allow-pickle", help=ALLOW_PICKLE_HELP)
 
 
 @app.command("predict", cls=_TextsAfterDashes)
@@ -54,7 +49,7 @@ def predict(
     backbone: Optional[str] = typer.Option(
         None, "--backbone", help="Backbone to load (hub id or folder).", show_default="the one the runs record"),
     batch_size: int = typer.Option(32, "--batch-size", help="Texts per forward pass (sorted by length)."),
-    device: str = typer.Option("auto", "--device", help="cpu, cuda, cuda:N or auto."),
+    device: str = device_option(),
     allow_pickle: bool = allow_pickle_option(),
     threads: str = threads_option(),
 ):
@@ -108,12 +103,13 @@ def verify(
         None, "--run", help="Also compare this run's predictions from the cache with the live bundle's on the "
                             "sampled examples (agreement rate)."),
     dtype: Optional[str] = typer.Option(
-        None, "--dtype", help="Forward dtype: float32, bfloat16 or float16.", show_default="the one extraction used"),
+        None, "--dtype", help=choice_help("verify", "--dtype", "Forward dtype."),
+        show_default="the one extraction used"),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
-    device: str = typer.Option("auto", "--device", help="cpu, cuda, cuda:N or auto."),
+    device: str = device_option(),
     allow_pickle: bool = allow_pickle_option(),
     threads: str = threads_option(),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
+    quiet: bool = quiet_option(),
 ):
     """Re-run the cache's backbone on sampled examples and compare with the stored states (exit 1 on a mismatch)."""
     apply_threads(threads)

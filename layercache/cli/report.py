@@ -11,8 +11,9 @@ from ..core.holdout import DEFAULT_MAX_TRAIN
 from ..errors import ConfigError
 from . import base
 from .base import app, friendly
+from .options import quiet_option, threads_option
 from .parsing import split_list
-from .threads import apply_threads, threads_option
+from .threads import apply_threads
 
 
 @app.command("probe-report")
@@ -42,7 +43,7 @@ def probe_report(
         str(DEFAULT_MAX_TRAIN), "--max-train",
         help="Fit each task's probes on a seeded sample of at most N training examples (words); 0 or all: every one."),
     threads: str = threads_option(),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
+    quiet: bool = quiet_option(),
 ):
     """Probe every layer of a cache (no backbone needed): prints a summary, writes report.json and report.html."""
     apply_threads(threads)

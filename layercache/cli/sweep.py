@@ -13,8 +13,9 @@ from ..report.tables import Column, print_fitted
 from . import base
 from .base import app, friendly
 from .choices import choice_help
+from .options import device_option, quiet_option, threads_option
 from .parsing import parse_class_weight, parse_metric, split_list
-from .threads import apply_threads, threads_option
+from .threads import apply_threads
 
 
 @app.command("sweep")
@@ -63,10 +64,10 @@ def sweep(
         show_default="the cache's validation split, else one seeded 10% slice of train"),
     test_split: Optional[str] = typer.Option(
         None, "--test-split", help="Split to report on (never used to choose).", show_default="test when present"),
-    device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
+    device: str = device_option(),
     overwrite: bool = typer.Option(False, "--overwrite", help="Write into a non-empty sweep folder."),
     threads: str = threads_option(),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
+    quiet: bool = quiet_option(),
 ):
     """Train many heads from a cache inside a time budget: prints the leaderboard, keeps the best run."""
     apply_threads(threads)

@@ -1,19 +1,9 @@
-"""``--threads``: the one option every command that computes takes, and how it is applied."""
+"""How ``--threads`` (declared in :mod:`.options`) is applied."""
 
 from __future__ import annotations
 
-import typer
-
 from . import base
 from .parsing import parse_threads
-
-THREADS_HELP = ("Torch threads: a number up to the cores this process may use, or auto: the cores other processes "
-                "leave idle (a thread that loses its core to another process stalls all the others).")
-
-
-def threads_option():
-    """The ``--threads`` typer option (default ``auto``)."""
-    return typer.Option("auto", "--threads", help=THREADS_HELP)
 
 
 def apply_threads(value: str) -> None:

@@ -6,6 +6,10 @@ from ..errors import ConfigError
 
 FORWARD_DTYPE_NAMES = ("float32", "float16", "bfloat16")
 """Dtypes the backbone's forward pass may run in (``--dtype``; ``auto`` picks one per device)."""
+DEFAULT_DEVICE = "auto"
+"""Every ``device=`` keyword's default (and ``--device``'s): a GPU when torch sees one, else the CPU."""
+DEVICE_SPELLINGS = "auto, cpu or cuda[:N]"
+"""The values :func:`resolve_device` reads, as its messages and ``--device``'s help write them."""
 
 
 def resolve_device(device: str):
@@ -19,10 +23,10 @@ def resolve_device(device: str):
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if device != "cpu" and not device.startswith("cuda"):
-        raise ConfigError(f"Device {device!r} is not understood; use auto, cpu or cuda[:N].")
+        raise ConfigError(f"Device {device!r} is not understood; use {DEVICE_SPELLINGS}.")
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise ConfigError("--device cuda was asked for, but torch sees no CUDA GPU; use --device cpu or auto.")
     try:
         return torch.device(device)
     except RuntimeError:
-        raise ConfigError(f"Device {device!r} is not understood; use auto, cpu or cuda[:N].") from None
+        raise ConfigError(f"Device {device!r} is not understood; use {DEVICE_SPELLINGS}.") from None

@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 
 import click
-import pytest
 import typer.main
 
 from layercache.cli import app
@@ -44,23 +43,83 @@ def test_every_listed_choice_is_in_the_table_and_every_entry_is_listed():
         assert listed_in_help(params[key]) == list(choices(*key)), key
 
 
-@pytest.mark.parametrize(("key", "registry"), [
-    (("extract", "--store"), STORE_MODES),
-    (("extract", "--pooling"), POOLING_MODES),
-    (("extract", "--storage-dtype"), ("auto", *STORAGE_DTYPE_NAMES)),
-    (("extract", "--dtype"), ("auto", *FORWARD_DTYPE_NAMES)),
-    (("extract", "--task-kind"), TASK_KINDS),
-    (("train-head", "--normalize"), NORMALIZATIONS),
-    (("train-head", "--schedule"), SCHEDULES),
-    (("train-head", "--source"), ("auto", "tokens", *(f"pooled:{m}" for m in POOLING_MODES))),
-    (("train-head", "--metric"), tuple(SELECTION_METRICS)),
-    (("train-head", "--solver"), tuple(SOLVERS)),
-    (("sweep", "--mixer"), tuple(MIXERS)),
-    (("sweep", "--metric"), tuple(SELECTION_METRICS)),
-    (("sweep", "--pick"), tuple(PICKS)),
-])
-def test_lists_equal_their_registry(key, registry):
-    assert choices(*key) == tuple(registry)
+NEW = "zz-new"
+"""A value added to every registry in :func:`test_each_list_follows_its_registry`: a list the CLI spells itself
+lacks it."""
+
+EXTEND_REGISTRIES = f"""
+import importlib, json, sys
+import typer.main
+from layercache.core import devices, tasks
+from layercache.heads import fitting, normalize, selection, trainer
+from layercache.heads.mixers import registry as mixers
+from layercache.store import feature_source, schema
+
+for module, name in [(schema, "STORE_MODES"), (schema, "POOLING_MODES"), (feature_source, "POOLING_MODES"),
+                     (schema, "STORAGE_DTYPE_NAMES"), (devices, "FORWARD_DTYPE_NAMES"), (tasks, "TASK_KINDS"),
+                     (normalize, "NORMALIZATIONS"), (trainer, "SCHEDULES")]:
+    setattr(module, name, (*getattr(module, name), {NEW!r}))
+mixers.MIXERS[{NEW!r}] = type("NewMixer", (), {{"spec_form": classmethod(lambda cls: {NEW!r})}})
+for table in (selection.SELECTION_METRICS, fitting.SOLVERS, importlib.import_module("layercache.heads.sweep").PICKS):
+    table[{NEW!r}] = None
+
+from layercache.cli import app  # the help texts are written now, from the extended registries
+
+group = typer.main.get_command(app)
+json.dump({{name: {{max(p.opts, key=len): p.help for p in command.params if hasattr(p, "opts")}}
+           for name, command in group.commands.items()}}, sys.stdout)
+"""
+
+
+def test_each_list_follows_its_registry():
+    """Every listed option offers a value added to its registry (a list written in the CLI does not)."""
+    import json
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", EXTEND_REGISTRIES], capture_output=True, text=True, check=True)
+    helps = json.loads(out.stdout)
+    expected = {
+        ("extract", "--store"): ("tokens", "pooled", NEW),
+        ("extract", "--pooling"): ("mean", "first", "last", NEW),
+        ("extract", "--storage-dtype"): ("auto", "float16", "bfloat16", "float32", NEW),
+        ("extract", "--dtype"): ("auto", "float32", "float16", "bfloat16", NEW),
+        ("extract", "--task-kind"): ("sequence", "token", "regression", NEW),
+        ("train-head", "--mixer"): (*(m.spec_form() for m in MIXERS.values()), NEW),
+        ("train-head", "--normalize"): (*NORMALIZATIONS, NEW),
+        ("train-head", "--schedule"): (*SCHEDULES, NEW),
+        ("train-head", "--source"): ("auto", "tokens", *(f"pooled:{m}" for m in (*POOLING_MODES, NEW))),
+        ("train-head", "--metric"): (*SELECTION_METRICS, NEW),
+        ("train-head", "--solver"): (*SOLVERS, NEW),
+        ("sweep", "--mixer"): (*MIXERS, NEW),
+        ("sweep", "--metric"): (*SELECTION_METRICS, NEW),
+        ("sweep", "--pick"): (*PICKS, NEW),
+        ("verify", "--dtype"): (*FORWARD_DTYPE_NAMES, NEW),
+    }
+    assert set(expected) == set(OPTION_CHOICES)  # a new entry in the table gets its registry here
+    for (command, option), values in expected.items():
+        match = LISTED.search(helps[command][option] or "")
+        assert match is not None and tuple(match.group(1).split(", ")) == values, (command, option)
+
+
+REGISTRIES = {"store modes": STORE_MODES, "pooling modes": POOLING_MODES, "storage dtypes": STORAGE_DTYPE_NAMES,
+              "forward dtypes": FORWARD_DTYPE_NAMES, "task kinds": TASK_KINDS, "mixers": tuple(MIXERS),
+              "normalizations": NORMALIZATIONS, "schedules": SCHEDULES, "metrics": tuple(SELECTION_METRICS),
+              "solvers": tuple(SOLVERS), "picks": tuple(PICKS)}
+WORD_LIST = re.compile(r"[\w:<>\[\]-]+(?:, [\w:<>\[\]-]+)+,? (?:or|and) [\w:<>\[\]-]+")
+
+
+def test_no_help_spells_a_registry_list_in_prose():
+    """No help writes three or more values of one registry as ``a, b or c``: such a list is the registry's, in
+    ``One of:`` from :mod:`layercache.cli.choices` (the way ``verify --dtype`` once wrote its own)."""
+    spelled = []
+    for (command, option), param in command_options().items():
+        prose = LISTED.sub("", param.help or "")
+        for words in WORD_LIST.findall(prose):
+            values = set(re.split(r",? (?:or|and) |, ", words))
+            spelled += [(command, option, words, name) for name, registry in REGISTRIES.items()
+                        if len(values) >= 2 and values <= set(registry)]
+    assert not spelled
 
 
 def test_every_registered_mixer_is_offered_and_builds():
