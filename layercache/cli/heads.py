@@ -12,7 +12,24 @@ from ..errors import ConfigError
 from . import base
 from .base import app, friendly
 from .choices import choice_help
-from .options import allow_pickle_option, device_option, quiet_option, threads_option
+from .options import (
+    allow_pickle_option,
+    batch_size_option,
+    class_weight_option,
+    device_option,
+    epochs_option,
+    head_default,
+    metric_option,
+    overwrite_option,
+    patience_option,
+    quiet_option,
+    task_option,
+    test_split_option,
+    threads_option,
+    train_head_default,
+    train_split_option,
+    val_split_option,
+)
 from .parsing import (
     layer_specs,
     parse_assignments,
@@ -30,63 +47,54 @@ LIVE_NOTE = " (live backbone)"
 @friendly
 def train_head(
     cache: Optional[Path] = typer.Argument(None, help="Cache folder.", show_default="the most recent one"),
-    mixer: str = typer.Option("adaptive", "--mixer", "-m", help=choice_help(
+    mixer: str = typer.Option(train_head_default("mixer"), "--mixer", "-m", help=choice_help(
         "train-head", "--mixer", "How the head combines the cached states.")),
     out: Optional[Path] = typer.Option(
         None, "--out", "-o", help="Run folder.", show_default="a new folder beside the cache"),
-    task: Optional[list[str]] = typer.Option(
-        None, "--task", help="Task(s) to learn; repeatable.", show_default="every task in the cache"),
+    task: Optional[list[str]] = task_option(),
     layers: Optional[list[str]] = typer.Option(
         None, "--layers", help="States to read: names or indices; comma-separated.", show_default="all"),
-    source: str = typer.Option("auto", "--source", help=choice_help(
+    source: str = typer.Option(head_default("source"), "--source", help=choice_help(
         "train-head", "--source", "What the head reads.", "auto: token states when the cache stores them.")),
-    normalize: str = typer.Option("auto", "--normalize", help=choice_help(
+    normalize: str = typer.Option(head_default("normalize"), "--normalize", help=choice_help(
         "train-head", "--normalize", "States before mixing.",
         "standardize: per dimension with the train split's statistics; layer_norm: per token; auto: standardize "
         "for pre-LN models such as GPT-2 and Llama, none for BERT-style.")),
-    train_split: str = typer.Option("train", "--train-split", help="Split to train on."),
-    val_split: Optional[str] = typer.Option(
-        None, "--val-split", help="Validation split.",
-        show_default="the cache's validation split, else a 10% slice of train"),
-    test_split: Optional[str] = typer.Option(
-        None, "--test-split", help="Split to report on.", show_default="test when present"),
-    epochs: int = typer.Option(20, "--epochs", help="Most epochs (early stopping may end sooner)."),
-    batch_size: int = typer.Option(32, "--batch-size", help="Examples per minibatch."),
+    train_split: str = train_split_option(train_head_default("split")),
+    val_split: Optional[str] = val_split_option(),
+    test_split: Optional[str] = test_split_option(),
+    epochs: int = epochs_option(),
+    batch_size: int = batch_size_option(),
     lr: Optional[float] = typer.Option(
         None, "--lr", help="Peak learning rate.", show_default="the mixer's and head's default"),
-    weight_decay: float = typer.Option(0.01, "--weight-decay", help="AdamW weight decay (never on layer weights)."),
-    schedule: str = typer.Option("linear", "--schedule", help=choice_help(
+    weight_decay: float = typer.Option(
+        head_default("weight_decay"), "--weight-decay", help="AdamW weight decay (never on layer weights)."),
+    schedule: str = typer.Option(head_default("schedule"), "--schedule", help=choice_help(
         "train-head", "--schedule", "Learning-rate schedule after warmup.")),
-    patience: int = typer.Option(
-        3, "--patience", help="Epochs without validation gain before stopping (0 = never)."),
-    metric: Optional[list[str]] = typer.Option(
-        None, "--metric", help=choice_help(
-            "train-head", "--metric", "Validation metric that selects the epoch and stops early.",
-            "NAME for every task, or TASK=NAME per task (repeatable); a joint head selects on the loss-weighted "
-            "mean."),
-        show_default="accuracy (mcc when the train classes are imbalanced), span_f1 for IOB tags else macro_f1, "
-                     "pearson for regression"),
-    class_weight: Optional[list[str]] = typer.Option(
-        None, "--class-weight", help="Class weights in the classification loss: balanced (n_samples / "
-        "(n_classes * count), as scikit-learn) or CLASS=WEIGHT pairs, e.g. neg=2,pos=1 (classes by name or "
-        "index); TASK:... for one task of several, repeatable.", show_default="unweighted"),
-    solver: str = typer.Option("auto", "--solver", help=choice_help(
+    patience: int = patience_option(),
+    metric: Optional[list[str]] = metric_option(
+        "train-head", "Validation metric that selects the epoch and stops early.",
+        "; a joint head selects on the loss-weighted mean"),
+    class_weight: Optional[list[str]] = class_weight_option(),
+    solver: str = typer.Option(head_default("solver"), "--solver", help=choice_help(
         "train-head", "--solver", "How the head's weights are fitted.",
         "lbfgs: full batch, the L2 strength C chosen on validation (a linear head on last or layer:<i>); adamw: "
         "minibatches with early stopping (any head); auto: lbfgs where it applies, else adamw.")),
-    seed: int = typer.Option(0, "--seed", help="Seed for initialisation, order, dropout and the validation slice."),
+    seed: int = typer.Option(
+        head_default("seed"), "--seed", help="Seed for initialisation, order, dropout and the validation slice."),
     seeds: int = typer.Option(
-        1, "--seeds", help="Train N heads (seeds SEED to SEED+N-1) on one validation slice and predict with their "
-                           "averaged probabilities: steadier and usually better than one seed, N times the training."),
+        head_default("seeds"), "--seeds", help="Train N heads (seeds SEED to SEED+N-1) on one validation slice and "
+        "predict with their averaged probabilities: steadier and usually better than one seed, N times the training."),
     mixer_option: Optional[list[str]] = typer.Option(
         None, "--mixer-option", help="Mixer setting KEY=VALUE, e.g. k=64, alpha=70, topk=3; repeatable."),
     head_option: Optional[list[str]] = typer.Option(
         None, "--head-option", help="Head setting KEY=VALUE, e.g. pooling=attention, attention_heads=8; repeatable."),
     loss_weight: Optional[list[str]] = typer.Option(
         None, "--loss-weight", help="TASK=WEIGHT for joint training; repeatable."),
-    separate_mixers: bool = typer.Option(False, "--separate-mixers", help="One mixer per task instead of one shared."),
+    separate_mixers: bool = typer.Option(
+        not head_default("share_mixer"), "--separate-mixers", help="One mixer per task instead of one shared."),
     device: str = device_option(),
-    overwrite: bool = typer.Option(False, "--overwrite", help="Write into a non-empty run folder."),
+    overwrite: bool = overwrite_option("run folder"),
     live: bool = typer.Option(
         False, "--live", help="Compute every batch with the cache's backbone instead of reading stored states "
                               "(the reference for end-to-end checks; metrics.json records it)."),

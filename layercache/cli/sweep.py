@@ -13,7 +13,22 @@ from ..report.tables import Column, print_fitted
 from . import base
 from .base import app, friendly
 from .choices import choice_help
-from .options import device_option, quiet_option, threads_option
+from .options import (
+    batch_size_option,
+    class_weight_option,
+    device_option,
+    epochs_option,
+    metric_option,
+    overwrite_option,
+    patience_option,
+    quiet_option,
+    sweep_default,
+    task_option,
+    test_split_option,
+    threads_option,
+    train_split_option,
+    val_split_option,
+)
 from .parsing import parse_class_weight, parse_metric, split_list
 from .threads import apply_threads
 
@@ -22,50 +37,46 @@ from .threads import apply_threads
 @friendly
 def sweep(
     cache: Optional[Path] = typer.Argument(None, help="Cache folder.", show_default="the most recent one"),
-    budget: str = typer.Option("5m", "--budget", "-b", help="Wall time for the whole sweep: 300s, 5m, 1h30m or plain "
-                               "seconds. Candidates whose estimated cost no longer fits are not started."),
+    budget: str = typer.Option(
+        sweep_default("budget"), "--budget", "-b", help="Wall time for the whole sweep: 300s, 5m, 1h30m or plain "
+        "seconds. Candidates whose estimated cost no longer fits are not started."),
     out: Optional[Path] = typer.Option(
         None, "--out", "-o", help="Sweep folder: sweep.json and the winner's run folder best/.",
         show_default="a new <cache>.runs/sweep-<n> beside the cache"),
-    task: Optional[list[str]] = typer.Option(
-        None, "--task", help="Task(s) to learn jointly; repeatable.", show_default="every task in the cache"),
+    task: Optional[list[str]] = task_option(),
     mixer: Optional[list[str]] = typer.Option(
         None, "--mixer", "-m", help=choice_help(
             "sweep", "--mixer", "Mixers to try (repeatable); layer is every single state.")),
-    grid: bool = typer.Option(True, "--grid/--no-grid", help="Also try learning rates, widths and temperatures "
-                              "around each mixer's defaults."),
-    seeds: int = typer.Option(3, "--seeds", help="Runs per candidate (a deterministic convex fit runs once)."),
-    seed: int = typer.Option(0, "--seed", help="First seed; also seeds the validation slice when the cache has no "
-                             "validation split."),
-    pick: str = typer.Option("seeds", "--pick", help=choice_help(
+    grid: bool = typer.Option(
+        sweep_default("grid"), "--grid/--no-grid", help="Also try learning rates, widths and temperatures around each "
+        "mixer's defaults."),
+    seeds: int = typer.Option(
+        sweep_default("seeds"), "--seeds", help="Runs per candidate (a deterministic convex fit runs once)."),
+    seed: int = typer.Option(
+        sweep_default("seed"), "--seed", help="First seed; also seeds the validation slice when the cache has no "
+        "validation split."),
+    pick: str = typer.Option(sweep_default("pick"), "--pick", help=choice_help(
         "sweep", "--pick", "What best/ keeps of the winner.",
         "seeds: its seeds' runs averaged (a seed ensemble, steadier than any one seed); best-seed: its run with the "
         "best validation score.")),
     confidence: float = typer.Option(
-        0.95, "--confidence", help="Share of paired bootstrap resamples of the validation rows in which a grid "
-        "variant must beat its mixer's default to be kept instead of it; 0 keeps whichever candidate leads."),
-    ensemble: int = typer.Option(0, "--ensemble", help="Also average the top K candidates (each as --pick keeps "
-                                 "it) as one head, written as ensemble/ beside best/; 0 = none."),
-    metric: Optional[list[str]] = typer.Option(
-        None, "--metric", help=choice_help(
-            "sweep", "--metric", "Validation metric that ranks the candidates (and selects each run's epoch).",
-            "NAME for every task, or TASK=NAME per task (repeatable)."),
-        show_default="accuracy (mcc when the train classes are imbalanced), span_f1 for IOB tags else macro_f1, "
-                     "pearson for regression"),
-    class_weight: Optional[list[str]] = typer.Option(
-        None, "--class-weight", help="Class weights in the classification loss: balanced or CLASS=WEIGHT pairs; "
-        "TASK:... for one task of several, repeatable.", show_default="unweighted"),
-    epochs: int = typer.Option(20, "--epochs", help="Most epochs per run (early stopping may end sooner)."),
-    patience: int = typer.Option(3, "--patience", help="Epochs without validation gain before a run stops."),
-    batch_size: int = typer.Option(32, "--batch-size", help="Examples per minibatch."),
-    train_split: str = typer.Option("train", "--train-split", help="Split to train on."),
-    val_split: Optional[str] = typer.Option(
-        None, "--val-split", help="Validation split (ranks the candidates).",
-        show_default="the cache's validation split, else one seeded 10% slice of train"),
-    test_split: Optional[str] = typer.Option(
-        None, "--test-split", help="Split to report on (never used to choose).", show_default="test when present"),
+        sweep_default("confidence"), "--confidence", help="Share of paired bootstrap resamples of the validation "
+        "rows in which a grid variant must beat its mixer's default to be kept instead of it; 0 keeps whichever "
+        "candidate leads."),
+    ensemble: int = typer.Option(
+        sweep_default("ensemble"), "--ensemble", help="Also average the top K candidates (each as --pick keeps it) as "
+        "one head, written as ensemble/ beside best/; 0 = none."),
+    metric: Optional[list[str]] = metric_option(
+        "sweep", "Validation metric that ranks the candidates (and selects each run's epoch)."),
+    class_weight: Optional[list[str]] = class_weight_option(),
+    epochs: int = epochs_option(" per run"),
+    patience: int = patience_option(),
+    batch_size: int = batch_size_option(),
+    train_split: str = train_split_option(sweep_default("split")),
+    val_split: Optional[str] = val_split_option(" (ranks the candidates)"),
+    test_split: Optional[str] = test_split_option(),
     device: str = device_option(),
-    overwrite: bool = typer.Option(False, "--overwrite", help="Write into a non-empty sweep folder."),
+    overwrite: bool = overwrite_option("sweep folder"),
     threads: str = threads_option(),
     quiet: bool = quiet_option(),
 ):
