@@ -297,13 +297,14 @@ def test_a_variant_that_beats_its_default_beyond_noise_is_kept(planted, tmp_path
 
 def make_doubtful(monkeypatch) -> None:
     """Every paired comparison keeps its difference but is won in only 60 % of the resamples."""
-    real = sweep_module.paired_bootstrap
+    ranking = importlib.import_module("layercache.heads.sweep_ranking")  # where variants meet their defaults
+    real = ranking.paired_bootstrap
 
     def doubtful(*args, **kwargs):
         out = real(*args, **kwargs)
         return dataclasses.replace(out, p_better=0.6)
 
-    monkeypatch.setattr(sweep_module, "paired_bootstrap", doubtful)
+    monkeypatch.setattr(ranking, "paired_bootstrap", doubtful)
 
 
 def test_a_variant_that_leads_by_no_more_than_noise_gives_way_to_its_default(planted, tmp_path, monkeypatch):
