@@ -1,0 +1,148 @@
+"""States and token arrays of chosen rows: the reads of :class:`~layercache.store.reader.LayerCache` by row.
+
+Pooled vectors (``pooled``, ``pooled_stored``), token states (``tokens``, ``layer_tokens``) and the
+per-token integer arrays (``token_arrays``), each read grouped by shard, in as few HDF5 calls as the
+rows allow, and widened to float32 from the stored precision. :class:`StateReads` is a base of
+``LayerCache``: it reads through the cache's shard access (``_handle``, ``split_info``, ``shard_offsets``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+import h5py
+import numpy as np
+import torch
+
+from ..core.layers import LayerSpec
+from ..errors import CacheError
+from .dtypes import as_torch, from_storage
+from .read_errors import translate_read_errors
+
+
+class StateReads:
+    """The state reads of :class:`~layercache.store.reader.LayerCache` (a base class of it; not used alone)."""
+
+    @translate_read_errors
+    def pooled(self, split: str, mode: str = "mean", layers: LayerSpec | Sequence[LayerSpec] | None = None,
+               rows: Sequence[int] | None = None) -> np.ndarray:
+        """Pooled vectors, float32 (n, S', D); ``rows`` picks examples (default all)."""
+        if mode not in self.manifest.pooling:
+            have = ", ".join(self.manifest.pooling) or "none"
+            raise CacheError(f"The cache has no pooled {mode!r} vectors (it has: {have}); "
+                             "re-extract with --pooling " + mode + ".")
+        index = self.layer_index(layers)
+        dtype = self.manifest.storage.dtype
+        name = f"pooled/{mode}"
+        if rows is None:
+            parts = [_read_states(self._handle(s.file)[name], slice(None), index)
+                     for s in self.split_info(split).shards]
+            return from_storage(np.concatenate(parts), dtype)
+        return from_storage(self._gather_rows(split, np.asarray(rows), name, index), dtype)
+
+    @translate_read_errors
+    def pooled_stored(self, split: str, mode: str = "mean",
+                      layers: LayerSpec | Sequence[LayerSpec] | None = None) -> torch.Tensor:
+        """Pooled vectors of a whole split, (n, S', D), as a tensor in the stored precision (float16,
+        bfloat16 or float32): half the bytes of :meth:`pooled` to gather rows from, for a consumer
+        that widens (and transposes) them in its own single pass."""
+        if mode not in self.manifest.pooling:
+            have = ", ".join(self.manifest.pooling) or "none"
+            raise CacheError(f"The cache has no pooled {mode!r} vectors (it has: {have}); "
+                             "re-extract with --pooling " + mode + ".")
+        index = self.layer_index(layers)
+        name = f"pooled/{mode}"
+        parts = [_read_states(self._handle(s.file)[name], slice(None), index) for s in self.split_info(split).shards]
+        return as_torch(np.concatenate(parts), self.manifest.storage.dtype)
+
+    def _gather_rows(self, split: str, rows: np.ndarray, name: str, index: list[int]) -> np.ndarray:
+        out = None
+        for shard, local, where in self._group_by_shard(split, rows):
+            ds = self._handle(self.split_info(split).shards[shard].file)[name]
+            order = np.argsort(local)
+            block = _read_states(ds, local[order], index)
+            if out is None:
+                out = np.empty((len(rows),) + block.shape[1:], block.dtype)
+            out[where[order]] = block
+        return out
+
+    def _group_by_shard(self, split: str, rows: np.ndarray):
+        starts = np.asarray(self._shard_starts(split))
+        n = self.num_examples(split)
+        if rows.size and (rows.min() < 0 or rows.max() >= n):
+            raise IndexError(f"rows must lie in [0, {n}) for split {split!r}")
+        shard_of = np.searchsorted(starts, rows, side="right") - 1
+        for shard in np.unique(shard_of):
+            where = np.nonzero(shard_of == shard)[0]
+            yield int(shard), rows[where] - starts[shard], where
+
+    @translate_read_errors
+    def tokens(self, split: str, rows: Sequence[int], layers: LayerSpec | Sequence[LayerSpec] | None = None
+               ) -> list[np.ndarray]:
+        """Token states of the given rows: one float32 array (t_i, S', D) per row."""
+        self.require_tokens()
+        index = self.layer_index(layers)
+        dtype = self.manifest.storage.dtype
+        rows = np.asarray(rows, dtype=np.int64)
+        out: list[np.ndarray | None] = [None] * len(rows)
+        for shard, local, where in self._group_by_shard(split, rows):
+            offsets = self.shard_offsets(split, shard)
+            ds = self._handle(self.split_info(split).shards[shard].file)["hidden"]
+            # One read per run of consecutive rows: far fewer HDF5 calls than one per example.
+            order = np.argsort(local)
+            for run in _consecutive_runs(local[order]):
+                a, b = offsets[run[0]], offsets[run[-1] + 1]
+                block = from_storage(_read_states(ds, slice(a, b), index), dtype)
+                for r in run:
+                    pos = where[order][np.searchsorted(local[order], r)]
+                    out[pos] = block[offsets[r] - a: offsets[r + 1] - a]
+        return out  # type: ignore[return-value]
+
+    @translate_read_errors
+    def layer_tokens(self, split: str, layer: LayerSpec) -> Iterator[np.ndarray]:
+        """Stream one layer across all tokens of a split: yields float32 (t_shard, D) per shard."""
+        self.require_tokens()
+        (index,) = self.layer_index(layer)
+        dtype = self.manifest.storage.dtype
+        for info in self.split_info(split).shards:
+            yield from_storage(self._handle(info.file)["hidden"][:, index, :], dtype)
+
+    @translate_read_errors
+    def token_arrays(self, split: str, name: str, rows: Sequence[int]) -> list[np.ndarray]:
+        """Per-token integer arrays (``input_ids`` or ``word_ids``) for the given rows."""
+        out = []
+        for row in rows:
+            shard, local = self._locate(split, int(row))
+            offsets = self.shard_offsets(split, shard)
+            h = self._handle(self.split_info(split).shards[shard].file)
+            if name not in h:
+                raise CacheError(f"The cache stores no {name} (words were unknown at extraction).")
+            out.append(h[name][offsets[local]:offsets[local + 1]])
+        return out
+
+    def require_tokens(self) -> None:
+        """Refuse (:class:`CacheError`) a cache that holds pooled vectors only, before token states are read."""
+        if not self.stores_tokens:
+            raise CacheError("This cache holds pooled vectors only; re-extract with --store tokens "
+                             "for token states.")
+
+
+def _read_states(ds: h5py.Dataset, rows, index: list[int]) -> np.ndarray:
+    """Read ds[rows, index, :]; h5py needs increasing indices, so sort and restore the order."""
+    if index == list(range(ds.shape[1])):
+        return ds[rows]
+    order = np.argsort(index)
+    sorted_index = [index[i] for i in order]
+    if isinstance(rows, np.ndarray):
+        data = ds[rows.tolist(), :, :][:, sorted_index, :] if len(rows) else ds[0:0, sorted_index, :]
+    else:
+        data = ds[rows, sorted_index, :]
+    return data[:, np.argsort(order), :]
+
+
+def _consecutive_runs(values: np.ndarray) -> list[np.ndarray]:
+    if len(values) == 0:
+        return []
+    breaks = np.nonzero(np.diff(values) != 1)[0] + 1
+    return np.split(values, breaks)
+
