@@ -9,12 +9,22 @@ from typing import Optional
 
 import typer
 
+from ..core.extraction_defaults import (
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_BATCH_TOKENS,
+    DEFAULT_DATASET,
+    DEFAULT_FORWARD_DTYPE,
+    DEFAULT_POOLING,
+    DEFAULT_SHARD_BYTES,
+    DEFAULT_STORE,
+)
 from ..errors import ConfigError, LayercacheError
+from ..store.dtypes import AUTO
 from . import base
 from .base import app, friendly
 from .choices import choice_help, supported_files
 from .options import allow_pickle_option, device_option, quiet_option, threads_option
-from .parsing import layer_specs, parse_size, parse_splits, split_list
+from .parsing import layer_specs, parse_size, parse_splits, size_text, split_list
 from .threads import apply_threads
 
 
@@ -23,7 +33,7 @@ from .threads import apply_threads
 def extract(
     model: str = typer.Argument("minilm", help="Hub id, bundled alias (minilm) or local model folder."),
     dataset: Optional[str] = typer.Argument(
-        None, help=f"builtin (default), a hub id, or a local file: {supported_files()}."),
+        None, help=f"{DEFAULT_DATASET} (default), a hub id, or a local file: {supported_files()}."),
     out: Optional[Path] = typer.Option(
         None, "--out", "-o", help="Cache folder.", show_default="under $LAYERCACHE_HOME"),
     config: Optional[str] = typer.Option(None, "--config", help="Hub dataset config, e.g. cola for glue."),
@@ -39,12 +49,12 @@ def extract(
     limit: Optional[int] = typer.Option(None, "--limit", help="Keep the first N examples of each split."),
     layers: Optional[list[str]] = typer.Option(
         None, "--layers", help="States to keep: names or indices (0 = embeddings, -1 = last); comma-separated."),
-    store: str = typer.Option("tokens", "--store", help=choice_help(
+    store: str = typer.Option(DEFAULT_STORE, "--store", help=choice_help(
         "extract", "--store", "What to keep.", "tokens: every token's states; pooled: pooled vectors only.")),
     pooling: Optional[list[str]] = typer.Option(
         None, "--pooling", help=choice_help("extract", "--pooling", "Pooled vectors to store; comma-separated."),
-        show_default="mean"),
-    storage_dtype: str = typer.Option("auto", "--storage-dtype", help=choice_help(
+        show_default=", ".join(DEFAULT_POOLING)),
+    storage_dtype: str = typer.Option(AUTO, "--storage-dtype", help=choice_help(
         "extract", "--storage-dtype", "On disk.",
         "auto: float16, or bfloat16 when the first batch's states exceed the float16 range; "
         "float16 clamps to ±65,504.")),
@@ -52,16 +62,17 @@ def extract(
         False, "--mean-skip-first",
         help="Leave each example's first token (a decoder's BOS / attention sink) out of mean pooling, here and "
              "in heads."),
-    dtype: str = typer.Option("auto", "--dtype", help=choice_help(
+    dtype: str = typer.Option(DEFAULT_FORWARD_DTYPE, "--dtype", help=choice_help(
         "extract", "--dtype", "Forward-pass dtype.", "auto: float32 on CPU, bfloat16 or float16 on CUDA.")),
     device: str = device_option(),
     max_length: Optional[int] = typer.Option(
         None, "--max-length", help="Token limit per window.", show_default="the model's"),
     stride: Optional[int] = typer.Option(
         None, "--stride", help="Split long texts into windows overlapping by this many tokens instead of truncating."),
-    batch_tokens: int = typer.Option(8192, "--batch-tokens", help="Padded tokens per forward batch."),
-    batch_size: int = typer.Option(256, "--batch-size", help="Most sequences per forward batch."),
-    shard_size: str = typer.Option("256MiB", "--shard-size", help="Target bytes of states per shard file."),
+    batch_tokens: int = typer.Option(DEFAULT_BATCH_TOKENS, "--batch-tokens", help="Padded tokens per forward batch."),
+    batch_size: int = typer.Option(DEFAULT_BATCH_SIZE, "--batch-size", help="Most sequences per forward batch."),
+    shard_size: str = typer.Option(
+        size_text(DEFAULT_SHARD_BYTES), "--shard-size", help="Target bytes of states per shard file."),
     overwrite: bool = typer.Option(
         False, "--overwrite", help="Delete the cache in --out and extract afresh (whatever its configuration)."),
     repair: bool = typer.Option(
@@ -77,12 +88,12 @@ def extract(
     from ..extraction.specs import BatchSpec, DataSpec, StorageSpec
 
     splits, split_files = parse_splits(split)
-    data = DataSpec(dataset or ("" if split_files else "builtin"), config=config, splits=splits,
+    data = DataSpec(dataset or ("" if split_files else DEFAULT_DATASET), config=config, splits=splits,
                     split_files=split_files, text_columns=split_list(text_column) or None,
                     label_columns=split_list(label_column) or None, no_labels=no_labels, task_kind=task_kind,
                     limit=limit)
     storage = StorageSpec(layers=layer_specs(layers) or None, store=store,
-                          pooling=split_list(pooling) or ["mean"], storage_dtype=storage_dtype,
+                          pooling=split_list(pooling) or list(DEFAULT_POOLING), storage_dtype=storage_dtype,
                           mean_skip_first=mean_skip_first, shard_bytes=parse_size(shard_size))
     batching = BatchSpec(batch_tokens=batch_tokens, batch_size=batch_size, max_length=max_length, stride=stride,
                          dtype=dtype, device=device)

@@ -21,6 +21,14 @@ def parse_size(text: str) -> int:
     return int(float(match.group(1)) * _UNITS[unit])
 
 
+def size_text(n: int) -> str:
+    """Bytes as :func:`parse_size` reads them back, in the largest binary unit that divides them: ``256MiB``."""
+    for unit in ("TiB", "GiB", "MiB", "KiB"):
+        if n and n % _UNITS[unit.lower()] == 0:
+            return f"{n // int(_UNITS[unit.lower()])}{unit}"
+    return str(n)
+
+
 def parse_threads(text: str) -> int | None:
     """``--threads``: ``auto`` -> None (the library's default), ``4`` -> 4."""
     value = text.strip().lower()

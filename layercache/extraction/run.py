@@ -23,6 +23,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..backbone.loader import DEFAULT_MODEL, load_backbone
+from ..core.devices import DEFAULT_DEVICE
+from ..core.extraction_defaults import (
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_BATCH_TOKENS,
+    DEFAULT_DATASET,
+    DEFAULT_FORWARD_DTYPE,
+    DEFAULT_POOLING,
+    DEFAULT_SHARD_BYTES,
+    DEFAULT_STORE,
+)
 from ..core.layers import DOES_NOT_EXIST, LayerSpec, resolve_layers
 from ..core.units import human_bytes
 from ..errors import CacheMismatchError, ConfigError, InsufficientDiskError
@@ -54,7 +64,7 @@ from .plan import SplitPlan, plan_split
 from .repair import reextract_shard, verify_shards
 from .shards import SplitShards
 from .side_files import ensure_side_files
-from .specs import DEFAULT_SHARD_BYTES, BatchSpec, DataSpec, StorageSpec, merged_spec
+from .specs import BatchSpec, DataSpec, StorageSpec, merged_spec
 from .stats import split_stats
 
 __all__ = ["extract", "ExtractResult", "DataSpec", "StorageSpec", "BatchSpec", "DEFAULT_SHARD_BYTES",
@@ -81,7 +91,7 @@ class ExtractResult:
 
 def extract(
     model: str = DEFAULT_MODEL,
-    dataset: str | None = "builtin",
+    dataset: str | None = DEFAULT_DATASET,
     out: str | os.PathLike | None = None,
     *,
     data: DataSpec | None = None,
@@ -96,16 +106,16 @@ def extract(
     task_kind: str | None = None,
     limit: int | None = None,
     layers: LayerSpec | Sequence[LayerSpec] | None = None,
-    store: str = "tokens",
-    pooling: Sequence[str] = ("mean",),
+    store: str = DEFAULT_STORE,
+    pooling: Sequence[str] = DEFAULT_POOLING,
     storage_dtype: str = AUTO,
     mean_skip_first: bool = False,
-    dtype: str = "auto",
-    device: str = "auto",
+    dtype: str = DEFAULT_FORWARD_DTYPE,
+    device: str = DEFAULT_DEVICE,
     max_length: int | None = None,
     stride: int | None = None,
-    batch_tokens: int = 8192,
-    batch_size: int = 256,
+    batch_tokens: int = DEFAULT_BATCH_TOKENS,
+    batch_size: int = DEFAULT_BATCH_SIZE,
     shard_bytes: int = DEFAULT_SHARD_BYTES,
     overwrite: bool = False,
     repair: bool = False,

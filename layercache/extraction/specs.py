@@ -1,7 +1,8 @@
 """The options of an extraction, grouped: what data, how it is stored, how it is batched.
 
 :func:`~layercache.extraction.run.extract` takes them as three small frozen specs, or as the flat
-keyword arguments it always took (which build the same specs). Defaults are the command line's.
+keyword arguments it always took (which build the same specs). Their defaults, and the command line's,
+are those of :mod:`layercache.core.extraction_defaults`.
 """
 
 from __future__ import annotations
@@ -10,19 +11,28 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
+from ..core.devices import DEFAULT_DEVICE
+from ..core.extraction_defaults import (
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_BATCH_TOKENS,
+    DEFAULT_DATASET,
+    DEFAULT_FORWARD_DTYPE,
+    DEFAULT_POOLING,
+    DEFAULT_SHARD_BYTES,
+    DEFAULT_STORE,
+)
 from ..core.layers import LayerSpec
 from ..errors import ConfigError
 from ..store.dtypes import AUTO
 
-DEFAULT_SHARD_BYTES = 256 * 2**20
-"""Target bytes of states per shard file (``--shard-size 256MiB``)."""
+__all__ = ["DataSpec", "StorageSpec", "BatchSpec", "DEFAULT_SHARD_BYTES", "merged_spec"]
 
 
 @dataclass(frozen=True)
 class DataSpec:
     """Which data to run: see :func:`~layercache.sources.datasets.load_dataset_records` for every option."""
 
-    dataset: str | None = "builtin"
+    dataset: str | None = DEFAULT_DATASET
     """``builtin``, a hub id, a local file or a saved datasets folder; ``None`` with ``split_files``."""
     config: str | None = None
     """Hub dataset configuration (``cola`` for ``glue``)."""
@@ -43,9 +53,9 @@ class StorageSpec:
 
     layers: LayerSpec | Sequence[LayerSpec] | None = None
     """States to keep, names or indices (``0`` = embeddings, ``-1`` = last); ``None`` = all."""
-    store: str = "tokens"
+    store: str = DEFAULT_STORE
     """``tokens`` (every token's states, and the pooled vectors) or ``pooled`` (pooled vectors only)."""
-    pooling: Sequence[str] = ("mean",)
+    pooling: Sequence[str] = DEFAULT_POOLING
     storage_dtype: str = AUTO
     mean_skip_first: bool = False
     """Leave each example's first token out of mean pooling (a decoder's BOS / attention sink)."""
@@ -56,17 +66,17 @@ class StorageSpec:
 class BatchSpec:
     """How the backbone runs: forward batches, token windows, dtype and device."""
 
-    batch_tokens: int = 8192
+    batch_tokens: int = DEFAULT_BATCH_TOKENS
     """Padded tokens per forward batch."""
-    batch_size: int = 256
+    batch_size: int = DEFAULT_BATCH_SIZE
     """Most sequences per forward batch."""
     max_length: int | None = None
     """Token limit per window (default: the model's)."""
     stride: int | None = None
     """Split long texts into windows overlapping by this many tokens instead of truncating."""
-    dtype: str = "auto"
+    dtype: str = DEFAULT_FORWARD_DTYPE
     """Forward-pass dtype."""
-    device: str = "auto"
+    device: str = DEFAULT_DEVICE
 
 
 def merged_spec(cls: type, spec: Any, flat: dict[str, Any], argument: str) -> Any:
