@@ -77,3 +77,21 @@ def test_sweep_options_default_to_sweeps_keywords():
     assert shared == {name: library[name] for name in shared}
     assert {"budget", "seeds", "seed", "pick", "ensemble", "confidence", "grid", "epochs", "patience",
             "batch_size", "device"} <= set(shared)
+
+
+@pytest.mark.parametrize(("command", "call", "renamed"), [
+    ("predict", "layercache.live.predict:predict_texts", {}),
+    ("verify", "layercache.live.verify:verify_cache", {}),
+    ("probe-report", "layercache.report.probing:probe_report", {}),
+])
+def test_commands_whose_library_the_help_may_not_import_restate_its_defaults_exactly(command, call, renamed):
+    """predict, verify and probe-report write a few defaults themselves (``layercache --help`` may not load
+    ``live``, and the report's orchestration is slow to import): each must equal the keyword it sets."""
+    import importlib
+
+    module, name = call.split(":")
+    library = keywords(getattr(importlib.import_module(module), name))
+    cli = {renamed.get(k, k): v for k, v in cli_defaults(command).items()}
+    shared = {name: value for name, value in cli.items() if name in library}
+    assert shared == {name: library[name] for name in shared}
+    assert shared
