@@ -9,7 +9,11 @@ and :mod:`.options` declares each option several commands share once, its defaul
 
 from __future__ import annotations
 
-from . import cache, heads, live, report, sweep  # noqa: F401  (each registers its commands on the app)
+# Each module registers its commands on the app; --help lists them in this order.
+from . import cache, live  # noqa: F401
+
+# isort: split
+from . import heads, report, sweep  # noqa: F401
 from .base import app, err_console, friendly, out_console
 from .parsing import parse_assignments, parse_size, parse_splits, split_list
 
