@@ -23,7 +23,7 @@ from ..store.dtypes import AUTO
 from . import base
 from .base import app, friendly
 from .choices import choice_help, supported_files
-from .options import allow_pickle_option, device_option, quiet_option, threads_option
+from .options import allow_pickle_option, cache_argument, device_option, quiet_option, threads_option
 from .parsing import layer_specs, parse_size, parse_splits, size_text, split_list
 from .threads import apply_threads
 
@@ -111,7 +111,7 @@ def extract(
 @app.command()
 @friendly
 def info(
-    cache: Optional[Path] = typer.Argument(None, help="Cache folder.", show_default="the most recent one"),
+    cache: Optional[Path] = cache_argument(),
     as_json: bool = typer.Option(False, "--json", help="Print the manifest as JSON."),
     check: bool = typer.Option(False, "--check", help="Also re-read every shard and compare it with its "
                                "recorded checksum (exit code 1 when one differs)."),

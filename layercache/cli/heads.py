@@ -15,6 +15,7 @@ from .choices import choice_help
 from .options import (
     allow_pickle_option,
     batch_size_option,
+    cache_argument,
     class_weight_option,
     device_option,
     epochs_option,
@@ -46,7 +47,7 @@ LIVE_NOTE = " (live backbone)"
 @app.command("train-head")
 @friendly
 def train_head(
-    cache: Optional[Path] = typer.Argument(None, help="Cache folder.", show_default="the most recent one"),
+    cache: Optional[Path] = cache_argument(),
     mixer: str = typer.Option(train_head_default("mixer"), "--mixer", "-m", help=choice_help(
         "train-head", "--mixer", "How the head combines the cached states.")),
     out: Optional[Path] = typer.Option(
@@ -142,7 +143,7 @@ def train_head(
 @friendly
 def eval_run(
     run: Path = typer.Argument(..., help="Run folder written by train-head."),
-    cache: Optional[Path] = typer.Argument(None, help="Cache folder.", show_default="the most recent one"),
+    cache: Optional[Path] = cache_argument(),
     split: str = typer.Option("test", "--split", help="Split to score."),
     as_json: bool = typer.Option(False, "--json", help="Print the metrics as JSON."),
     threads: str = threads_option(),

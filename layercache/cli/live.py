@@ -12,7 +12,7 @@ from typer.core import TyperCommand
 from . import base
 from .base import app, friendly
 from .choices import choice_help
-from .options import allow_pickle_option, device_option, quiet_option, threads_option
+from .options import allow_pickle_option, cache_argument, device_option, quiet_option, threads_option
 from .threads import apply_threads
 
 
@@ -95,7 +95,7 @@ def _cell(entry: dict) -> str:
 @app.command("verify")
 @friendly
 def verify(
-    cache: Optional[Path] = typer.Argument(None, help="Cache folder.", show_default="the most recent one"),
+    cache: Optional[Path] = cache_argument(),
     sample: int = typer.Option(100, "--sample", "-n", help="Random cached examples to re-run, per split."),
     seed: int = typer.Option(0, "--seed", help="Seed that draws the examples."),
     split: Optional[str] = typer.Option(None, "--split", help="Check only this split.", show_default="every split"),

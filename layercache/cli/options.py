@@ -17,6 +17,11 @@ ALLOW_PICKLE_HELP = ("Load a backbone that has only pickle weights (pytorch_mode
                      "loaded: only for a source you trust.")
 
 
+def cache_argument():
+    """The ``CACHE`` argument of every command that reads a cache (default: the most recent one)."""
+    return typer.Argument(None, help="Cache folder.", show_default="the most recent one")
+
+
 def device_option():
     """``--device``: where the backbone or the head computes (every command that runs torch on a device)."""
     return typer.Option(DEFAULT_DEVICE, "--device", help=f"{DEVICE_SPELLINGS}.")

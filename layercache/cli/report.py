@@ -11,7 +11,7 @@ from ..core.holdout import DEFAULT_MAX_TRAIN
 from ..errors import ConfigError
 from . import base
 from .base import app, friendly
-from .options import quiet_option, threads_option
+from .options import cache_argument, quiet_option, threads_option
 from .parsing import split_list
 from .threads import apply_threads
 
@@ -19,7 +19,7 @@ from .threads import apply_threads
 @app.command("probe-report")
 @friendly
 def probe_report(
-    cache: Optional[Path] = typer.Argument(None, help="Cache folder.", show_default="the most recent one"),
+    cache: Optional[Path] = cache_argument(),
     out: Optional[Path] = typer.Option(
         None, "--out", "-o", help="Report folder.", show_default="<cache>.report beside the cache"),
     task: Optional[list[str]] = typer.Option(

@@ -15,6 +15,7 @@ from .base import app, friendly
 from .choices import choice_help
 from .options import (
     batch_size_option,
+    cache_argument,
     class_weight_option,
     device_option,
     epochs_option,
@@ -36,7 +37,7 @@ from .threads import apply_threads
 @app.command("sweep")
 @friendly
 def sweep(
-    cache: Optional[Path] = typer.Argument(None, help="Cache folder.", show_default="the most recent one"),
+    cache: Optional[Path] = cache_argument(),
     budget: str = typer.Option(
         sweep_default("budget"), "--budget", "-b", help="Wall time for the whole sweep: 300s, 5m, 1h30m or plain "
         "seconds. Candidates whose estimated cost no longer fits are not started."),
