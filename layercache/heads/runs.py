@@ -29,7 +29,7 @@ from pathlib import Path
 
 from ..core.files import write_file_atomic
 from ..errors import ConfigError
-from ..store.reader import LayerCache
+from ..store.reader import LayerCache, using_cache
 from .estimator import LayerHead
 from .evaluation import PassResult
 from .finite import check_split_stats
@@ -118,9 +118,7 @@ def train_head(cache: str | os.PathLike | LayerCache | None = None, mixer: str =
             (:func:`layercache.live.training.train_head_live` passes one whose feeds run the backbone).
         **params: :class:`LayerHead` parameters (``epochs``, ``lr``, ``tasks``, ``mixer_options`` ...).
     """
-    owned = not isinstance(cache, LayerCache)
-    handle = LayerCache.open(cache) if owned else cache
-    try:
+    with using_cache(cache) as handle:
         if out is not None:
             check_run_folder(Path(out), overwrite)  # before training: a bad --out should not cost a training run
         if test_split is not None and test_split not in handle.splits:
@@ -138,9 +136,6 @@ def train_head(cache: str | os.PathLike | LayerCache | None = None, mixer: str =
             result = write_trained_run(folder.run(), head, handle, train_seconds=train_seconds, test=test)
             folder.commit()
             return result
-    finally:
-        if owned:
-            handle.close()
 
 
 def write_trained_run(run: str | os.PathLike | StagedRun, head: LayerHead, cache: LayerCache, *,
@@ -178,16 +173,11 @@ def evaluate_run(run: str | os.PathLike, cache: str | os.PathLike | LayerCache |
                  split: str = "test") -> dict:
     """Score a saved run on a split of a cache (refusing a cache from another backbone)."""
     head = LayerHead.load(run)
-    owned = not isinstance(cache, LayerCache)
-    handle = LayerCache.open(cache) if owned else cache
-    try:
+    with using_cache(cache) as handle:
         metrics, result = head.evaluate(handle, split)
         return {"split": split, "cache": str(handle.path), "metrics": metrics, "usage": result.usage,
                 "layer_names": head.layer_names_, "layer_weights": head.layer_weights(),
                 "primary": dict(head.selection_.metrics)}
-    finally:
-        if owned:
-            handle.close()
 
 
 def read_run(run: str | os.PathLike) -> dict:

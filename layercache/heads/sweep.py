@@ -56,7 +56,7 @@ from pathlib import Path
 from ..core.units import human_seconds, parse_duration
 from ..errors import ConfigError
 from ..progress import steps_progress
-from ..store.reader import LayerCache
+from ..store.reader import LayerCache, using_cache
 from .estimator import LayerHead, resolve_tasks
 from .evaluation import evaluate
 from .feed_pool import FeedPool
@@ -128,9 +128,7 @@ def sweep(cache: str | os.PathLike | LayerCache | None = None, *, out: str | os.
         raise ConfigError(f"confidence is a share of resamples from 0 (keep the leader) to under 1, got "
                           f"{confidence!r}; the default is {VARIANT_CONFIDENCE}.")
     seed_list = _seed_list(seeds, seed)
-    owned = not isinstance(cache, LayerCache)
-    handle = LayerCache.open(cache) if owned else cache
-    try:
+    with using_cache(cache) as handle:
         head_tasks = resolve_tasks(handle, tasks)
         if out is not None:
             check_run_folder(Path(out), overwrite)  # a bad --out is refused before anything is written
@@ -159,9 +157,6 @@ def sweep(cache: str | os.PathLike | LayerCache | None = None, *, out: str | os.
             result = run.run(plan, ensemble)
             folder.commit()  # best/, ensemble/ and sweep.json appear together, complete
             return result
-    finally:
-        if owned:
-            handle.close()
 
 
 def _seed_list(seeds: int | Sequence[int], seed: int) -> list[int]:

@@ -24,7 +24,7 @@ import numpy as np
 
 from ..backbone.loader import Backbone
 from ..heads.estimator import LayerHead
-from ..store.reader import LayerCache
+from ..store.reader import LayerCache, using_cache
 from .bundle import LiveBundle
 from .cached_inputs import cached_examples
 from .head import LiveHead, text_settings
@@ -80,9 +80,7 @@ def parity(run: str | os.PathLike, cache: str | os.PathLike | LayerCache | None 
     must have been trained on a cache of the same backbone (refused otherwise, as ``eval`` does).
     ``allow_pickle`` loads a backbone that has only pickle weights, as ``extract --allow-pickle`` did.
     """
-    owned = not isinstance(cache, LayerCache)
-    handle = LayerCache.open(cache) if owned else cache
-    try:
+    with using_cache(cache) as handle:
         head = LayerHead.load(run)
         handle.require_split(split)
         cached = head.predict(handle, split)  # refuses a cache from another backbone
@@ -111,9 +109,6 @@ def parity(run: str | os.PathLike, cache: str | os.PathLike | LayerCache | None 
             mine = [by_row[int(r)] for r in rows]
             result.tasks[task.name] = _compare(task.kind, mine, parts[task.name])
         return result
-    finally:
-        if owned:
-            handle.close()
 
 
 def _compare(kind: str, cached: list, live: list) -> dict:

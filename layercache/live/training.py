@@ -27,7 +27,7 @@ from ..heads.runs import TrainResult, train_head
 from ..store.batches import CacheBatch
 from ..store.dtypes import STORAGE_DTYPES
 from ..store.feature_source import parse_source
-from ..store.reader import LayerCache
+from ..store.reader import LayerCache, using_cache
 from .feed import LiveFeed
 from .verify import check_backbone, load_cache_backbone
 
@@ -78,9 +78,7 @@ def train_head_live(cache: str | os.PathLike | LayerCache | None = None, mixer: 
     ``extract --allow-pickle`` loaded it). Everything else is as for ``train_head``; a head on
     the cache's pooled vectors gets them pooled live, as extraction pooled them.
     """
-    owned = not isinstance(cache, LayerCache)
-    handle = LayerCache.open(cache) if owned else cache
-    try:
+    with using_cache(cache) as handle:
         if backbone is None:
             backbone = load_cache_backbone(handle, device=kwargs.get("device") or "auto", allow_pickle=allow_pickle)
         else:
@@ -92,9 +90,6 @@ def train_head_live(cache: str | os.PathLike | LayerCache | None = None, mixer: 
             return head
 
         return train_head(handle, mixer, estimator=estimator, **kwargs)
-    finally:
-        if owned:
-            handle.close()
 
 
 class PooledLiveFeed(LiveFeed):

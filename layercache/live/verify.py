@@ -60,7 +60,7 @@ from ..errors import CacheMismatchError, ConfigError
 from ..extraction.forward import pad_windows, pool, token_index
 from ..heads.provenance import short_digest
 from ..store.dtypes import FP16_MAX
-from ..store.reader import LayerCache
+from ..store.reader import LayerCache, using_cache
 from .cached_inputs import cached_examples
 
 MANTISSA_BITS = {"float16": 10, "bfloat16": 7, "float32": 23}
@@ -232,13 +232,8 @@ def verify_cache(cache: str | os.PathLike | LayerCache | None = None, *, sample:
     stored pooling, and ``failure`` (None when passed). A model whose fingerprint differs raises
     :class:`~layercache.errors.CacheMismatchError`.
     """
-    owned = not isinstance(cache, LayerCache)
-    handle = LayerCache.open(cache) if owned else cache
-    try:
+    with using_cache(cache) as handle:
         return _verify(handle, sample, seed, split, device, dtype, backbone, allow_pickle, progress, total)
-    finally:
-        if owned:
-            handle.close()
 
 
 def _verify(cache, sample, seed, split, device, dtype, backbone, allow_pickle, progress, total) -> VerifyResult:

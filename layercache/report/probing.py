@@ -44,7 +44,7 @@ from ..errors import CacheError, ConfigError
 from ..heads.runs import read_run
 from ..probes import CumulativeProbes, LinearProbes, OnlineCodeMDL
 from ..probes.selection import DEFAULT_MAX_TRAIN, check_max_train
-from ..store.reader import LayerCache
+from ..store.reader import LayerCache, using_cache
 from .cumulative_gains import cumulative_part
 from .document import ProbeReport, ReportPaths
 
@@ -371,9 +371,7 @@ def probe_report(cache: str | os.PathLike | LayerCache | None = None, out: str |
     from ..progress import steps_progress
 
     check_max_train(options.get("max_train", DEFAULT_MAX_TRAIN))
-    owned = not isinstance(cache, LayerCache)
-    handle = LayerCache.open(cache) if owned else cache
-    try:
+    with using_cache(cache) as handle:
         folder = Path(out) if out is not None else handle.path.parent / f"{handle.path.name}.report"
         if folder.exists() and not folder.is_dir():
             raise ConfigError(f"--out {folder} is a file, not a folder; choose a folder for the report.")
@@ -402,9 +400,6 @@ def probe_report(cache: str | os.PathLike | LayerCache | None = None, out: str |
             report.timings = {"act head (trained for token depth)": act_seconds, **report.timings}
             _label_quick_act(report, Path(act_run), act_epochs)
         return report, report.save(folder)
-    finally:
-        if owned:
-            handle.close()
 
 
 def _label_quick_act(report: ProbeReport, run: Path, epochs: int) -> None:

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import bisect
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import h5py
@@ -38,7 +39,7 @@ from .state_reads import StateReads
 from .vocabulary import Vocabulary, read_vocabulary
 
 __all__ = ["LayerCache", "CacheBatch", "CacheDataset", "VALIDATION_NAMES", "first_subtoken_labels",
-           "state_positions", "translate_read_errors"]
+           "state_positions", "translate_read_errors", "using_cache"]
 
 VALIDATION_NAMES = ("validation", "valid", "dev", "val")
 """Usual names of a validation split, in the order :meth:`LayerCache.validation_split` tries them."""
@@ -53,6 +54,19 @@ def state_positions(layers: LayerSpec | Sequence[LayerSpec] | None, names: Seque
     """
     return resolve_layers(layers, names, owner)
 
+
+@contextmanager
+def using_cache(cache: str | os.PathLike | LayerCache | None) -> Iterator[LayerCache]:
+    """``with using_cache(cache) as handle:`` the open cache a library call was given, or the one at a path.
+
+    A :class:`LayerCache` is used as it is and left open (its caller owns it); a path (None: the
+    most recent cache, as :meth:`LayerCache.open`) is opened here and closed on leaving the block.
+    """
+    if isinstance(cache, LayerCache):
+        yield cache
+        return
+    with LayerCache.open(cache) as handle:
+        yield handle
 
 
 class LayerCache(StateReads, BatchReads):
