@@ -9,47 +9,22 @@ takes a validation split too).
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
-from typing import TypeVar
+from ..core.registry import Registry
 
-from ..errors import ConfigError
-
-PROBES: dict[str, type] = {}
-"""Name -> probe class, in the order the modules registered them (complete once :func:`probe_names` ran)."""
-
-_Probe = TypeVar("_Probe", bound=type)
+PROBES: Registry[type] = Registry("probe", __package__)
+"""Name -> probe class, in the order of their modules (complete once :func:`probe_names` ran)."""
 
 
 def register_probe(name: str):
     """Class decorator: list the probe family under ``name`` (``@register_probe("linear")``)."""
-
-    def register(cls: _Probe) -> _Probe:
-        if PROBES.get(name, cls) is not cls:
-            raise TypeError(f"two probes are registered as {name!r}: {PROBES[name].__name__} and {cls.__name__}")
-        PROBES[name] = cls
-        return cls
-
-    return register
-
-
-def _load_probes() -> None:
-    """Import every module of this package, so each probe family has registered itself."""
-    package = importlib.import_module(__package__)
-    for module in sorted(m.name for m in pkgutil.iter_modules(package.__path__)):
-        importlib.import_module(f"{__package__}.{module}")
+    return PROBES.register(name)
 
 
 def probe_names() -> list[str]:
     """Every registered probe family's name (for CLI choices)."""
-    _load_probes()
-    return list(PROBES)
+    return PROBES.names()
 
 
 def probe_class(name: str) -> type:
     """The probe class registered as ``name``."""
-    _load_probes()
-    try:
-        return PROBES[name]
-    except (KeyError, TypeError):
-        raise ConfigError(f"Unknown probe {name!r}; choose one of {', '.join(sorted(PROBES))}.") from None
+    return PROBES.lookup(name)
