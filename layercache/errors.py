@@ -29,6 +29,14 @@ class CacheError(LayercacheError):
     """A cache folder is missing, incomplete, corrupted, or does not match what was asked for."""
 
 
+class TaskError(ConfigError, CacheError):
+    """A label task asked for is not among those a cache or dataset has, or it has no labels at all.
+
+    Both a :class:`ConfigError` (the name asked for) and a :class:`CacheError` (what the cache holds),
+    as the lookups it unifies raised one or the other.
+    """
+
+
 class CacheMismatchError(CacheError):
     """An existing cache was written with another configuration (model, tokenizer, data, storage)."""
 

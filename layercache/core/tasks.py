@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
+
+from ..errors import TaskError
 
 #: Target of a position no loss or metric reads (padding, continuation sub-tokens, special tokens);
 #: the value ``torch.nn.functional.cross_entropy`` ignores by default.
@@ -49,3 +52,23 @@ class LabelTask:
         """Rebuild a task from its :meth:`to_json` form."""
         names = data.get("label_names")
         return cls(name=data["name"], kind=data["kind"], label_names=None if names is None else tuple(names))
+
+
+def labelled_tasks(tasks: Sequence[LabelTask], owner: str) -> list[LabelTask]:
+    """``tasks`` as a list, refusing none at all: ``owner`` (``"The cache <path>"``) holds no labels to learn from."""
+    if not tasks:
+        raise TaskError(f"{owner} holds no labels to learn from; re-extract it with a label column "
+                        "(--label-column, without --no-labels).")
+    return list(tasks)
+
+
+def find_task(tasks: Sequence[LabelTask], name: str, owner: str = "The cache") -> LabelTask:
+    """The task called ``name`` among ``tasks``; a :class:`~layercache.errors.TaskError` naming those there are.
+
+    ``owner`` starts the refusal: "The cache has no task 'x'; its tasks are: a, b."
+    """
+    for task in tasks:
+        if task.name == name:
+            return task
+    known = ", ".join(t.name for t in tasks) or "none"
+    raise TaskError(f"{owner} has no task {name!r}; its tasks are: {known}.")

@@ -47,7 +47,7 @@ import numpy as np
 from sklearn.base import BaseEstimator
 
 from ..core.devices import resolve_device
-from ..core.tasks import LabelTask
+from ..core.tasks import LabelTask, find_task, labelled_tasks
 from ..core.version import __version__
 from ..errors import ConfigError, LayercacheError
 from ..store.manifest import utc_now
@@ -409,17 +409,9 @@ class LayerHead(HeadEnsembles, BaseEstimator):
 def resolve_tasks(cache: LayerCache, tasks: str | list[str] | None) -> list[LabelTask]:
     """The cache's label tasks named by ``tasks`` (default: every task), refusing a cache without labels or an
     unknown name."""
-    if not cache.tasks:
-        raise ConfigError(f"The cache {cache.path} has no labels to learn from; extract a labelled dataset "
-                          "(or give --label-column at extraction).")
+    known = labelled_tasks(cache.tasks, f"The cache {cache.path}")
     names = [tasks] if isinstance(tasks, str) else tasks
-    if names is None:
-        return list(cache.tasks)
-    known = {t.name: t for t in cache.tasks}
-    missing = [n for n in names if n not in known]
-    if missing:
-        raise ConfigError(f"The cache has no task {missing[0]!r}; its tasks are: {', '.join(known)}.")
-    return [known[n] for n in names]
+    return known if names is None else [find_task(known, n) for n in names]
 
 
 def fit_record(history: TrainHistory) -> dict:

@@ -39,6 +39,7 @@ import numpy as np
 import torch
 
 from ..backbone.loader import Backbone
+from ..core.tasks import find_task
 from ..errors import CacheMismatchError, ConfigError, DatasetError
 from ..extraction.forward import pad_windows, token_index
 from ..extraction.tokenize import EncodedExample, encode_split
@@ -299,9 +300,4 @@ class LiveFeed:
 
 
 def _resolve_task(records: DatasetRecords, task: str | LabelTask) -> LabelTask:
-    name = task.name if isinstance(task, LabelTask) else task
-    try:
-        return records.task(name)
-    except KeyError:
-        known = ", ".join(t.name for t in records.tasks) or "none"
-        raise ConfigError(f"The dataset has no task {name!r}; its tasks are: {known}.") from None
+    return find_task(records.tasks, task.name if isinstance(task, LabelTask) else task, "The dataset")

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from ..core.holdout import holdout_strata, stratified_holdout
+from ..core.tasks import find_task, labelled_tasks
 from ..errors import CacheError, ConfigError
 from ..solvers import check_c_grid
 from ..store.feature_source import parse_source, require_source
@@ -58,21 +59,15 @@ def take_rows(inputs: ProbeInputs, pick: np.ndarray | None) -> ProbeInputs:
 
 def resolve_task(cache: LayerCache, task: str | None) -> LabelTask:
     """The cache's task called ``task``, or its only task when ``task`` is None."""
-    if not cache.tasks:
-        raise CacheError(f"The cache {cache.path} holds no labels; re-extract it with a label column "
-                         "(without --no-labels) to probe it.")
+    known = labelled_tasks(cache.tasks, f"The cache {cache.path}")
     if task is None:
-        if len(cache.tasks) > 1:
-            names = ", ".join(t.name for t in cache.tasks)
+        if len(known) > 1:
+            names = ", ".join(t.name for t in known)
             raise ConfigError(f"The cache has several label tasks ({names}); pass task=NAME to choose one.")
-        return cache.tasks[0]
+        return known[0]
     if not isinstance(task, str):
         raise ConfigError(f"task must be a task name (a string), got {task!r}.")
-    for spec in cache.tasks:
-        if spec.name == task:
-            return spec
-    names = ", ".join(t.name for t in cache.tasks)
-    raise ConfigError(f"The cache has no label task {task!r}; its tasks are: {names}.")
+    return find_task(known, task)
 
 
 def resolve_source(cache: LayerCache, spec: LabelTask, source: str) -> str:

@@ -22,7 +22,7 @@ from typing import Any
 
 from ..core.confine import OwnedFolder, check_regular_file
 from ..core.files import write_text_atomic
-from ..core.tasks import LabelTask
+from ..core.tasks import LabelTask, find_task
 from ..errors import CacheError, UnsafePathError
 from .schema import ManifestSchemaError, foreign_manifest_problem, validate_manifest
 from .sections import DatasetSection, ExtractionSection, ModelSection, StorageSection, TokenizerSection
@@ -149,12 +149,9 @@ class Manifest:
         return list(self.storage.pooling)
 
     def task(self, name: str) -> LabelTask:
-        """The label task called ``name``; a :class:`CacheError` naming the known tasks if there is none."""
-        for task in self.tasks:
-            if task.name == name:
-                return task
-        known = ", ".join(t.name for t in self.tasks) or "none"
-        raise CacheError(f"The cache has no label task {name!r}; its tasks are: {known}.")
+        """The label task called ``name``; a :class:`~layercache.errors.TaskError` (a :class:`CacheError`) naming
+        the known tasks if there is none."""
+        return find_task(self.tasks, name)
 
     # --- (de)serialisation ------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:

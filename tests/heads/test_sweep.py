@@ -356,7 +356,7 @@ def test_an_unlabelled_cache_is_refused(tiny_models, tmp_path):
     path = tmp_path / "texts.txt.csv"
     path.write_text("text\n" + "\n".join(f"the lamp {i} is good" for i in range(10)) + "\n")
     cache = lc.extract(str(tiny_models["bert"]), str(path), tmp_path / "c", progress=False, no_labels=True).path
-    with pytest.raises(ConfigError, match="has no labels to learn from; extract a labelled dataset"):
+    with pytest.raises(ConfigError, match="holds no labels to learn from; re-extract it with a label column"):
         sweep(cache, out=tmp_path / "s")
 
 

@@ -232,7 +232,7 @@ def test_refusals_on_a_cache(builtin_cache, tiny_models, tmp_path):
     cache = builtin_cache
     with pytest.raises(ConfigError, match="several label tasks"):
         LinearProbes().fit(cache)
-    with pytest.raises(ConfigError, match="no label task 'nope'"):
+    with pytest.raises(ConfigError, match="no task 'nope'"):
         LinearProbes(task="nope").fit(cache)
     with pytest.raises(ConfigError, match="word states, not pooled"):
         LinearProbes(task="negation_scope", source="pooled:mean").fit(cache)
