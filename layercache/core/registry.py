@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, MutableMapping, Sequence
 from types import ModuleType
 from typing import Generic, TypeVar
 
@@ -35,8 +35,8 @@ def import_modules(package: str, first: Sequence[str] = (), skip: Sequence[str] 
     return [importlib.import_module(f"{package}.{name}") for name in order]
 
 
-class Registry(Mapping[str, T], Generic[T]):
-    """Entries by name, registered by the modules of ``package`` (a read-only mapping, in module order).
+class Registry(MutableMapping[str, T], Generic[T]):
+    """Entries by name, registered by the modules of ``package`` (a mapping, in module order).
 
     ``kind`` names an entry in messages (``"probe"``); ``first`` and ``skip`` are as for
     :func:`import_modules`. Reading the mapping does not import anything: :meth:`load` (and
@@ -80,6 +80,12 @@ class Registry(Mapping[str, T], Generic[T]):
 
     def __getitem__(self, name: str) -> T:
         return self._entries[name]
+
+    def __setitem__(self, name: str, entry: T) -> None:
+        self._entries[name] = entry
+
+    def __delitem__(self, name: str) -> None:
+        del self._entries[name]
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._entries)

@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from layercache.core.registry import Registry
 from layercache.errors import ConfigError
 from layercache.heads.normalize import standardized
 
@@ -314,8 +315,14 @@ class LayerMixer(nn.Module):
 
 M = TypeVar("M", bound=type[LayerMixer])
 
-#: Every registered mixer class, in registration order (the registry orders them by module).
-REGISTERED: list[type[LayerMixer]] = []
+#: Mixer modules in the order their mixers are listed (choices, help, messages); a module not
+#: named here is listed after them.
+MODULE_ORDER = ("select", "scalar", "adaptive", "attention", "gumbel", "act")
+#: Modules of this package that hold no mixer.
+NOT_MIXERS = ("base", "registry")
+
+#: Every registered mixer class by name; :mod:`.registry` imports every module and orders them by module.
+MIXERS: Registry[type[LayerMixer]] = Registry("mixer", __package__, first=MODULE_ORDER, skip=NOT_MIXERS)
 
 
 def register_mixer(cls: M) -> M:
@@ -326,6 +333,4 @@ def register_mixer(cls: M) -> M:
     """
     if not (isinstance(cls, type) and issubclass(cls, LayerMixer)) or not cls.name:
         raise TypeError(f"only LayerMixer subclasses with a name can be registered, got {cls!r}")
-    if cls not in REGISTERED:
-        REGISTERED.append(cls)
-    return cls
+    return MIXERS.add(cls.name, cls)

@@ -3,51 +3,26 @@
 Each mixer lives in its own module of this package and registers its class with
 :func:`~layercache.heads.mixers.base.register_mixer`; this module imports every module of the
 package, so adding a mixer is adding one file. :data:`MIXERS` lists them in the order of
-``MODULE_ORDER``, then any other module's in alphabetical order; the CLI takes its choices from
+``base.MODULE_ORDER``, then any other module's in alphabetical order; the CLI takes its choices from
 :func:`mixer_names` and :func:`mixer_spec_forms`.
 """
 
 from __future__ import annotations
 
-import importlib
 import inspect
-import pkgutil
 
+from layercache.core.registry import Registry
 from layercache.errors import ConfigError
-from layercache.heads.mixers.base import REGISTERED, LayerMixer
+from layercache.heads.mixers.base import MIXERS as _REGISTERED
+from layercache.heads.mixers.base import LayerMixer
 
-#: Mixer modules in the order their mixers are listed (choices, help, messages); a module not
-#: named here is listed after them.
-MODULE_ORDER = ("select", "scalar", "adaptive", "attention", "gumbel", "act")
-#: Modules of this package that hold no mixer.
-NOT_MIXERS = ("base", "registry")
-
-
-def _load_mixers() -> dict[str, type[LayerMixer]]:
-    """Import every mixer module of this package and return the registered mixers by name, in order."""
-    package = importlib.import_module(__package__)
-    found = {m.name for m in pkgutil.iter_modules(package.__path__)} - set(NOT_MIXERS)
-    order = [*(name for name in MODULE_ORDER if name in found), *sorted(found - set(MODULE_ORDER))]
-    modules = [f"{__package__}.{name}" for name in order]
-    for module in modules:
-        importlib.import_module(module)
-    rank = {module: i for i, module in enumerate(modules)}
-    # Stable: mixers of one module keep the order that module registered them in.
-    mixers = sorted(REGISTERED, key=lambda cls: rank.get(cls.__module__, len(rank)))
-    out: dict[str, type[LayerMixer]] = {}
-    for cls in mixers:
-        if cls.name in out:
-            raise TypeError(f"two mixers are registered as {cls.name!r}: {out[cls.name].__name__} and {cls.__name__}")
-        out[cls.name] = cls
-    return out
-
-
-MIXERS: dict[str, type[LayerMixer]] = _load_mixers()
+MIXERS: Registry[type[LayerMixer]] = _REGISTERED.load()
+"""Every mixer by name, in the order of ``base.MODULE_ORDER``, then any other module's alphabetically."""
 
 
 def mixer_names() -> list[str]:
     """The registry's names, for CLI choices (``layer`` takes an index: ``layer:<i>``)."""
-    return list(MIXERS)
+    return MIXERS.names()
 
 
 def mixer_spec_forms() -> list[str]:
