@@ -8,10 +8,9 @@ are derived from :data:`FILE_SOURCES`, which this module collects from the modul
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from pathlib import Path
 
+from layercache.core.registry import import_modules
 from layercache.errors import DatasetError
 
 from . import formats
@@ -25,10 +24,8 @@ MODULE_ORDER = ("tables", "conll")
 
 def _load_sources() -> tuple[FileSource, ...]:
     """Import every module of :mod:`layercache.sources.formats` and collect their ``FILE_SOURCES``, in order."""
-    found = {m.name for m in pkgutil.iter_modules(formats.__path__)} - {"base"}
-    order = [*(name for name in MODULE_ORDER if name in found), *sorted(found - set(MODULE_ORDER))]
-    return tuple(source for name in order
-                 for source in importlib.import_module(f"{formats.__name__}.{name}").FILE_SOURCES)
+    modules = import_modules(formats.__name__, first=MODULE_ORDER, skip=("base",))
+    return tuple(source for module in modules for source in module.FILE_SOURCES)
 
 
 FILE_SOURCES: tuple[FileSource, ...] = _load_sources()
