@@ -37,6 +37,14 @@ class TaskError(ConfigError, CacheError):
     """
 
 
+class SourceError(ConfigError, CacheError):
+    """The features a task needs (token states for a token task) are not in the cache.
+
+    Both a :class:`ConfigError` and a :class:`CacheError`: the two choices of ``source="auto"`` it
+    unifies raised one or the other.
+    """
+
+
 class CacheMismatchError(CacheError):
     """An existing cache was written with another configuration (model, tokenizer, data, storage)."""
 

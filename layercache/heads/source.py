@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ..core.tasks import LabelTask
 from ..errors import ConfigError
-from ..store.feature_source import parse_source, require_source
+from ..store.feature_source import auto_source, parse_source, require_source
 from ..store.reader import LayerCache
 from .mixers.registry import pooled_mixer_forms
 from .model import HeadModel
@@ -82,22 +82,16 @@ def resolve_source(cache: LayerCache, source: str, tasks: list[LabelTask], model
     token_tasks = [t.name for t in tasks if t.kind == "token"]
     parsed = parse_source(source)
     if parsed.kind == "auto":
-        if model is not None and "mean" in cache.manifest.pooling and pooled_equivalent(model):
-            return "pooled:mean"
-        if cache.stores_tokens:
-            return "tokens"
-        if token_tasks:
-            raise ConfigError(f"Token task {token_tasks[0]!r} needs token states, but the cache holds pooled "
-                              "vectors only; re-extract with --store tokens.")
-        mode = cache.manifest.pooling[0]
-        need = None if model is None else needs_tokens(model)
-        if need is not None:
+        prefer = ("mean",) if model is not None and pooled_equivalent(model) else ()
+        chosen = auto_source(cache, tasks, prefer)
+        need = None if model is None or prefer else needs_tokens(model)
+        if chosen.is_pooled and need is not None:
             # Falling back to pooled vectors would silently train another model than the one asked
             # for (attention over one vector, a per-token depth with one token); only on request.
             raise ConfigError(f"{need} needs token states but the cache holds pooled vectors only; re-extract "
                               f"with --store tokens, use a mixer that works on pooled vectors ({_pooled_mixers()}), "
-                              f"or pass --source pooled:{mode} to run it on one pooled vector per example.")
-        return f"pooled:{mode}"
+                              f"or pass --source pooled:{chosen.mode} to run it on one pooled vector per example.")
+        return str(chosen)
     if parsed.is_pooled and token_tasks:
         raise ConfigError(f"Token task {token_tasks[0]!r} cannot be learned from pooled vectors; use --source tokens.")
     return str(require_source(cache, parsed))

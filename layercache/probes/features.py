@@ -26,7 +26,7 @@ from ..core.holdout import holdout_strata, stratified_holdout
 from ..core.tasks import find_task, labelled_tasks
 from ..errors import CacheError, ConfigError
 from ..solvers import check_c_grid
-from ..store.feature_source import parse_source, require_source
+from ..store.feature_source import auto_source, parse_source, require_source
 from ..store.manifest import LabelTask
 from ..store.reader import LayerCache
 
@@ -78,13 +78,9 @@ def resolve_source(cache: LayerCache, spec: LabelTask, source: str) -> str:
         if parsed.is_pooled:
             raise ConfigError(f"Token task {spec.name!r} is probed on word states, not pooled vectors; "
                               "use source='tokens' or 'auto'.")
-        if not cache.stores_tokens:
-            raise CacheError(f"Token task {spec.name!r} needs token states, but the cache holds pooled vectors "
-                             "only; re-extract with --store tokens.")
-        return "tokens"
+        return str(auto_source(cache, [spec]))  # token states, or the refusal of a cache without them
     if parsed.kind == "auto":
-        pooling = cache.manifest.pooling
-        parsed = parse_source("pooled:mean" if "mean" in pooling else f"pooled:{pooling[0]}" if pooling else "tokens")
+        parsed = auto_source(cache, [spec], ("mean", *cache.manifest.pooling))
     return str(require_source(cache, parsed))
 
 

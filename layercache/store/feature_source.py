@@ -3,15 +3,18 @@
 Heads, probes and depth analyses all take a ``source`` string. It is parsed here, once, so that
 every consumer accepts the same spellings and refuses a bad one with the same sentence; what
 ``auto`` resolves to is each consumer's own policy (a probe and a head want different things), but
-whether a cache can serve a concrete source is decided here too.
+whether a cache can serve a concrete source is decided here too, and so is the one rule of ``auto``
+(:func:`auto_source`), to which each consumer gives the pooled modes it would rather read.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from ..errors import CacheError, ConfigError
+from ..core.tasks import LabelTask
+from ..errors import CacheError, ConfigError, SourceError
 from .schema import POOLING_MODES
 
 if TYPE_CHECKING:
@@ -71,3 +74,25 @@ def require_source(cache: "LayerCache", source: object) -> FeatureSource:
         raise CacheError(f"The cache has no pooled {parsed.mode!r} vectors (it has: {have}); choose one of those "
                          f"or re-extract with --pooling {parsed.mode}.")
     return parsed
+
+
+def auto_source(cache: "LayerCache", tasks: Sequence[LabelTask], prefer: Sequence[str] = ()) -> FeatureSource:
+    """What ``source="auto"`` reads from ``cache`` for ``tasks``.
+
+    Token states for a token task (refused, :class:`~layercache.errors.SourceError`, when the cache
+    holds pooled vectors only); else the first of the pooled modes in ``prefer`` that the cache
+    stores; else token states when stored; else the cache's first pooled mode. A probe prefers any
+    pooled vector (mean first), a head only the mean, and only when its model cannot tell it from
+    token states.
+    """
+    token_tasks = [t.name for t in tasks if t.kind == "token"]
+    if token_tasks:
+        if not cache.stores_tokens:
+            raise SourceError(f"Token task {token_tasks[0]!r} needs token states, but the cache holds pooled "
+                              "vectors only; re-extract with --store tokens.")
+        return FeatureSource("tokens")
+    pooling = cache.manifest.pooling
+    mode = next((m for m in prefer if m in pooling), None)
+    if mode is not None:
+        return FeatureSource("pooled", mode)
+    return FeatureSource("tokens") if cache.stores_tokens or not pooling else FeatureSource("pooled", pooling[0])
