@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.files import write_file_atomic
+from ..core.plotting import pyplot
 from ..errors import ConfigError
 from ..store.reader import LayerCache, using_cache
 from .estimator import LayerHead
@@ -197,11 +198,7 @@ def read_run(run: str | os.PathLike) -> dict:
 
 def plot_layer_weights(weights: dict, path: Path, title: str = "") -> Path:
     """Bar chart of each mixer's weight per state, written atomically as a PNG with the mode of any new file."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     names = weights["layer_names"]
     mixers = {k: v for k, v in weights["mixers"].items() if v is not None}
     fig, ax = plt.subplots(figsize=(max(4, 0.6 * len(names) + 2), 3))

@@ -53,6 +53,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
+from ..core.plotting import pyplot
 from ..core.units import human_seconds, parse_duration
 from ..errors import ConfigError
 from ..progress import steps_progress
@@ -173,10 +174,7 @@ def _seed_list(seeds: int | Sequence[int], seed: int) -> list[int]:
 
 
 def _import_plotting() -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot  # noqa: F401
+    pyplot()
 
 
 @contextmanager

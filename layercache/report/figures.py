@@ -14,18 +14,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..core.plotting import pyplot
 from .probing import ProbeReport
 
 COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2")
 
 
 def _plt():
-    import matplotlib
-
-    matplotlib.use("Agg")  # no display, and never a GUI window from a report
-    import matplotlib.pyplot as plt
-
-    return plt
+    return pyplot()  # no display, and never a GUI window from a report
 
 
 def _values(values) -> np.ndarray:
