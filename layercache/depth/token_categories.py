@@ -35,6 +35,7 @@ from types import MappingProxyType
 import numpy as np
 
 from ..errors import CacheError, ConfigError
+from ..store.batches import word_initial
 from ..store.reader import LayerCache
 
 TOKEN_TYPES = ("special", "punctuation", "word")
@@ -172,8 +173,7 @@ def token_categories(cache: LayerCache, split: str | None = None, *, frequency_s
 
     if word_ids is not None:
         starts = _row_starts(cache, split, len(ids))  # (t,) True at each row's first token
-        previous = np.concatenate([[-1], word_ids[:-1]])  # (t,)
-        continuation = (word_ids >= 0) & ~starts & (previous == word_ids)  # (t,)
+        continuation = (word_ids >= 0) & ~word_initial(word_ids, starts)  # (t,)
         position = np.where(word_ids < 0, -1, continuation.astype(np.int64))  # (t,) 0 initial, 1 continuation
         families["word_position"] = CategoryFamily("word_position", WORD_POSITIONS, position)
 

@@ -26,6 +26,7 @@ from ..core.holdout import holdout_strata, stratified_holdout
 from ..core.tasks import find_task, labelled_tasks
 from ..errors import CacheError, ConfigError
 from ..solvers import check_c_grid
+from ..store.batches import first_subtokens as batch_first_subtokens
 from ..store.feature_source import auto_source, parse_source, require_source
 from ..store.manifest import LabelTask
 from ..store.reader import LayerCache
@@ -177,10 +178,9 @@ def _token_means(cache: LayerCache, split: str, index: list[int], rows: np.ndarr
 
 
 def first_subtokens(word_ids: np.ndarray, n_words: int) -> np.ndarray:
-    """Positions of the first sub-token of each word that has a label (word id < ``n_words``)."""
+    """Positions of the first sub-token of each word that has a label (word id < ``n_words``) in one row."""
     word_ids = np.asarray(word_ids, np.int64)
-    prev = np.concatenate([[-2], word_ids[:-1]])
-    return np.nonzero((word_ids >= 0) & (word_ids != prev) & (word_ids < n_words))[0]
+    return np.nonzero(batch_first_subtokens(word_ids[None], np.array([n_words]))[0])[0]
 
 
 def _word_positions(cache: LayerCache, split: str, spec: LabelTask, rows: np.ndarray, starts: np.ndarray,

@@ -105,15 +105,29 @@ def zero_padding(states: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return states
 
 
+def word_initial(word_ids: np.ndarray, row_starts: np.ndarray) -> np.ndarray:
+    """(t,) bool: True on the first sub-token of each word, among the tokens of rows laid one after another.
+
+    The one rule of a word's first sub-token: a token of a word (word id >= 0, not a special token
+    or padding) whose previous token is of another word or of another row. ``word_ids (t,)``;
+    ``row_starts (t,)`` bool, True on each row's first token.
+    """
+    word_ids = np.asarray(word_ids)
+    prev = np.concatenate([np.full(min(len(word_ids), 1), -2, word_ids.dtype), word_ids[:-1]])  # (t,)
+    return (word_ids >= 0) & (np.asarray(row_starts, bool) | (word_ids != prev))
+
+
 def first_subtokens(word_ids: np.ndarray, n_words: np.ndarray) -> np.ndarray:
-    """(B, T) bool: True on the first sub-token of each word that has a label.
+    """(B, T) bool: True on the first sub-token of each word that has a label (:func:`word_initial`).
 
     ``word_ids (B, T)`` as in a batch (-1 on special tokens and padding); ``n_words (B,)``: words
     of each row, so a word id at or past it (a word with no label) is never marked.
     """
     word_ids = np.asarray(word_ids)
-    prev = np.concatenate([np.full((len(word_ids), 1), -2), word_ids[:, :-1]], axis=1)  # (B, T)
-    return (word_ids >= 0) & (word_ids != prev) & (word_ids < np.asarray(n_words)[:, None])
+    starts = np.zeros(word_ids.shape, bool)  # (B, T)
+    starts[:, :1] = True
+    first = word_initial(word_ids.reshape(-1), starts.reshape(-1)).reshape(word_ids.shape)  # (B, T)
+    return first & (word_ids < np.asarray(n_words)[:, None])
 
 
 def first_subtoken_labels(word_ids: np.ndarray, labels: np.ndarray, word_starts: np.ndarray,
