@@ -120,9 +120,7 @@ def logit_lens(cache: LayerCache, split: str | None = None, *, layers: LayerSpec
     """
     if chunk_bytes < 1:
         raise ConfigError(f"chunk_bytes must be positive, got {chunk_bytes}.")
-    if split is None:
-        split = cache.validation_split() or cache.splits[0]
-    cache.require_split(split)
+    split = cache.report_split(split, fallback=cache.splits[0])
     cache.require_tokens()
     lens, final = _lens_and_final(cache)
     kept = list(cache.manifest.storage.layers)  # model state index of each kept state

@@ -150,9 +150,8 @@ def layer_similarity(cache: LayerCache, split: str | None = None, source: str = 
                           "pass source='pooled:<mode>', e.g. 'pooled:mean'.")
     if max_examples is not None and max_examples < 2:
         raise ConfigError(f"max_examples must be at least 2 (CKA centres over examples) or None, got {max_examples}.")
-    if split is None:
-        split = cache.validation_split() or "train"
-    cache.require_split(split)
+    split = cache.report_split(split, fallback="train")
+    cache.require_split(split)  # the fallback too
     n = cache.num_examples(split)
     if n < 2:
         raise ConfigError(f"Split {split!r} holds {n} example(s) and CKA needs at least 2; pick a larger split.")

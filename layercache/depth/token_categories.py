@@ -154,9 +154,7 @@ def token_categories(cache: LayerCache, split: str | None = None, *, frequency_s
     """
     if frequency_bins < 1:
         raise ConfigError(f"frequency_bins must be at least 1, got {frequency_bins}.")
-    if split is None:
-        split = cache.validation_split() or cache.splits[0]
-    cache.require_split(split)
+    split = cache.report_split(split, fallback=cache.splits[0])
     cache.require_tokens()
     if frequency_split is None:
         frequency_split = "train" if "train" in cache.splits else split

@@ -30,14 +30,12 @@ from pathlib import Path
 from ..core.files import write_file_atomic
 from ..core.plotting import pyplot
 from ..errors import ConfigError
-from ..store.reader import LayerCache, using_cache
+from ..store.reader import TEST_NAMES, LayerCache, using_cache
 from .estimator import LayerHead
 from .evaluation import PassResult
 from .finite import check_split_stats
 from .persistence import unwritable
 from .run_folder import IGNORED, STAGING_PREFIX, RunFolder, StagedRun
-
-TEST_NAMES = ("test",)
 
 
 @dataclass
@@ -122,9 +120,7 @@ def train_head(cache: str | os.PathLike | LayerCache | None = None, mixer: str =
     with using_cache(cache) as handle:
         if out is not None:
             check_run_folder(Path(out), overwrite)  # before training: a bad --out should not cost a training run
-        if test_split is not None and test_split not in handle.splits:
-            raise ConfigError(f"The cache has no split {test_split!r}; its splits are: {', '.join(handle.splits)}.")
-        test_name = test_split or next((s for s in TEST_NAMES if s in handle.splits and s != split), None)
+        test_name = handle.report_split(test_split, names=TEST_NAMES, exclude=split)
         if test_name is not None:
             read = [handle.layer_names[i] for i in handle.layer_index(params.get("layers"))]
             check_split_stats(handle, test_name, read)  # refuse a damaged test split before training

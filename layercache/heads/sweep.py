@@ -57,13 +57,13 @@ from ..core.plotting import pyplot
 from ..core.units import human_seconds, parse_duration
 from ..errors import ConfigError
 from ..progress import steps_progress
-from ..store.reader import LayerCache, using_cache
+from ..store.reader import TEST_NAMES, LayerCache, using_cache
 from .estimator import LayerHead, resolve_tasks
 from .evaluation import evaluate
 from .feed_pool import FeedPool
 from .finite import DivergedError, check_split_stats
 from .run_folder import BEST_RUN, SWEEP_FILE
-from .runs import TEST_NAMES, check_run_folder, claim_run_folder
+from .runs import check_run_folder, claim_run_folder
 from .sweep_budget import Costs
 from .sweep_candidates import LR_FACTORS, Candidate, candidate_grid
 from .sweep_ranking import DEFAULT_PICK, EVAL_BATCH, PICKS, Leaderboard, SeedRun
@@ -137,9 +137,7 @@ def sweep(cache: str | os.PathLike | LayerCache | None = None, *, out: str | os.
         layer_names = [handle.layer_names[i] for i in handle.layer_index(params.get("layers"))]
         if val_split is not None:
             handle.require_split(val_split)
-        if test_split is not None and test_split not in handle.splits:
-            raise ConfigError(f"The cache has no split {test_split!r}; its splits are: {', '.join(handle.splits)}.")
-        test_name = test_split or next((s for s in TEST_NAMES if s in handle.splits and s != split), None)
+        test_name = handle.report_split(test_split, names=TEST_NAMES, exclude=split)
         if test_name is not None:
             check_split_stats(handle, test_name, layer_names)  # refuse a damaged test split before training
         if candidates is None:

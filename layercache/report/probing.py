@@ -44,7 +44,7 @@ from ..errors import CacheError, ConfigError
 from ..heads.runs import read_run
 from ..probes import CumulativeProbes, LinearProbes, OnlineCodeMDL
 from ..probes.selection import DEFAULT_MAX_TRAIN, check_max_train
-from ..store.reader import LayerCache, using_cache
+from ..store.reader import TEST_NAMES, VALIDATION_NAMES, LayerCache, using_cache
 from .cumulative_gains import cumulative_part
 from .document import ProbeReport, ReportPaths
 
@@ -60,12 +60,10 @@ def _no_step(description: str) -> None:
     """A step callback that shows nothing."""
 
 
-def default_eval_split(cache: LayerCache) -> str | None:
-    """The split a report scores on: ``test`` when present, else the validation split, else None
-    (then the probes' validation scores are reported)."""
-    if "test" in cache.splits:
-        return "test"
-    return cache.validation_split(exclude="train")
+def default_eval_split(cache: LayerCache, asked: str | None = None) -> str | None:
+    """The split a report scores on: ``asked`` (refused when the cache has no such split), else ``test`` when
+    present, else the validation split, else None (then the probes' validation scores are reported)."""
+    return cache.report_split(asked, names=TEST_NAMES + VALIDATION_NAMES, exclude="train")
 
 
 def find_runs(cache: LayerCache, extra: Iterable[str | os.PathLike] = ()) -> list[Path]:
@@ -137,10 +135,7 @@ def build_probe_report(cache: LayerCache, *, tasks: Sequence[str] | None = None,
     unknown = [t for t in chosen if t not in known]
     if unknown:
         raise ConfigError(f"The cache has no task {unknown[0]!r}; its tasks are: {', '.join(known)}.")
-    if eval_split is None:
-        eval_split = default_eval_split(cache)
-    elif eval_split not in cache.splits:
-        raise ConfigError(f"The cache has no split {eval_split!r}; its splits are: {', '.join(cache.splits)}.")
+    eval_split = default_eval_split(cache, eval_split)
     m = cache.manifest
     report = ProbeReport(meta={
         "cache": str(cache.path), "model": m.model.name, "model_kind": m.model.kind,
@@ -295,7 +290,7 @@ def _add_token_depth(report: ProbeReport, cache: LayerCache, eval_split: str | N
     from ..heads import LayerHead
     from ..heads.token_usage import per_token_usage
 
-    split = eval_split or cache.validation_split(exclude="train") or "train"
+    split = cache.report_split(eval_split, exclude="train", fallback="train")
     step("per-token depth (act) by token category")
     with timer("token depth"):
         head = LayerHead.load(act_run)
@@ -325,7 +320,7 @@ def _add_logit_lens(report: ProbeReport, cache: LayerCache, eval_split: str | No
         return
     from ..depth import logit_lens
 
-    split = eval_split or cache.validation_split(exclude="train") or "train"
+    split = cache.report_split(eval_split, exclude="train", fallback="train")
     step("logit lens")
     with timer("logit lens"):
         try:

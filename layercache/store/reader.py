@@ -38,11 +38,14 @@ from .shard_checks import check_shard_labels, check_shard_layout, open_shard, sh
 from .state_reads import StateReads
 from .vocabulary import Vocabulary, read_vocabulary
 
-__all__ = ["LayerCache", "CacheBatch", "CacheDataset", "VALIDATION_NAMES", "first_subtoken_labels",
+__all__ = ["LayerCache", "CacheBatch", "CacheDataset", "VALIDATION_NAMES", "TEST_NAMES", "first_subtoken_labels",
            "state_positions", "translate_read_errors", "using_cache"]
 
 VALIDATION_NAMES = ("validation", "valid", "dev", "val")
 """Usual names of a validation split, in the order :meth:`LayerCache.validation_split` tries them."""
+
+TEST_NAMES = ("test",)
+"""Names of a test split, which :meth:`LayerCache.report_split` tries for a head's held-out scores."""
 
 
 def state_positions(layers: LayerSpec | Sequence[LayerSpec] | None, names: Sequence[str],
@@ -133,10 +136,21 @@ class LayerCache(StateReads, BatchReads):
 
     def validation_split(self, exclude: str | None = None) -> str | None:
         """The split called ``validation``, ``valid``, ``dev`` or ``val`` (first found; not ``exclude``), or None."""
-        for name in VALIDATION_NAMES:
-            if name in self.manifest.splits and name != exclude:
-                return name
-        return None
+        return self.report_split(exclude=exclude)
+
+    def report_split(self, asked: str | None = None, *, names: Sequence[str] = VALIDATION_NAMES,
+                     exclude: str | None = None, fallback: str | None = None) -> str | None:
+        """The split a score or an analysis is reported on: ``asked`` when given (refused, as
+        :meth:`require_split`, when the cache has no such split), else the first of ``names`` the cache has
+        other than ``exclude`` (the split trained on), else ``fallback``.
+
+        The defaults give the validation split; a head's held-out scores pass ``names=TEST_NAMES``, the
+        probe report ``TEST_NAMES + VALIDATION_NAMES``, a depth analysis a ``fallback`` split.
+        """
+        if asked is not None:
+            self.require_split(asked)
+            return asked
+        return next((name for name in names if name in self.manifest.splits and name != exclude), fallback)
 
     def require_split(self, split: str) -> None:
         """Refuse a split the cache does not have, listing those it has."""
