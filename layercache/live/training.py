@@ -22,6 +22,7 @@ import torch
 
 from ..backbone.loader import Backbone
 from ..errors import ConfigError
+from ..extraction.forward import pool
 from ..heads.estimator import LayerHead
 from ..heads.runs import TrainResult, train_head
 from ..store.batches import CacheBatch
@@ -95,8 +96,9 @@ def train_head_live(cache: str | os.PathLike | LayerCache | None = None, mixer: 
 class PooledLiveFeed(LiveFeed):
     """A live feed that serves pooled vectors ``(B, 1, S, D)``, as a cache's ``pooled/<mode>`` holds them.
 
-    Each batch's token states are pooled in float32 from the forward pass (mask-aware;
-    ``mean_skip_first`` as the cache recorded), then rounded to the storage dtype: extraction's order.
+    Each batch's token states are pooled in float32 from the forward pass by extraction's own
+    :func:`~layercache.extraction.forward.pool` (``mean_skip_first`` as the cache recorded), then
+    rounded to the storage dtype: extraction's order.
     """
 
     mode = "mean"
@@ -112,16 +114,8 @@ class PooledLiveFeed(LiveFeed):
         out = super().batch(rows)
         states, mask = out.states, out.mask.to(out.states.device)  # (B, T, S, D), (B, T)
         lengths = mask.sum(1)  # (B,)
-        if self.mode == "first":
-            pooled = states[:, 0]  # (B, S, D)
-        elif self.mode == "last":
-            pooled = states[torch.arange(len(lengths)), lengths - 1]  # (B, S, D)
-        else:
-            keep = mask.clone()
-            if self.skip_first:
-                keep[lengths > 1, 0] = False  # the first token leaves the mean unless it is the only one
-            weights = keep.to(states.dtype)[:, :, None, None]  # (B, T, 1, 1)
-            pooled = (states * weights).sum(1) / weights.sum(1)  # (B, S, D)
+        # the rows' real tokens one after another (padding is on the right), pooled as extraction pools
+        pooled = pool(states[mask], lengths, (self.mode,), mean_skip_first=self.skip_first)[self.mode]  # (B, S, D)
         if self.rounding is not None:
             pooled = pooled.to(STORAGE_DTYPES[self.rounding]).float()
         return CacheBatch(states=pooled.unsqueeze(1), mask=torch.ones(len(lengths), 1, dtype=torch.bool),
