@@ -8,6 +8,8 @@ import layercache as lc
 from layercache.sources.builtin import load_builtin
 
 SIZES = {"train": 32, "validation": 12}
+CACHE_OPTIONS = {"bert": {}, "bert-stride": {"max_length": 12, "stride": 4}, "gpt2": {"mean_skip_first": True}}
+"""live_caches' names and the extract options each was made with."""
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -22,17 +24,18 @@ def records():
 
 @pytest.fixture(scope="session")
 def live_caches(tiny_models, tmp_path_factory):
-    """name -> cache path: the built-in tasks through the tiny BERT (plain, and windowed) and GPT-2."""
+    """name -> cache path: the built-in tasks through the tiny BERT (plain, and windowed) and GPT-2.
+
+    Small batches: the cache's batch composition (and padding) differs from a live feed's."""
     import layercache.sources.builtin as builtin
 
     root = tmp_path_factory.mktemp("bundle-caches")
     original = builtin.load_builtin
-    options = {"bert": {}, "bert-stride": {"max_length": 12, "stride": 4}, "gpt2": {"mean_skip_first": True}}
     out = {}
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("LAYERCACHE_HOME", str(root / "home"))
+        mp.setenv("LAYERCACHE_HOME", str(root / "home"))  # never touch the user's "latest cache"
         mp.setattr(builtin, "load_builtin", lambda seed=0, sizes=None: original(seed, sizes or SIZES))
-        for name, extra in options.items():
+        for name, extra in CACHE_OPTIONS.items():
             out[name] = lc.extract(str(tiny_models[name.split("-")[0]]), "builtin", root / name, progress=False,
                                    batch_size=6, **extra).path
     return out

@@ -15,42 +15,16 @@ from layercache.live.feed import LiveFeed
 from layercache.sources.builtin import load_builtin
 from layercache.store.feed import Feed
 
-SIZES = {"train": 24, "validation": 8}
+from .conftest import CACHE_OPTIONS, SIZES
+
 TASKS = ["topic", "sentiment", "negation_scope", "intensity"]  # sequence, sequence, token, regression
 
 
-@pytest.fixture(scope="module")
-def records():
-    return load_builtin(sizes=SIZES)
-
-
-@pytest.fixture(scope="module")
-def caches(tiny_models, tmp_path_factory):
-    """kind -> (cache path, extract options): a small builtin cache per backbone, made once."""
-    import layercache.sources.builtin as builtin
-
-    root = tmp_path_factory.mktemp("live-caches")
-    original = builtin.load_builtin
-    runs = {"bert": {}, "gpt2": {}, "bert-stride": {"max_length": 12, "stride": 4}}
-    out = {}
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("LAYERCACHE_HOME", str(root / "home"))  # never touch the user's "latest cache"
-        mp.setattr(builtin, "load_builtin", lambda seed=0, sizes=None: original(seed, sizes or SIZES))
-        for name, options in runs.items():
-            kind = name.split("-")[0]
-            # Small batches: the cache's batch composition (and padding) differs from the live feed's.
-            result = lc.extract(str(tiny_models[kind]), "builtin", root / name, progress=False,
-                                batch_size=5, **options)
-            out[name] = (result.path, options)
-    return out
-
-
-def live_and_cache(name, caches, tiny_models, records):
+def live_and_cache(name, live_caches, tiny_models, records):
     """The cache ``name`` and the backbone that extracted it, loaded the way extraction loads it."""
-    path, options = caches[name]
     backbone = load_backbone(str(tiny_models[name.split("-")[0]]), device="cpu", words_input=True,
-                             max_length=options.get("max_length"))
-    cache = lc.LayerCache.open(path)
+                             max_length=CACHE_OPTIONS[name].get("max_length"))
+    cache = lc.LayerCache.open(live_caches[name])
     return cache, backbone
 
 
@@ -74,8 +48,8 @@ def assert_batches_equal(live, cached, fp16: bool):
 
 @pytest.mark.parametrize("name", ["bert", "gpt2", "bert-stride"])
 @pytest.mark.parametrize("fp16", [False, True])
-def test_live_batches_equal_cache_batches(caches, tiny_models, records, name, fp16):
-    cache, backbone = live_and_cache(name, caches, tiny_models, records)
+def test_live_batches_equal_cache_batches(live_caches, tiny_models, records, name, fp16):
+    cache, backbone = live_and_cache(name, live_caches, tiny_models, records)
     for split in ("train", "validation"):
         cached_feed = CacheFeed(cache, split, tasks=TASKS, batch_size=7)
         live = LiveFeed.matching_cache(cache, split, backbone, records, tasks=TASKS, batch_size=7,
@@ -100,8 +74,8 @@ def test_live_batches_equal_cache_batches(caches, tiny_models, records, name, fp
         assert cache.manifest.splits["train"].n_windowed > 0  # the windowed path was exercised
 
 
-def test_padding_repeats_first_token_and_states_follow_layers(caches, tiny_models, records):
-    cache, backbone = live_and_cache("bert", caches, tiny_models, records)
+def test_padding_repeats_first_token_and_states_follow_layers(live_caches, tiny_models, records):
+    cache, backbone = live_and_cache("bert", live_caches, tiny_models, records)
     live = LiveFeed.matching_cache(cache, "train", backbone, records, tasks=[], layers=["layer_2", 0])
     assert live.layer_names == ["layer_2", "embeddings"]
     rows = np.argsort(live.lengths)[[0, -1]]  # the shortest and the longest: padding on the first
@@ -120,8 +94,8 @@ def test_padding_repeats_first_token_and_states_follow_layers(caches, tiny_model
     assert live.forward_seconds > 0
 
 
-def test_epochs_cover_every_row_once_in_a_seeded_order(caches, tiny_models, records):
-    cache, backbone = live_and_cache("bert", caches, tiny_models, records)
+def test_epochs_cover_every_row_once_in_a_seeded_order(live_caches, tiny_models, records):
+    cache, backbone = live_and_cache("bert", live_caches, tiny_models, records)
     live = LiveFeed(backbone, records, "train", tasks=["sentiment"], batch_size=5, rows=range(3, 23))
     assert len(live) == 4 and live.n_examples == 20
     for shuffle, bucket in ((False, 0), (True, 0), (True, 2)):
@@ -140,8 +114,8 @@ def test_epochs_cover_every_row_once_in_a_seeded_order(caches, tiny_models, reco
     assert batch.labels["sentiment"].tolist() == expected
 
 
-def test_train_model_runs_on_a_live_feed_and_scores_like_the_cache(caches, tiny_models, records):
-    cache, backbone = live_and_cache("bert", caches, tiny_models, records)
+def test_train_model_runs_on_a_live_feed_and_scores_like_the_cache(live_caches, tiny_models, records):
+    cache, backbone = live_and_cache("bert", live_caches, tiny_models, records)
     tasks = [t for t in cache.tasks if t.name in ("sentiment", "negation_scope")]
     names = [t.name for t in tasks]
     train = LiveFeed.matching_cache(cache, "train", backbone, records, tasks=names, batch_size=8)
@@ -167,8 +141,8 @@ def test_train_model_runs_on_a_live_feed_and_scores_like_the_cache(caches, tiny_
         cache_metrics["negation_scope"][token_metric], abs=1e-6)
 
 
-def test_refuses_what_does_not_match(caches, tiny_models, records):
-    cache, bert = live_and_cache("bert", caches, tiny_models, records)
+def test_refuses_what_does_not_match(live_caches, tiny_models, records):
+    cache, bert = live_and_cache("bert", live_caches, tiny_models, records)
     gpt2 = load_backbone(str(tiny_models["gpt2"]), device="cpu", words_input=True)
     with pytest.raises(CacheMismatchError, match="different weights"):
         LiveFeed.matching_cache(cache, "train", gpt2, records)
@@ -182,4 +156,4 @@ def test_refuses_what_does_not_match(caches, tiny_models, records):
     with pytest.raises(ConfigError, match="no split"):
         LiveFeed(bert, records, "test")
     with pytest.raises(ConfigError, match="rows must lie"):
-        LiveFeed(bert, records, "train", rows=[24])
+        LiveFeed(bert, records, "train", rows=[SIZES["train"]])
