@@ -20,7 +20,6 @@ at all (:mod:`.run_folder`): a run that fails or is interrupted leaves nothing b
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections.abc import Callable
@@ -35,6 +34,7 @@ from .estimator import LayerHead
 from .evaluation import PassResult
 from .finite import check_split_stats
 from .persistence import unwritable
+from .run_files import read_run_json
 from .run_folder import IGNORED, STAGING_PREFIX, RunFolder, StagedRun
 
 
@@ -178,17 +178,14 @@ def evaluate_run(run: str | os.PathLike, cache: str | os.PathLike | LayerCache |
 
 
 def read_run(run: str | os.PathLike) -> dict:
-    """The JSON files of a run folder: ``config``, ``metrics`` and ``layer_weights``."""
+    """The JSON files of a run folder as plain dicts: ``config``, ``metrics`` and ``layer_weights``
+    (:class:`~.run_files.RunFiles` reads them as typed sections)."""
     run = Path(run)
     out = {}
     for name in ("config", "metrics", "layer_weights"):
         file = run / f"{name}.json"
         if file.is_file():
-            try:
-                out[name] = json.loads(file.read_text())
-            except (OSError, ValueError) as err:
-                raise ConfigError(f"The run file {file} is not readable JSON ({err}); it is damaged: restore it "
-                                  "or train the head again.") from None
+            out[name] = read_run_json(file)
     return out
 
 

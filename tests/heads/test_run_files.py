@@ -1,0 +1,98 @@
+"""Issue 27: a run folder's JSON files read as typed sections, in one module (heads/run_files.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from layercache.errors import ConfigError
+from layercache.heads.run_files import (
+    LayerWeights,
+    RecordedCache,
+    RunConfig,
+    RunFiles,
+    RunMetrics,
+    find_runs,
+    reported_metric,
+    run_belongs_to,
+)
+from layercache.heads.runs import read_run
+
+CACHE = {"model": "tiny", "model_fingerprint": "fp", "tokenizer_fingerprint": "tfp", "hidden_size": 8,
+         "config_hash": "hash", "max_length": 64, "stride": None, "storage_dtype": "float16"}
+CONFIG = {"params": {"mixer": "adaptive"}, "model": {}, "layer_names": ["a", "b"], "source": "pooled:mean",
+          "cache": CACHE, "train": {}}
+METRICS = {"mixer": "adaptive", "selection": {"metric": {"topic": "mcc", "scope": "macro_f1"}},
+           "validation": {"topic": {"accuracy": 0.5}},
+           "test_split": "test", "test": {"topic": {"accuracy": 0.75, "macro_f1": 0.7, "mcc": 0.4},
+                                          "scope": {"accuracy": 0.9, "macro_f1": 0.6},
+                                          "intensity": {"pearson": 0.3, "spearman": 0.2},
+                                          "odd": {"n": 3}}}
+WEIGHTS = {"layer_names": ["a", "b"], "mixers": {"scalar": [0.25, 0.75], "gate": None}, "usage": {}}
+MANIFEST = SimpleNamespace(config_hash="hash", model=SimpleNamespace(fingerprint="fp"))
+
+
+def _run(folder: Path, config=CONFIG, metrics=METRICS, weights=WEIGHTS) -> Path:
+    folder.mkdir(parents=True)
+    for name, payload in (("config", config), ("metrics", metrics), ("layer_weights", weights)):
+        if payload is not None:
+            (folder / f"{name}.json").write_text(json.dumps(payload, indent=2) + "\n")
+    return folder
+
+
+def test_sections_read_what_the_files_hold_and_write_it_back_unchanged(tmp_path):
+    run = _run(tmp_path / "run")
+    files = RunFiles.read(run)
+    assert files.config.to_json() == CONFIG and files.metrics.to_json() == METRICS
+    assert files.layer_weights.to_json() == WEIGHTS
+    assert read_run(run) == {"config": CONFIG, "metrics": METRICS, "layer_weights": WEIGHTS}
+    assert files.mixer == "adaptive" and files.config.mixer == "adaptive"
+    assert files.config.cache == RecordedCache("tiny", "fp", "tfp", "hash", 64, None, True, "float16")
+    assert files.layer_weights.mixers == {"scalar": [0.25, 0.75]} and files.layer_weights.layer_names == ["a", "b"]
+    assert files.metrics.scored_on == "test" and files.metrics.selection == {"topic": "mcc", "scope": "macro_f1"}
+
+
+def test_the_reported_metric_is_chosen_in_one_place():
+    scores = RunMetrics.from_json(METRICS).scores()
+    assert scores == {"topic": {"metric": "accuracy", "value": 0.75}, "scope": {"metric": "accuracy", "value": 0.9},
+                      "intensity": {"metric": "pearson", "value": 0.3}}
+    assert reported_metric({"span_f1": 1, "macro_f1": 2}) == "span_f1" and reported_metric({}) is None
+    validation_only = RunMetrics.from_json({"validation": {"topic": {"accuracy": 0.5}}})
+    assert validation_only.scored_on == "validation" and validation_only.scores()["topic"]["value"] == 0.5
+
+
+def test_missing_files_read_as_empty_sections(tmp_path):
+    run = _run(tmp_path / "run", metrics=None, weights=None,
+               config={**CONFIG, "params": {"mixer": "act"}, "cache": {"model": "old"}})
+    files = RunFiles.read(run)
+    assert files.metrics == RunMetrics() and files.layer_weights == LayerWeights()
+    assert files.mixer == "act" and files.metrics.scores() == {} and files.layer_weights.usage == {}
+    assert files.config.cache.records_text_settings is False and files.config.cache.model == "old"
+    assert RunFiles.read(tmp_path).config is None
+
+
+def test_a_damaged_file_is_refused_in_one_sentence(tmp_path):
+    run = _run(tmp_path / "run")
+    (run / "metrics.json").write_text('{"mixer": ')
+    with pytest.raises(ConfigError, match=r"The run file .*metrics.json is not readable JSON .*damaged"):
+        RunFiles.read(run)
+
+
+def test_runs_are_found_beside_their_cache_and_checked_against_it(tmp_path):
+    cache = SimpleNamespace(path=tmp_path / "cache", manifest=MANIFEST)
+    mine = _run(tmp_path / "cache.runs" / "b-mine")
+    other = _run(tmp_path / "cache.runs" / "a-other", config={**CONFIG, "cache": {**CACHE, "config_hash": "x"}})
+    _run(tmp_path / "cache.runs" / "c-broken", config=None)
+    (tmp_path / "cache.runs" / "c-broken" / "config.json").write_text("[1, 2]")
+    assert run_belongs_to(mine, MANIFEST) and not run_belongs_to(other, MANIFEST)
+    assert not run_belongs_to(tmp_path / "nothing", MANIFEST) and RunConfig.peek(tmp_path / "nothing") is None
+    assert find_runs(cache) == [mine]
+    extra = _run(tmp_path / "elsewhere")
+    assert find_runs(cache, [extra, mine]) == [mine, extra]
+    with pytest.raises(ConfigError, match="was trained on another cache than"):
+        find_runs(cache, [other])
+    with pytest.raises(ConfigError, match="is not a run folder"):
+        find_runs(cache, [tmp_path / "nothing"])
