@@ -20,7 +20,6 @@ import h5py
 import numpy as np
 import pytest
 from cli_support import assert_refused, invoke
-from conftest import tiny_builtin_cache
 from scipy.stats import pearsonr
 from sklearn.linear_model import LogisticRegression, Ridge
 from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
@@ -35,6 +34,7 @@ from layercache.heads.fitting import convex_obstacle, resolve_solver
 
 SIGNAL = 1  # layer_1
 QUICK = {"progress": False, "device": "cpu"}
+PLANTED = ("convex", 400)  # the planted cache of tests/heads/conftest.py: its name and examples per split
 
 
 def plant(path, seed: int = 0) -> None:
@@ -57,19 +57,6 @@ def plant(path, seed: int = 0) -> None:
                 h["labels/sentiment"][...] = sentiment
                 h["labels/topic"][...] = topic
                 h["labels/intensity"][...] = intensity.astype(h["labels/intensity"].dtype)
-
-
-@pytest.fixture(scope="module")
-def planted_path(tiny_models, tmp_path_factory):
-    path = tiny_builtin_cache(tiny_models, tmp_path_factory, "convex", 400)
-    plant(path)
-    return path
-
-
-@pytest.fixture(scope="module")
-def planted(planted_path):
-    with lc.LayerCache.open(planted_path) as cache:
-        yield cache
 
 
 def vectors(cache, split: str) -> np.ndarray:

@@ -16,7 +16,6 @@ import h5py
 import numpy as np
 import pytest
 from cli_support import assert_refused, invoke
-from conftest import tiny_builtin_cache
 from rich.console import Console
 
 import layercache as lc
@@ -35,6 +34,7 @@ sweep_module = importlib.import_module("layercache.heads.sweep")  # layercache.h
 SIGNAL = 1  # layer_1
 POOLED = ["last", "layer", "scalar"]  # the mixers that read the planted pooled vectors
 QUICK = {"epochs": 2, "patience": 0, "device": "cpu", "progress": False}
+PLANTED = ("sweep", 300)  # the planted cache of tests/heads/conftest.py: its name and examples per split
 
 
 def plant(path, seed: int = 0) -> None:
@@ -50,19 +50,6 @@ def plant(path, seed: int = 0) -> None:
                 x = rng.standard_normal((n, S, D))
                 x[:, SIGNAL] += 0.8 * directions[topic]
                 h["pooled/mean"][...] = x.astype(np.float16)
-
-
-@pytest.fixture(scope="module")
-def planted_path(tiny_models, tmp_path_factory):
-    path = tiny_builtin_cache(tiny_models, tmp_path_factory, "sweep", 300)
-    plant(path)
-    return path
-
-
-@pytest.fixture(scope="module")
-def planted(planted_path):
-    with lc.LayerCache.open(planted_path) as cache:
-        yield cache
 
 
 @pytest.fixture(scope="module")
