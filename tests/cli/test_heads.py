@@ -9,6 +9,8 @@ from cli_support import assert_refused, invoke
 
 import layercache as lc
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # torch on one thread, as in tests/heads
+
 
 @pytest.fixture
 def cache(tiny_models, tmp_path):
