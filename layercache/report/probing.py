@@ -27,7 +27,6 @@ Missing values (a score of an empty split, an expected layer without positive ga
 
 from __future__ import annotations
 
-import json
 import os
 import time
 import warnings
@@ -41,7 +40,7 @@ from sklearn.exceptions import ConvergenceWarning
 from ..core.version import __version__
 from ..depth import expected_layer, layer_similarity, prediction_depth
 from ..errors import CacheError, ConfigError
-from ..heads.runs import read_run
+from ..heads.run_files import RunFiles, find_runs
 from ..probes import CumulativeProbes, LinearProbes, OnlineCodeMDL
 from ..probes.selection import DEFAULT_MAX_TRAIN, check_max_train
 from ..store.reader import TEST_NAMES, VALIDATION_NAMES, LayerCache, using_cache
@@ -64,44 +63,6 @@ def default_eval_split(cache: LayerCache, asked: str | None = None) -> str | Non
     """The split a report scores on: ``asked`` (refused when the cache has no such split), else ``test`` when
     present, else the validation split, else None (then the probes' validation scores are reported)."""
     return cache.report_split(asked, names=TEST_NAMES + VALIDATION_NAMES, exclude="train")
-
-
-def find_runs(cache: LayerCache, extra: Iterable[str | os.PathLike] = ()) -> list[Path]:
-    """Run folders trained on ``cache``: those in ``<cache>.runs/`` and ``extra`` whose recorded cache has
-    the same backbone fingerprint and extraction settings (config hash). ``extra`` runs that do not match
-    are refused, naming the run."""
-    manifest = cache.manifest
-    found: list[Path] = []
-    beside = cache.path.parent / f"{cache.path.name}.runs"
-    candidates = sorted(p for p in beside.iterdir() if (p / "config.json").is_file()) if beside.is_dir() else []
-    for run in candidates:
-        config = _run_config(run)
-        if config is not None and _trained_on(config, manifest):
-            found.append(run)
-    for run in map(Path, extra):
-        config = _run_config(run)
-        if config is None:
-            raise ConfigError(f"{run} is not a run folder (no readable config.json); pass a folder written by "
-                              "layercache train-head.")
-        if not _trained_on(config, manifest):
-            raise ConfigError(f"The run {run} was trained on another cache than {cache.path} (a different "
-                              "backbone or extraction settings); pass runs of this cache.")
-        if run.resolve() not in {p.resolve() for p in found}:
-            found.append(run)
-    return found
-
-
-def _run_config(run: Path) -> dict | None:
-    try:
-        return json.loads((run / "config.json").read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def _trained_on(config: dict, manifest) -> bool:
-    recorded = config.get("cache") or {}
-    return (recorded.get("config_hash") == manifest.config_hash
-            and recorded.get("model_fingerprint") == manifest.model.fingerprint)
 
 
 def build_probe_report(cache: LayerCache, *, tasks: Sequence[str] | None = None, eval_split: str | None = None,
@@ -253,24 +214,18 @@ def _add_similarity(report: ProbeReport, cache: LayerCache, eval_split: str | No
 
 def _run_summary(run: Path) -> dict:
     """A run's mixer, test score and layer weights (with each weight vector's expected layer)."""
-    files = read_run(run)
-    metrics, weights = files.get("metrics", {}), files.get("layer_weights", {})
-    mixers = {k: v for k, v in (weights.get("mixers") or {}).items() if v is not None}
+    files = RunFiles.read(run)
+    weights = files.layer_weights
+    mixers = weights.mixers
     centres = {}
     for key, values in mixers.items():
         try:
             centres[key] = expected_layer(np.asarray(values, np.float64))
         except ConfigError:
             centres[key] = None
-    scores = {}
-    for task, values in (metrics.get("test") or metrics.get("validation") or {}).items():
-        primary = next((m for m in ("accuracy", "span_f1", "macro_f1", "pearson") if m in values), None)
-        if primary:
-            scores[task] = {"metric": primary, "value": values[primary]}
-    return {"path": str(run), "name": run.name, "mixer": metrics.get("mixer") or files.get("config", {}).get(
-        "params", {}).get("mixer"), "scores": scores, "scored_on": metrics.get("test_split") or "validation",
-        "layer_names": weights.get("layer_names"), "weights": mixers, "expected_layer": centres,
-        "usage": weights.get("usage") or {}}
+    return {"path": str(run), "name": run.name, "mixer": files.mixer, "scores": files.metrics.scores(),
+            "scored_on": files.metrics.scored_on, "layer_names": weights.layer_names, "weights": mixers,
+            "expected_layer": centres, "usage": weights.usage}
 
 
 def _add_token_depth(report: ProbeReport, cache: LayerCache, eval_split: str | None, act_run, run_paths: list[Path],
