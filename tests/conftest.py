@@ -1,4 +1,5 @@
-"""Shared fixtures: tiny random backbones, an isolated cache home, the shared real data."""
+"""Shared fixtures: tiny random backbones, an isolated cache home, the shared real data, and the caches, runs and
+report that the tests of a package and of its command (tests/cli) share."""
 
 from __future__ import annotations
 
@@ -87,3 +88,74 @@ def _torch_threads_restored():
     yield
     if torch.get_num_threads() != before:
         torch.set_num_threads(before)
+
+
+LIVE_SIZES = {"train": 32, "validation": 12}
+LIVE_OPTIONS = {"bert": {}, "bert-stride": {"max_length": 12, "stride": 4}, "gpt2": {"mean_skip_first": True}}
+"""live_caches' names and the extract options each was made with."""
+
+
+@pytest.fixture(scope="session")
+def records():
+    """The built-in task set at LIVE_SIZES, the records live_caches were extracted from."""
+    from layercache.sources.builtin import load_builtin
+
+    return load_builtin(sizes=LIVE_SIZES)
+
+
+@pytest.fixture(scope="session")
+def live_caches(tiny_models, tmp_path_factory):
+    """name -> cache path: the built-in tasks through the tiny BERT (plain, and windowed) and GPT-2.
+
+    Small batches: the cache's batch composition (and padding) differs from a live feed's."""
+    import layercache
+    import layercache.sources.builtin as builtin
+
+    root = tmp_path_factory.mktemp("bundle-caches")
+    original = builtin.load_builtin
+    out = {}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("LAYERCACHE_HOME", str(root / "home"))  # never touch the user's "latest cache"
+        mp.setattr(builtin, "load_builtin", lambda seed=0, sizes=None: original(seed, sizes or LIVE_SIZES))
+        for name, extra in LIVE_OPTIONS.items():
+            out[name] = layercache.extract(str(tiny_models[name.split("-")[0]]), "builtin", root / name,
+                                           progress=False, batch_size=6, **extra).path
+    return out
+
+
+LIVE_HEADS = {  # run name -> (mixer, task, options): a sequence, a token, a regression head, one reading every layer
+    "topic": ("last", "topic", {"layers": ["layer_1"]}),
+    "scope": ("last", "negation_scope", {"epochs": 2, "layers": ["layer_1"]}),
+    "intensity": ("last", "intensity", {"layers": ["layer_1"]}),
+    "sentiment": ("scalar", "sentiment", {"epochs": 2}),
+}
+
+
+@pytest.fixture(scope="session")
+def runs(live_caches, tmp_path_factory):
+    """cache name -> {run name: run folder}, every head of LIVE_HEADS trained on that cache."""
+    import layercache
+
+    root = tmp_path_factory.mktemp("bundle-runs")
+    out = {}
+    for cache_name, path in live_caches.items():
+        cache = layercache.LayerCache.open(path)
+        out[cache_name] = {}
+        for name, (mixer, task, options) in LIVE_HEADS.items():
+            head = layercache.LayerHead(mixer, tasks=[task], progress=False, batch_size=8, **options).fit(cache)
+            out[cache_name][name] = head.save(root / cache_name / name)
+    return out
+
+
+@pytest.fixture(scope="session")
+def report_cache(tiny_models, tmp_path_factory):
+    """The built-in task set (sequence, token and regression tasks) through the tiny BERT, 300 examples."""
+    return tiny_builtin_cache(tiny_models, tmp_path_factory, "report", limit=300)
+
+
+@pytest.fixture(scope="session")
+def built_report(report_cache):
+    """(report, paths) of ``probe_report`` on that cache, with a short act head trained for token depth."""
+    from layercache.report.probing import probe_report
+
+    return probe_report(report_cache, report_cache.parent / "report", act_epochs=2, progress=False)

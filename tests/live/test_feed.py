@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from conftest import LIVE_OPTIONS, LIVE_SIZES
 
 import layercache as lc
 from layercache.backbone.loader import load_backbone
@@ -15,15 +16,13 @@ from layercache.live.feed import LiveFeed
 from layercache.sources.builtin import load_builtin
 from layercache.store.feed import Feed
 
-from .conftest import CACHE_OPTIONS, SIZES
-
 TASKS = ["topic", "sentiment", "negation_scope", "intensity"]  # sequence, sequence, token, regression
 
 
 def live_and_cache(name, live_caches, tiny_models, records):
     """The cache ``name`` and the backbone that extracted it, loaded the way extraction loads it."""
     backbone = load_backbone(str(tiny_models[name.split("-")[0]]), device="cpu", words_input=True,
-                             max_length=CACHE_OPTIONS[name].get("max_length"))
+                             max_length=LIVE_OPTIONS[name].get("max_length"))
     cache = lc.LayerCache.open(live_caches[name])
     return cache, backbone
 
@@ -54,13 +53,13 @@ def test_live_batches_equal_cache_batches(live_caches, tiny_models, records, nam
         cached_feed = CacheFeed(cache, split, tasks=TASKS, batch_size=7)
         live = LiveFeed.matching_cache(cache, split, backbone, records, tasks=TASKS, batch_size=7,
                                        storage_dtype="float16" if fp16 else None)
-        assert live.n_examples == cached_feed.n_examples == SIZES[split]
+        assert live.n_examples == cached_feed.n_examples == LIVE_SIZES[split]
         np.testing.assert_array_equal(live.lengths, cached_feed.lengths)
         seen = []
         for cached in cached_feed.epoch(shuffle=False):
             assert_batches_equal(live.batch(cached.rows), cached, fp16)
             seen.extend(cached.rows)
-        assert sorted(seen) == list(range(SIZES[split]))
+        assert sorted(seen) == list(range(LIVE_SIZES[split]))
         # Gold labels and word counts in row order, as evaluation reads them.
         for task in TASKS:
             a, b = live.gold(task), cached_feed.gold(task)
@@ -68,7 +67,7 @@ def test_live_batches_equal_cache_batches(live_caches, tiny_models, records, nam
                 assert all(np.array_equal(x, y) for x, y in zip(a, b)) and len(a) == len(b)
             else:
                 np.testing.assert_array_equal(a, b)
-        rows = np.arange(SIZES[split])
+        rows = np.arange(LIVE_SIZES[split])
         np.testing.assert_array_equal(live.n_words(rows), cached_feed.n_words(rows))
     if name == "bert-stride":
         assert cache.manifest.splits["train"].n_windowed > 0  # the windowed path was exercised
@@ -156,4 +155,4 @@ def test_refuses_what_does_not_match(live_caches, tiny_models, records):
     with pytest.raises(ConfigError, match="no split"):
         LiveFeed(bert, records, "test")
     with pytest.raises(ConfigError, match="rows must lie"):
-        LiveFeed(bert, records, "train", rows=[SIZES["train"]])
+        LiveFeed(bert, records, "train", rows=[LIVE_SIZES["train"]])

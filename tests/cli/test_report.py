@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from cli_support import assert_refused, invoke
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # torch on one thread, as in tests/live and tests/report
 
 
 def test_probe_report_prints_the_summary_and_writes_both_files(report_cache, built_report, tmp_path):

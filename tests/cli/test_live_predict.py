@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from cli_support import assert_refused, invoke
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # torch on one thread, as in tests/live and tests/report
 
 TEXTS = ["the film was not good", "a fine day in the park"]
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
 from console_support import assert_readable, narrow
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # torch on one thread, as in tests/live and tests/report
 
 
 def test_verify_and_predictions_tables_at_80_columns(runs, live_caches):
