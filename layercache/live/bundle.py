@@ -40,7 +40,7 @@ from ..heads.persistence import CONFIG_FILE, WEIGHTS_FILE
 from ..heads.provenance import short_digest
 from ..store.batches import consecutive_starts, padded_positions
 from .forward import PartialForward
-from .head import LiveHead, text_settings
+from .head import LiveHead, recorded_cache, text_settings
 from .inputs import Input, as_records, encode_inputs
 from .outputs import bundle_folder, unwritable
 from .results import BundlePredictions, HeadPredictions
@@ -273,11 +273,13 @@ def _read_runs(runs: Sequence[RunPath]) -> tuple[list[tuple[str, RunPath, LayerH
         infos.append((run, head))
     first_run, first = infos[0]
     max_length, stride = text_settings(first)
+    trained_on = recorded_cache(first)
     for run, head in infos[1:]:
-        if head.cache_info_["model_fingerprint"] != first.cache_info_["model_fingerprint"]:
+        recorded = recorded_cache(head)
+        if recorded.model_fingerprint != trained_on.model_fingerprint:
             raise CacheMismatchError(
-                f"The run {run} was trained on another backbone ({head.cache_info_['model']!r}) than {first_run} "
-                f"({first.cache_info_['model']!r}); bundle only runs trained on caches of one backbone.")
+                f"The run {run} was trained on another backbone ({recorded.model!r}) than {first_run} "
+                f"({trained_on.model!r}); bundle only runs trained on caches of one backbone.")
         if text_settings(head) != (max_length, stride):
             raise ConfigError(
                 f"The run {run} was trained on texts cut at max length {text_settings(head)[0]} with stride "
@@ -285,16 +287,17 @@ def _read_runs(runs: Sequence[RunPath]) -> tuple[list[tuple[str, RunPath, LayerH
                 "cannot serve both, so bundle runs whose caches were extracted with the same --max-length and "
                 "--stride.")
     words = any(t.kind == "token" for _, head in infos for t in head.tasks_)
-    return named, {"model": first.cache_info_["model"], "max_length": max_length, "stride": stride, "words": words}
+    return named, {"model": trained_on.model, "max_length": max_length, "stride": stride, "words": words}
 
 
 def _check_fingerprints(backbone: Backbone, live: LiveHead) -> None:
     """Refuse a head trained on another backbone's (or tokenizer's) states, naming the run and the fix."""
-    info = live.head.cache_info_
+    info = recorded_cache(live.head)
     for key, mine, what in (("model_fingerprint", backbone.fingerprint, "weights"),
                             ("tokenizer_fingerprint", backbone.tokenizer_fingerprint, "tokenizer")):
-        if info[key] != mine:
+        recorded = getattr(info, key)
+        if recorded != mine:
             raise CacheMismatchError(
-                f"The run {live.name!r} was trained on {info['model']!r} ({key} {short_digest(info[key])}), but the "
+                f"The run {live.name!r} was trained on {info.model!r} ({key} {short_digest(recorded)}), but the "
                 f"backbone {backbone.name!r} has different {what} ({short_digest(mine)}); load the backbone the run "
                 "was trained with, or train the head on a cache of this one.")

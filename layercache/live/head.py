@@ -24,6 +24,7 @@ from ..errors import ConfigError
 from ..extraction.forward import pool
 from ..heads.estimator import LayerHead
 from ..heads.evaluation import word_labels
+from ..heads.run_files import RecordedCache
 from ..store.batches import PaddedPositions
 from ..store.dtypes import STORAGE_DTYPES
 from ..store.feature_source import parse_source
@@ -77,7 +78,7 @@ class LiveHead:
     @property
     def storage_dtype(self) -> str:
         """The dtype the training cache stored states in (the head learned from those values)."""
-        return self.head.cache_info_.get("storage_dtype") or "float32"
+        return recorded_cache(self.head).storage_dtype or "float32"
 
     @torch.no_grad()
     def predict(self, flat: torch.Tensor, lengths: torch.Tensor, at: PaddedPositions,
@@ -117,21 +118,26 @@ class LiveHead:
         return result
 
 
+def recorded_cache(head: LayerHead) -> RecordedCache:
+    """The identity of the cache ``head`` was trained on, as its run's config records it (a typed section)."""
+    return RecordedCache.from_json(head.cache_info_)
+
+
 def text_settings(head: LayerHead) -> tuple[int | None, int | None]:
     """(maximum length, stride) of the head's training cache: from the run, else from the cache's manifest.
 
     Runs record both since the live bundle; an older run's are read from its training cache when that
     is still where the run says, else unknown (``None``: the backbone's limit, truncation).
     """
-    info = head.cache_info_
-    if "max_length" in info:
-        return info["max_length"], info.get("stride")
+    info = recorded_cache(head)
+    if info.records_text_settings:
+        return info.max_length, info.stride
     where = head.data_.get("cache")
     if where:
         try:
             manifest = LayerCache.open(where).manifest
         except Exception:  # noqa: BLE001 - any unreadable cache just means "unknown"
             return None, None
-        if manifest.model.fingerprint == info.get("model_fingerprint"):
+        if manifest.model.fingerprint == info.model_fingerprint:
             return manifest.tokenizer.max_length, manifest.tokenizer.stride
     return None, None

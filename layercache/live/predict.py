@@ -25,6 +25,7 @@ from pathlib import Path
 
 from ..core.confine import NAME_MAX, kind_of
 from ..errors import ConfigError
+from ..heads.run_folder import CONFIG_FILE, WEIGHTS_FILE
 from ..progress import counting_progress
 from .bundle import LiveBundle
 from .inputs import Input, read_inputs
@@ -33,7 +34,7 @@ from .results import BundlePredictions
 
 PATH_MAX = 4096
 """Longest path, in bytes, Linux resolves; a longer argument is a text without asking the disk."""
-RUN_FILES = ("config.json", "weights.safetensors")
+RUN_FILES = (CONFIG_FILE, WEIGHTS_FILE)
 
 
 def _lstat(arg: str | os.PathLike) -> os.stat_result | None:
