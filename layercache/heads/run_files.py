@@ -80,10 +80,25 @@ class RecordedCache:
 
 
 @dataclass(frozen=True)
-class RunConfig:
-    """A run's ``config.json``: the head's parameters, the states it read and the cache it was trained on."""
+class JsonSection:
+    """One JSON file of a run, kept as read (``raw``) and given back unchanged: the writers own the format."""
 
     raw: dict = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_json(cls, data: Any):
+        """Read the file's object as written (anything but an object reads as empty)."""
+        return cls(raw=dict(data) if isinstance(data, Mapping) else {})
+
+    def to_json(self) -> dict:
+        """The object exactly as it was read."""
+        return dict(self.raw)
+
+
+@dataclass(frozen=True)
+class RunConfig(JsonSection):
+    """A run's ``config.json``: the head's parameters, the states it read and the cache it was trained on."""
+
     cache: RecordedCache = field(default_factory=RecordedCache)
 
     @classmethod
@@ -91,10 +106,6 @@ class RunConfig:
         """Read a config as written (unchecked: :func:`~.persistence.read_run_config` checks what loading needs)."""
         data = dict(data) if isinstance(data, Mapping) else {}
         return cls(raw=data, cache=RecordedCache.from_json(data.get("cache")))
-
-    def to_json(self) -> dict:
-        """The config exactly as it was read."""
-        return dict(self.raw)
 
     @property
     def mixer(self) -> str | None:
@@ -112,19 +123,9 @@ class RunConfig:
 
 
 @dataclass(frozen=True)
-class RunMetrics:
+class RunMetrics(JsonSection):
     """A run's ``metrics.json``: its scores on validation (and a test split), and how it chose its epoch."""
 
-    raw: dict = field(default_factory=dict, repr=False)
-
-    @classmethod
-    def from_json(cls, data: Any) -> "RunMetrics":
-        """Read the metrics as written."""
-        return cls(raw=dict(data) if isinstance(data, Mapping) else {})
-
-    def to_json(self) -> dict:
-        """The metrics exactly as they were read."""
-        return dict(self.raw)
 
     @property
     def mixer(self) -> str | None:
@@ -166,19 +167,9 @@ def reported_metric(values: Mapping) -> str | None:
 
 
 @dataclass(frozen=True)
-class LayerWeights:
+class LayerWeights(JsonSection):
     """A run's ``layer_weights.json``: each mixer's weight per state, and per-token or per-example usage."""
 
-    raw: dict = field(default_factory=dict, repr=False)
-
-    @classmethod
-    def from_json(cls, data: Any) -> "LayerWeights":
-        """Read the layer weights as written."""
-        return cls(raw=dict(data) if isinstance(data, Mapping) else {})
-
-    def to_json(self) -> dict:
-        """The layer weights exactly as they were read."""
-        return dict(self.raw)
 
     @property
     def layer_names(self) -> list[str] | None:

@@ -47,24 +47,8 @@ from typing import Mapping
 
 from ..core.checksum import json_sha256
 from ..errors import ConfigError, DatasetError
-from .builtin_grammar import MAX_WORDS, Example, draw_sentence
-from .builtin_lexicon import (
-    COPULAS,
-    CUES,
-    DESCRIPTIVE,
-    DO,
-    GENERIC_VERBS,
-    INTENSIFIERS,
-    KINDS,
-    LINKING_VERBS,
-    NEGATIVE,
-    NO,
-    PEOPLE,
-    PLACES,
-    POSITIVE,
-    PREPOSITIONS,
-    TOPICS,
-)
+from .builtin_grammar import MAX_WORDS, Example, builtin_vocabulary, draw_sentence
+from .builtin_lexicon import TOPICS
 from .records import DatasetRecords, LabelTask, SplitRecords
 
 __all__ = ["BUILTIN_NAME", "BUILTIN_VERSION", "DEFAULT_SIZES", "MAX_WORDS", "TASKS", "TOPICS", "load_builtin",
@@ -115,19 +99,6 @@ def load_builtin(seed: int = 0, sizes: dict[str, int] | None = None) -> DatasetR
         columns=["words", *task_names],
         text_columns=["words"],
     )
-
-
-def builtin_vocabulary() -> list[str]:
-    """Every word the grammar can emit, sorted and lower-case (for building tiny test tokenizers)."""
-    words = {"the", "that", "but", "did", "it", "they", NO, *DESCRIPTIVE, *PREPOSITIONS, *DO, *POSITIVE,
-             *NEGATIVE, *INTENSIFIERS}
-    pair_lists = [PLACES, PEOPLE, GENERIC_VERBS, COPULAS, LINKING_VERBS, CUES]
-    for nouns, verbs in KINDS.values():
-        pair_lists += [nouns, verbs]
-    for pairs in pair_lists:
-        for pair in pairs:
-            words.update(pair)
-    return sorted(words)
 
 
 def describe_builtin_tasks() -> dict[str, str]:

@@ -208,3 +208,16 @@ def _verb_group(rng: random.Random, clause: _Clause, plural: bool, cue: tuple[st
         clause.say(DO[plural]).cue("not").say(base)
     else:
         clause.cue(*cue).say(base if plural else singular)
+
+
+def builtin_vocabulary() -> list[str]:
+    """Every word the grammar can emit, sorted and lower-case (for building tiny test tokenizers)."""
+    words = {"the", "that", "but", "did", "it", "they", NO, *DESCRIPTIVE, *PREPOSITIONS, *DO, *POSITIVE,
+             *NEGATIVE, *INTENSIFIERS}
+    pair_lists = [PLACES, PEOPLE, GENERIC_VERBS, COPULAS, LINKING_VERBS, CUES]
+    for nouns, verbs in KINDS.values():
+        pair_lists += [nouns, verbs]
+    for pairs in pair_lists:
+        for pair in pairs:
+            words.update(pair)
+    return sorted(words)
