@@ -56,9 +56,13 @@ def parse_duration(value: str | float, what: str = "duration") -> float:
 
 def human_seconds(seconds: float) -> str:
     """``0.42`` -> ``0.42 s``, ``75`` -> ``1 min 15 s``, ``3600`` -> ``1 h``: for messages and tables."""
-    if seconds < 10:
-        return f"{seconds:.2g} s" if seconds < 1 else f"{seconds:.1f} s"
-    if seconds < 60:
+    # Each branch is chosen by the value as it will be printed: 9.99999 (a sum of float clock readings that
+    # should be 10) prints as ``10 s``, not ``10.0 s``, and 59.7 as ``1 min``, not ``60 s``.
+    if seconds < 0.995:
+        return f"{seconds:.2g} s"
+    if seconds < 9.95:
+        return f"{seconds:.1f} s"
+    if seconds < 59.5:
         return f"{seconds:.0f} s"
     minutes, secs = divmod(round(seconds), 60)
     if minutes < 60:
