@@ -38,6 +38,7 @@ class ACTMix(LayerMixer):
 
     name: ClassVar[str] = "act"
     input_dependent: ClassVar[bool] = True
+    per_token_depth: ClassVar[bool] = True
     #: The price of depth, Graves' τ (default 1e-3), ten times lower and higher.
     sweep_options: ClassVar[tuple[dict, ...]] = ({"ponder_weight": 1e-4}, {"ponder_weight": 1e-2})
     usage_labels: ClassVar[dict[str, str]] = {"mean_depth": "mean depth N+R per token"}

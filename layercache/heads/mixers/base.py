@@ -106,6 +106,10 @@ class LayerMixer(nn.Module):
     #: over them: a width and a temperature below and above the default, where the mixer has them
     #: (:mod:`layercache.heads.sweep`). Empty: the defaults only.
     sweep_options: ClassVar[tuple[dict, ...]] = ()
+    #: True for mixers that decide per token how many states it reads (adaptive computation time): a
+    #: trained head's per-token depth (:mod:`layercache.heads.token_usage`), which the probe report breaks
+    #: down by token category. The report finds such mixers in the registry, never by name.
+    per_token_depth: ClassVar[bool] = False
 
     def __init__(self, n_states: int, dim: int) -> None:
         super().__init__()

@@ -40,6 +40,11 @@ def usage_labels() -> dict[str, str]:
     return {key: label for cls in MIXERS.values() for key, label in cls.usage_labels.items()}
 
 
+def per_token_depth_mixers() -> list[str]:
+    """The mixers whose heads have a per-token depth (:attr:`LayerMixer.per_token_depth`), in registry order."""
+    return [name for name, cls in MIXERS.items() if cls.per_token_depth]
+
+
 def _spec_help() -> str:
     """The known specs, comma-separated, for error messages."""
     return ", ".join(mixer_spec_forms())
