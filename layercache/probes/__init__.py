@@ -10,6 +10,7 @@
 This package reads caches only (``layercache.store``): it never loads a backbone.
 """
 
+from .base import Probe
 from .control import ControlTask
 from .cumulative import CumulativeProbes
 from .linear import LinearProbes
@@ -17,5 +18,5 @@ from .mdl import OnlineCodeMDL
 from .registry import PROBES, probe_class
 from .selectivity import Selectivity, selectivity
 
-__all__ = ["LinearProbes", "CumulativeProbes", "OnlineCodeMDL", "ControlTask", "Selectivity", "selectivity",
+__all__ = ["Probe", "LinearProbes", "CumulativeProbes", "OnlineCodeMDL", "ControlTask", "Selectivity", "selectivity",
            "PROBES", "probe_class"]

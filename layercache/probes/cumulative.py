@@ -33,32 +33,23 @@ from collections.abc import Sequence
 
 import numpy as np
 import torch
-from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 from torch.nn import functional as F
 
 from ..errors import CacheError, ConfigError
 from ..store.reader import LayerCache
-from .features import (
-    ProbeInputs,
-    check_solver_params,
-    read_inputs,
-    read_train_val,
-    resolve_source,
-    resolve_task,
-    standardise,
-    take_rows,
-)
+from .base import Probe
+from .features import ProbeInputs, read_inputs, read_train_val, resolve_task, standardise, take_rows
 from .linear import DEFAULT_C_GRID, LinearProbes
 from .registry import register_probe
-from .selection import DEFAULT_MAX_TRAIN, check_max_train, sample_rows, validation_loss
+from .selection import DEFAULT_MAX_TRAIN, sample_rows, validation_loss
 
 START_WEIGHT = 0.9
 """Share of a prefix's starting mix on its best single layer (the rest spread over the others)."""
 
 
 @register_probe("cumulative")
-class CumulativeProbes(BaseEstimator):
+class CumulativeProbes(Probe):
     """A probe on the learned scalar mix of layers ``0..l`` for every ``l`` (Tenney et al.'s cumulative scoring).
 
     Args:
@@ -108,13 +99,9 @@ class CumulativeProbes(BaseEstimator):
         start from (the probe report passes its own); by default they are fitted here first.
         """
         t0 = time.perf_counter()
-        self._check_params()
-        spec = resolve_task(cache, self.task)
-        source = resolve_source(cache, spec, self.source)
-        index = cache.layer_index(self.layers)
-        names = [cache.layer_names[i] for i in index]
-        if val_split is None:
-            val_split = cache.validation_split(exclude=split)
+        self._check_common(tol=1e-4)
+        setup = self._setup(cache, split, val_split)
+        spec, source, index, names, val_split = setup.spec, setup.source, setup.index, setup.names, setup.val_split
         if probes is None:
             probes = LinearProbes(task=spec.name, C_grid=self.C_grid, source=source, seed=self.seed,
                                   layers=names, val_fraction=self.val_fraction,
@@ -144,7 +131,7 @@ class CumulativeProbes(BaseEstimator):
         Integer ``y`` is a classification task (classes: its distinct values); floating ``y`` a regression.
         """
         t0 = time.perf_counter()
-        self._check_params()
+        self._check_common(tol=1e-4)
         X, X_val = np.asarray(X), np.asarray(X_val)
         y, y_val = np.asarray(y), np.asarray(y_val)
         if X.ndim != 3 or X_val.ndim != 3 or X.shape[1:] != X_val.shape[1:]:
@@ -194,12 +181,6 @@ class CumulativeProbes(BaseEstimator):
         return self._predict(X), np.asarray(y)
 
     # --- internals --------------------------------------------------------------------
-    def _check_params(self) -> None:
-        check_solver_params(self.C_grid, self.max_iter, self.seed, 1e-4)
-        if not 0 < self.val_fraction < 1:
-            raise ConfigError(f"val_fraction must be in (0, 1), got {self.val_fraction!r}.")
-        check_max_train(self.max_train)
-
     def _read(self, cache: LayerCache, split: str) -> tuple[np.ndarray, np.ndarray]:
         check_is_fitted(self, "coef_")
         if self.task_ is None:

@@ -16,7 +16,9 @@ target) are left out.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 import numpy as np
@@ -135,6 +137,9 @@ def read_parts(cache: LayerCache, split: str, spec: LabelTask, source: str, inde
     cache.require_split(split)
     row_sets = [np.asarray(r, np.int64) for r in row_sets]
     if spec.kind == "token":
+        shared = _SHARED.get()
+        if shared is not None:
+            return shared.parts(cache, split, spec, index, row_sets, want_types)
         return _read_words(cache, split, spec, index, row_sets, want_types)
     labels = np.asarray(split_labels(cache, split, spec))
     parsed = require_source(cache, source)
@@ -235,6 +240,51 @@ def _read_words(cache: LayerCache, split: str, spec: LabelTask, index: list[int]
                     part.X[li, a:b] = block[positions[a:b] - offset]
             offset = end
     return [part for _, part in parts]
+
+
+class SharedWordFeatures:
+    """Word features of whole splits, read once and handed out, as copies, to every probe that asks.
+
+    A part of a split (a training part, a validation slice) is the words of its rows, taken from the
+    whole split's words in cache order: the same values, labels, rows and types as reading the part
+    itself. Each probe gets its own copy (probes standardise their features in place).
+    """
+
+    def __init__(self) -> None:
+        self._splits: dict[tuple, ProbeInputs] = {}
+
+    def parts(self, cache: LayerCache, split: str, spec: LabelTask, index: list[int], row_sets: list[np.ndarray],
+              want_types: bool) -> list[ProbeInputs]:
+        """What :func:`_read_words` gives for ``row_sets``, from the split's words read (with their types) once."""
+        key = (id(cache), str(cache.path), split, spec.name, tuple(index))
+        every = self._splits.get(key)
+        if every is None:
+            every = _read_words(cache, split, spec, index, [np.arange(cache.num_examples(split))], True)[0]
+            self._splits[key] = every
+        out = []
+        for rows in row_sets:
+            pick = np.flatnonzero(np.isin(every.rows, rows))  # the rows' words, in cache order
+            types = [every.types[i] for i in pick] if want_types else None
+            out.append(ProbeInputs(np.ascontiguousarray(every.X[:, pick]), every.y[pick], every.rows[pick], types))
+        return out
+
+
+_SHARED: ContextVar[SharedWordFeatures | None] = ContextVar("shared_word_features", default=None)
+
+
+@contextmanager
+def sharing_word_features() -> Iterator[SharedWordFeatures]:
+    """Within the block, every probe reads a token task's word features of a split once, not once per probe.
+
+    The probe report wraps each task in it (the word states of a large token split take seconds to
+    gather); the scores are the same as without it. The features are freed when the block ends.
+    """
+    shared = SharedWordFeatures()
+    token = _SHARED.set(shared)
+    try:
+        yield shared
+    finally:
+        _SHARED.reset(token)
 
 
 def layer_moments(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -21,7 +21,6 @@ from collections.abc import Sequence
 
 import numpy as np
 import torch
-from sklearn.base import BaseEstimator
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.validation import check_is_fitted
 
@@ -29,22 +28,21 @@ from ..core.holdout import stratified_holdout
 from ..errors import CacheError, ConfigError
 from ..solvers import fit_logistic, fit_ridge, outputs_to_predictions
 from ..store.reader import LayerCache
+from .base import Probe
 from .control import ControlTask
 from .features import (
     ProbeInputs,
-    check_solver_params,
     input_moments,
     layer_moments,
     read_inputs,
     read_train_val,
-    resolve_source,
     resolve_task,
     standardise,
     take_rows,
     usable_scale,
 )
 from .registry import register_probe
-from .selection import DEFAULT_MAX_TRAIN, check_max_train, choose_c, sample_rows, validation_loss
+from .selection import DEFAULT_MAX_TRAIN, choose_c, sample_rows, validation_loss
 
 DEFAULT_C_GRID = (0.001, 0.01, 0.1, 1.0)
 """Inverse L2 strengths tried per layer. No ``C = 10``: its weakly regularised fits stop at ``tol`` least
@@ -53,7 +51,7 @@ on 1 or 2 (prediction depth 0.845 against 0.878); ``0.001`` is what layers at ch
 
 
 @register_probe("linear")
-class LinearProbes(BaseEstimator):
+class LinearProbes(Probe):
     """A linear probe on every layer of a cache, with its L2 strength chosen per layer.
 
     Args:
@@ -128,12 +126,9 @@ class LinearProbes(BaseEstimator):
         """Fit every layer's probe on ``split``; choose ``C`` on ``val_split``, the cache's validation
         split, or a seeded slice of ``split``."""
         t0 = time.perf_counter()
-        Cs = self._check_params()
-        spec = resolve_task(cache, self.task)
-        source = resolve_source(cache, spec, self.source)
-        index = cache.layer_index(self.layers)
-        if val_split is None:
-            val_split = cache.validation_split(exclude=split)
+        Cs = self._check_common()
+        setup = self._setup(cache, split, val_split)
+        spec, source, index, val_split = setup.spec, setup.source, setup.index, setup.val_split
         want_types = bool(self.control) and spec.kind == "token"
         train, val, self.validation_ = read_train_val(cache, spec, source, index, split, val_split,
                                                       self.val_fraction, self.seed, want_types=want_types)
@@ -150,7 +145,7 @@ class LinearProbes(BaseEstimator):
                                  "probe a split that has labels.")
         mean, scale = input_moments(cache, split, spec, source, index, train.X)
         self.task_, self.source_ = spec.name, source
-        self.layer_names_ = [cache.layer_names[i] for i in index]
+        self.layer_names_ = setup.names
         self.cache_identity_ = _identity(cache)
         kind = "regression" if spec.kind == "regression" else "classification"
         classes = None if kind == "regression" else np.arange(spec.num_classes)
@@ -191,7 +186,7 @@ class LinearProbes(BaseEstimator):
         task pass control labels (:class:`~.control.ControlTask`) as ``y``.
         """
         t0 = time.perf_counter()
-        Cs = self._check_params()
+        Cs = self._check_common()
         X, y = _check_arrays(X, y, "X", "y")
         self.n_train_available_ = len(y)
         kind = "regression" if y.dtype.kind == "f" else "classification"
@@ -244,13 +239,6 @@ class LinearProbes(BaseEstimator):
         return np.asarray([float(np.mean(p == y)) for p in pred])
 
     # --- internals --------------------------------------------------------------------
-    def _check_params(self) -> np.ndarray:
-        Cs = check_solver_params(self.C_grid, self.max_iter, self.seed, self.tol)
-        if not 0 < self.val_fraction < 1:
-            raise ConfigError(f"val_fraction must be in (0, 1), got {self.val_fraction!r}.")
-        check_max_train(self.max_train)
-        return Cs
-
     def _fit_standardised(self, train: ProbeInputs, val: ProbeInputs, mean: np.ndarray, scale: np.ndarray,
                           Cs: np.ndarray, kind: str, classes: np.ndarray | None, split: str | None,
                           val_split: str | None) -> None:

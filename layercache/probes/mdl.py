@@ -29,31 +29,23 @@ from collections.abc import Sequence
 
 import numpy as np
 import torch
-from sklearn.base import BaseEstimator
 from sklearn.exceptions import ConvergenceWarning
 
 from ..errors import CacheError, ConfigError
 from ..solvers import LinearFit, fit_logistic, linear_outputs
 from ..store.reader import LayerCache
-from .features import (
-    check_solver_params,
-    input_moments,
-    layer_moments,
-    read_inputs,
-    resolve_source,
-    resolve_task,
-    standardise,
-)
+from .base import Probe
+from .features import check_solver_params, input_moments, layer_moments, read_inputs, standardise
 from .linear import DEFAULT_C_GRID
 from .registry import register_probe
-from .selection import DEFAULT_MAX_TRAIN, check_max_train, cross_entropy_nats, sample_rows
+from .selection import DEFAULT_MAX_TRAIN, cross_entropy_nats, sample_rows
 
 DEFAULT_PORTIONS = (0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.0625, 0.125, 0.25, 0.5, 1.0)
 """Block ends as fractions of the training data: Voita & Titov's 0.1, 0.2, ..., 50, 100 %."""
 
 
 @register_probe("mdl")
-class OnlineCodeMDL(BaseEstimator):
+class OnlineCodeMDL(Probe):
     """Online codelength of a classification task's labels given each layer's states.
 
     Args:
@@ -108,6 +100,8 @@ class OnlineCodeMDL(BaseEstimator):
     and it is small next to the total once ``N`` is in the thousands.
     """
 
+    classification_only = True
+
     def __init__(self, task: str | None = None, source: str = "auto", portions: Sequence[float] = DEFAULT_PORTIONS,
                  C_grid: Sequence[float] = DEFAULT_C_GRID, selection_fraction: float = 0.1, max_iter: int = 500,
                  seed: int = 0, layers=None, tol: float = 1e-4, max_train: int | None = DEFAULT_MAX_TRAIN) -> None:
@@ -126,13 +120,12 @@ class OnlineCodeMDL(BaseEstimator):
         """Measure every layer's online codelength of the task's labels on ``split``."""
         t0 = time.perf_counter()
         portions = self._check_params()
-        spec = resolve_task(cache, self.task)
+        setup = self._setup(cache, split)
+        spec, source, index = setup.spec, setup.source, setup.index
         if spec.kind == "regression":
             raise ConfigError(f"Task {spec.name!r} is a regression, but the online code measures the labels of a "
                               "classification task; choose a sequence or token task with classes (or use "
                               "LinearProbes for a regression).")
-        source = resolve_source(cache, spec, self.source)
-        index = cache.layer_index(self.layers)
         cache.require_split(split)
         inputs = read_inputs(cache, split, spec, source, index)
         if len(inputs.y) == 0:
@@ -140,7 +133,7 @@ class OnlineCodeMDL(BaseEstimator):
                              "measure a split that has labels.")
         mean, scale = input_moments(cache, split, spec, source, index, inputs.X)
         self.task_, self.source_ = spec.name, source
-        self.layer_names_ = [cache.layer_names[i] for i in index]
+        self.layer_names_ = setup.names
         self.classes_ = np.arange(spec.num_classes)
         X = standardise(inputs.X, mean, scale, self.layer_names_, split)
         self._fit_standardised(X, np.asarray(inputs.y, np.int64), spec.num_classes, portions)
@@ -196,10 +189,9 @@ class OnlineCodeMDL(BaseEstimator):
         if (len(portions) == 0 or not np.all((portions > 0) & (portions <= 1)) or portions[-1] != 1.0
                 or np.any(np.diff(portions) <= 0)):
             raise ConfigError(f"portions must be increasing fractions in (0, 1] ending at 1.0, got {self.portions!r}.")
-        check_solver_params(self.C_grid, self.max_iter, self.seed, self.tol)
         if not (isinstance(self.selection_fraction, (int, float)) and 0 < self.selection_fraction < 1):
             raise ConfigError(f"selection_fraction must be in (0, 1), got {self.selection_fraction!r}.")
-        check_max_train(self.max_train)
+        self._check_common()
         return portions
 
     def _fit_standardised(self, X: np.ndarray, y: np.ndarray, n_classes: int, portions: np.ndarray) -> None:
