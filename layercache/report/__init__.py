@@ -4,7 +4,11 @@
     report, paths = probe_report(cache, "runs/report")     # report.json + a self-contained report.html
     ProbeReport.load(paths.json) == report
 
-Importing this package stays light (no torch): :func:`probe_report` loads the probes when called.
+The probe report has three parts, imported one way: the data model (:mod:`.model`), the orchestration
+that computes it (:mod:`.probing`, :mod:`.probe_parts`, :mod:`.cumulative_gains`), and the renderers
+that only read the data model (:mod:`.html`, :mod:`.figures`, :mod:`.summary`, :mod:`.tables`;
+:mod:`.saving` writes the files). Importing this package stays light (no torch): :func:`probe_report`
+loads the probes when called.
 """
 
 from __future__ import annotations
@@ -12,14 +16,19 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .probing import ProbeReport, probe_report
+    from .model import ProbeReport
+    from .probing import probe_report
 
 __all__ = ["ProbeReport", "probe_report"]
 
 
 def __getattr__(name: str):
-    if name in __all__:
-        from . import probing as module
+    if name == "ProbeReport":
+        from .model import ProbeReport
 
-        return getattr(module, name)
+        return ProbeReport
+    if name == "probe_report":
+        from .probing import probe_report
+
+        return probe_report
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

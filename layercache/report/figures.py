@@ -1,6 +1,6 @@
 """The probing report's figures, drawn with matplotlib from the report's JSON data alone.
 
-Each ``figure_*`` function takes a :class:`~.probe_report.ProbeReport` and returns a matplotlib
+Each ``figure_*`` function takes a :class:`~.model.ProbeReport` and returns a matplotlib
 figure, or ``None`` when the report lacks that part (a regression-only cache has no MDL, an
 encoder no logit lens). :func:`report_figures` lists them in the order the report shows them,
 with a title and a caption that says how to read each.
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..core.plotting import pyplot
-from .probing import ProbeReport
+from .model import ProbeReport
 
 COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2")
 
@@ -312,7 +312,8 @@ def _nonempty_families(token_depth: dict) -> list[tuple[str, list[dict]]]:
 
 
 def figure_token_depth(report: ProbeReport):
-    """Per-token act depth: its histogram, and its mean by token category (one panel per family).
+    """Per-token depth of a head whose mixer has one (``act``): its histogram, and its mean by token category
+    (one panel per family).
 
     The panels wrap three to a row, each row as tall as its longest list of categories, so that a
     family with many categories (CoNLL-2003's 45 POS tags) keeps readable labels.
@@ -336,7 +337,7 @@ def figure_token_depth(report: ProbeReport):
            edgecolor="white")
     ax.set_xlabel("depth N + R (layers)")
     ax.set_ylabel("share of tokens")
-    ax.set_title(f"act depth, mean {td['mean']:.2f}", fontsize=9)
+    ax.set_title(f"{td.get('mixer', 'act')} depth, mean {td['mean']:.2f}", fontsize=9)
     for i, (family, rows) in enumerate(families, start=1):
         ax = panels[i]
         labels = [r["category"] for r in rows]

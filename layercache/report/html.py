@@ -2,7 +2,7 @@
 
 The page opens from disk in any browser, attaches to an e-mail, and renders the same offline: the
 style sheet is inline, each figure is a ``data:image/png;base64`` image with alt text, and nothing
-is fetched. Every value shown comes from the report's JSON (:class:`~.probe_report.ProbeReport`).
+is fetched. Every value shown comes from the report's JSON (:class:`~.model.ProbeReport`).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import html
 import numpy as np
 
 from .figures import report_figures
-from .probing import ProbeReport
+from .model import ProbeReport
 from .summary import summary_rows
 
 STYLE = """
@@ -70,7 +70,8 @@ def _table(header: list[str], rows: list[list[str]], text_columns: int = 1, best
 
 
 def _layer_table(report: ProbeReport, task: str, t: dict) -> str:
-    """One row per layer: validation and evaluation scores, control, selectivity, MDL, cumulative score."""
+    """One row per layer: validation and evaluation scores, control, selectivity, MDL, cumulative score, and a
+    column per other registered probe (the task's ``per_layer`` entries)."""
     names = report.layer_names
     columns: list[tuple[str, list]] = [("validation", t["probe"]["validation"])]
     if t["probe"].get("eval") is not None:
@@ -86,6 +87,9 @@ def _layer_table(report: ProbeReport, task: str, t: dict) -> str:
     if "cumulative" in t:
         columns.append(("mix 0..l", t["cumulative"]["scores"]))
         columns.append(("gain", t["cumulative"]["gains"]))
+    for name, part in (t.get("per_layer") or {}).items():  # every other registered probe: one column
+        columns.append((f"{name} ({part['metric']})", part["eval"] if part.get("eval") is not None
+                        else part["validation"]))
     rows = [[_e(name)] + [_strength(values[i]) if label == "C" else _num(values[i]) for label, values in columns]
             for i, name in enumerate(names)]
     best = {(t["probe"]["best_index"], 1): True}
@@ -99,7 +103,7 @@ def _runs_table(report: ProbeReport) -> str:
         centres = ", ".join(f"{_num(v, 2)}" if key == "shared" else f"{key} {_num(v, 2)}"
                             for key, v in run["expected_layer"].items())
         name = _e(run["name"])
-        if run.get("about"):  # the report's own quick act head: its scores are not a converged head's
+        if run.get("about"):  # the report's own quick per-token-depth head: its scores are not a converged head's
             name += f' <span class="about">({_e(run["about"])})</span>'
         rows.append([name, _e(run["mixer"]), _e(run["scored_on"]), scores or "–", centres or "–",
                      f'<span class="meta">{_e(run["path"])}</span>'])
@@ -108,7 +112,8 @@ def _runs_table(report: ProbeReport) -> str:
 
 def _token_depth_tables(report: ProbeReport) -> str:
     td = report.token_depth
-    parts = [f"<p>From the act run <code>{_e(td['run'])}</code> on split <b>{_e(td['split'])}</b>: "
+    mixer = _e(td.get("mixer", "act"))
+    parts = [f"<p>From the {mixer} run <code>{_e(td['run'])}</code> on split <b>{_e(td['split'])}</b>: "
              f"{td['n_tokens']:,} tokens, mean depth {td['mean']:.2f}.</p>"]
     for family, rows in td["by_category"]["families"].items():
         parts.append(f"<h3>{_e(family)}</h3>")

@@ -1,10 +1,15 @@
-"""The probing report of a cache: which layer knows what, and how deep examples and tokens need to go.
+"""The probing report of a cache, computed: which layer knows what, and how deep examples and tokens need to go.
 
-    report = build_probe_report(cache)               # every analysis, from the cache alone
-    paths = report.save("runs/demo-cache.report")    # report.json + a self-contained report.html
-    ProbeReport.load(paths.json) == report           # the JSON is the report
+    report = build_probe_report(cache)                    # every analysis, from the cache alone
+    paths = save_report(report, "runs/demo-cache.report")  # report.json + a self-contained report.html
+    ProbeReport.load(paths.json) == report                # the JSON is the report
 
-For every label task of the cache (on the evaluation split: ``test`` when there is one):
+This module is the report's orchestration: it fills the data model (:mod:`.model`) and hands it to
+the renderers (:mod:`.saving`), which never import it back.
+
+For every label task of the cache (on the evaluation split: ``test`` when there is one), every
+registered probe (:mod:`.probe_parts`; a probe added to ``layercache/probes/`` shows up under
+``per_layer``), among them:
 
 - ``probe``: a linear probe per layer (:class:`~layercache.probes.LinearProbes`): validation and
   evaluation scores, the chosen ``C``, the best layer;
@@ -18,7 +23,8 @@ For every label task of the cache (on the evaluation split: ``test`` when there 
 
 For the cache as a whole: linear CKA between layers (``similarity``); the layer weights of every
 trained run found for this cache (``runs``: the runs folder beside it and any run given), with
-their expected layers; per-token depth from an ``act`` head by token category (``token_depth``);
+their expected layers and the metric each run selected on; per-token depth from a head whose mixer has one
+(``act``: :attr:`~layercache.heads.mixers.base.LayerMixer.per_token_depth`) by token category (``token_depth``);
 the logit lens of a decoder cache that holds its final norm and unembedding (``logit_lens``).
 
 Missing values (a score of an empty split, an expected layer without positive gains) are
@@ -29,34 +35,26 @@ from __future__ import annotations
 
 import os
 import time
-import warnings
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
-from sklearn.exceptions import ConvergenceWarning
 
 from ..core.version import __version__
-from ..depth import expected_layer, layer_similarity, prediction_depth
+from ..depth import expected_layer, layer_similarity
 from ..errors import CacheError, ConfigError
-from ..heads.run_files import RunFiles, find_runs
-from ..probes import CumulativeProbes, LinearProbes, OnlineCodeMDL
+from ..heads.mixers.registry import per_token_depth_mixers
+from ..heads.run_files import RunConfig, RunFiles, RunMetrics, find_runs, reported_metric
 from ..probes.selection import DEFAULT_MAX_TRAIN, check_max_train
 from ..store.reader import TEST_NAMES, VALIDATION_NAMES, LayerCache, using_cache
-from .cumulative_gains import cumulative_part
-from .document import ProbeReport, ReportPaths
+from .model import ProbeReport, ReportPaths
+from .probe_parts import CONTROL_MAX_ITER, Step, Timer, task_report, task_steps
+from .probe_parts import no_step as _no_step
+from .saving import save_report
 
-CONTROL_MAX_ITER = 150
-"""L-BFGS iterations of the control probes: enough for their score, a fraction of a full fit on a token task."""
-
-
-# --- building --------------------------------------------------------------------------
-Step = Callable[[str], None]
-
-
-def _no_step(description: str) -> None:
-    """A step callback that shows nothing."""
+__all__ = ["CONTROL_MAX_ITER", "ProbeReport", "ReportPaths", "build_probe_report", "count_steps",
+           "default_eval_split", "find_runs", "probe_report", "save_report"]
 
 
 def default_eval_split(cache: LayerCache, asked: str | None = None) -> str | None:
@@ -107,11 +105,11 @@ def build_probe_report(cache: LayerCache, *, tasks: Sequence[str] | None = None,
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "layercache_version": __version__,
     })
-    timer = _Timer(report.timings)
+    timer = Timer(report.timings)
+    skip = _skipped(mdl, cumulative)
     for spec in cache.tasks:
         if spec.name in chosen:
-            report.tasks[spec.name] = _task_report(cache, spec, eval_split, mdl, cumulative, seed, max_train, step,
-                                                   timer)
+            report.tasks[spec.name] = task_report(cache, spec, eval_split, seed, max_train, step, timer, skip)
     _add_similarity(report, cache, eval_split, seed, step, timer)
     run_paths = find_runs(cache, runs)
     step("layer weights of trained runs")
@@ -122,84 +120,13 @@ def build_probe_report(cache: LayerCache, *, tasks: Sequence[str] | None = None,
     return report.clean()
 
 
-class _Timer:
-    """``with timer("part"):`` adds the part's seconds to the report's timings."""
-
-    def __init__(self, timings: dict[str, float]):
-        self.timings = timings
-
-    def __call__(self, part: str):
-        timer = self
-
-        class _Part:
-            def __enter__(self):
-                self.t0 = time.perf_counter()
-
-            def __exit__(self, *exc):
-                timer.timings[part] = timer.timings.get(part, 0.0) + time.perf_counter() - self.t0
-
-        return _Part()
-
-
-def _task_report(cache: LayerCache, spec, eval_split: str | None, mdl: bool, cumulative: bool, seed: int,
-                 max_train: int | None, step: Step, timer: _Timer) -> dict:
-    """The per-layer analyses of one task, every probe fitted on one seeded sample of ``max_train``."""
-    name = spec.name
-    classification = spec.kind != "regression"
-    out: dict = {"kind": spec.kind, "label_names": spec.label_names,
-                 "metric": "accuracy" if classification else "r2"}
-    unit = "words" if spec.kind == "token" else "examples"
-    step(f"{name}: linear probes")
-    with timer(f"{name}: probes"):
-        probes = LinearProbes(task=name, seed=seed, max_train=max_train).fit(cache)
-        evaluated = probes.score(cache, eval_split) if eval_split else None
-    sample = (f"{probes.n_train_:,} of {probes.n_train_available_:,} {unit}"
-              if probes.n_train_ < probes.n_train_available_ else f"all {probes.n_train_:,} {unit}")
-    out["source"] = probes.source_
-    out["probe"] = {"validation": probes.scores_, "eval": evaluated, "C": probes.C_,
-                    "best_layer": probes.layer_names_[probes.best_layer_], "best_index": probes.best_layer_,
-                    "validated_on": probes.validation_, "n_train": probes.n_train_,
-                    "n_train_available": probes.n_train_available_, "seconds": probes.fit_seconds_}
-    if classification:
-        step(f"{name}: control task ({sample})")
-        with timer(f"{name}: control"), warnings.catch_warnings():
-            # Control labels of many word types are slow to fit to the last digit, and the report only
-            # needs the score: cap the iterations and say so when the cap was reached.
-            warnings.simplefilter("ignore", ConvergenceWarning)
-            control = LinearProbes(task=name, seed=seed, control=True, max_iter=CONTROL_MAX_ITER,
-                                   max_train=max_train).fit(cache)
-            control_eval = control.score(cache, eval_split) if eval_split else None
-        task_scores = evaluated if evaluated is not None else probes.scores_
-        control_scores = control_eval if control_eval is not None else control.scores_
-        out["control"] = {"validation": control.scores_, "eval": control_eval,
-                          "selectivity": np.asarray(task_scores) - np.asarray(control_scores),
-                          "on": eval_split or "validation", "converged": bool(control.converged_),
-                          "max_iter": CONTROL_MAX_ITER}
-        if eval_split:
-            step(f"{name}: prediction depth")
-            with timer(f"{name}: prediction depth"):
-                predicted, target = probes.predictions(cache, eval_split)
-                depth = prediction_depth(predicted.T, target)
-            out["prediction_depth"] = {"counts": depth.counts, "accuracy_by_depth": depth.accuracy_by_depth,
-                                       "mean": depth.mean_depth, "on": eval_split}
-        if mdl:
-            step(f"{name}: MDL, online code ({sample})")
-            with timer(f"{name}: mdl"):
-                code = OnlineCodeMDL(task=name, seed=seed, max_train=max_train).fit(cache)
-            out["mdl"] = {"codelength_bits": code.codelength_, "compression": code.compression_,
-                          "uniform_bits": code.uniform_codelength_,
-                          "best_layer": code.layer_names_[code.best_layer_], "n": int(code.portions_[-1]),
-                          "seconds": code.fit_seconds_}
-    if cumulative:
-        step(f"{name}: cumulative scoring ({sample})")
-        with timer(f"{name}: cumulative"):
-            cum = CumulativeProbes(task=name, seed=seed, max_train=max_train).fit(cache, probes=probes)
-            out["cumulative"] = cumulative_part(cum, cache, eval_split, seed)
-    return out
+def _skipped(mdl: bool, cumulative: bool) -> tuple[str, ...]:
+    """The registered probes the options leave out (``mdl=False``, ``cumulative=False``)."""
+    return tuple(name for name, keep in (("mdl", mdl), ("cumulative", cumulative)) if not keep)
 
 
 def _add_similarity(report: ProbeReport, cache: LayerCache, eval_split: str | None, seed: int, step: Step,
-                    timer: _Timer) -> None:
+                    timer: Timer) -> None:
     pooling = cache.manifest.pooling
     if not pooling:
         report.notes.append("No layer similarity: the cache holds no pooled vectors (extract with --pooling mean).")
@@ -223,22 +150,42 @@ def _run_summary(run: Path) -> dict:
             centres[key] = expected_layer(np.asarray(values, np.float64))
         except ConfigError:
             centres[key] = None
-    return {"path": str(run), "name": run.name, "mixer": files.mixer, "scores": files.metrics.scores(),
+    return {"path": str(run), "name": run.name, "mixer": files.mixer, "scores": _selected_scores(files.metrics),
             "scored_on": files.metrics.scored_on, "layer_names": weights.layer_names, "weights": mixers,
             "expected_layer": centres, "usage": weights.usage}
 
 
+def _selected_scores(metrics: RunMetrics) -> dict[str, dict]:
+    """``{task: {"metric", "value"}}``: each scored task's score in the metric the run selected its epoch on
+    (:attr:`RunMetrics.selection`), else the one a report shows by default (:func:`reported_metric`)."""
+    selection = metrics.selection
+    out = {}
+    for task, values in metrics.scored().items():
+        metric = selection.get(task) if selection.get(task) in values else reported_metric(values)
+        if metric:
+            out[task] = {"metric": metric, "value": values[metric]}
+    return out
+
+
+def _has_token_depth(mixer: str | None) -> bool:
+    """Whether a run of ``mixer`` has a per-token depth (its mixer's capability, from the registry)."""
+    return mixer in per_token_depth_mixers()
+
+
 def _add_token_depth(report: ProbeReport, cache: LayerCache, eval_split: str | None, act_run, run_paths: list[Path],
-                     step: Step, timer: _Timer) -> None:
-    """Per-token ``act`` depth by token category, from ``act_run`` or the newest ``act`` run found."""
+                     step: Step, timer: Timer) -> None:
+    """Per-token depth by token category, from ``act_run`` or the newest run found whose mixer has a per-token
+    depth (``act``)."""
     if not cache.stores_tokens:
         report.notes.append("No per-token depth: the cache holds pooled vectors only.")
         return
     if act_run is None:
-        act_runs = [r for r in report.runs if r["mixer"] == "act"]
+        act_runs = [r for r in report.runs if _has_token_depth(r["mixer"])]
         if not act_runs:
-            report.notes.append("No per-token depth: no act run found for this cache (train one with "
-                                "layercache train-head --mixer act, or let probe-report train one).")
+            mixers = " or ".join(per_token_depth_mixers())
+            report.notes.append(f"No per-token depth: no {mixers} run found for this cache (train one with "
+                                f"layercache train-head --mixer {per_token_depth_mixers()[0]}, or let probe-report "
+                                "train one).")
             return
         act_run = max(act_runs, key=lambda r: Path(r["path"]).stat().st_mtime)["path"]
     from ..depth import depth_by_category, token_categories
@@ -246,7 +193,9 @@ def _add_token_depth(report: ProbeReport, cache: LayerCache, eval_split: str | N
     from ..heads.token_usage import per_token_usage
 
     split = cache.report_split(eval_split, exclude="train", fallback="train")
-    step("per-token depth (act) by token category")
+    config = RunConfig.peek(act_run)
+    mixer = (config.mixer if config is not None else None) or per_token_depth_mixers()[0]
+    step(f"per-token depth ({mixer}) by token category")
     with timer("token depth"):
         head = LayerHead.load(act_run)
         usage = per_token_usage(head, cache, split)
@@ -262,14 +211,15 @@ def _add_token_depth(report: ProbeReport, cache: LayerCache, eval_split: str | N
         families.setdefault(row.pop("family"), []).append(row)
     n_steps = len(head.layer_names_) - 1
     counts, edges = np.histogram(depth[np.isfinite(depth)], bins=np.arange(1, n_steps + 2))
-    report.token_depth = {"run": str(act_run), "about": f"act run {act_run}", "mixer_key": key, "split": split,
+    report.token_depth = {"run": str(act_run), "about": f"{mixer} run {act_run}", "mixer": mixer, "mixer_key": key,
+                          "split": split,
                           "n_tokens": int(np.isfinite(depth).sum()), "mean": float(np.nanmean(depth)),
                           "histogram": {"edges": edges, "counts": counts},
                           "by_category": {"families": families, "categories_of": categories.split}}
 
 
 def _add_logit_lens(report: ProbeReport, cache: LayerCache, eval_split: str | None, step: Step,
-                    timer: _Timer) -> None:
+                    timer: Timer) -> None:
     """Next-token accuracy and KL to the final layer per layer, for a decoder cache with lens weights."""
     if cache.manifest.model.kind != "decoder" or not cache.stores_tokens:
         return
@@ -292,10 +242,7 @@ def count_steps(cache: LayerCache, tasks: Sequence[str] | None, eval_split: str 
                 cumulative: bool, token_depth: bool) -> int:
     """How many ``step`` calls :func:`build_probe_report` makes (the length of its progress bar)."""
     chosen = [t for t in cache.tasks if not tasks or t.name in tasks]
-    n = 0
-    for spec in chosen:
-        classification = spec.kind != "regression"
-        n += 1 + int(cumulative) + (classification * (1 + int(mdl) + int(eval_split is not None)))
+    n = sum(task_steps(spec, eval_split, _skipped(mdl, cumulative)) for spec in chosen)
     n += int(bool(cache.manifest.pooling)) + 1 + int(token_depth)
     n += int(cache.manifest.model.kind == "decoder" and cache.stores_tokens)
     return n
@@ -309,8 +256,8 @@ def probe_report(cache: str | os.PathLike | LayerCache | None = None, out: str |
     Args:
         cache: a cache folder or an open :class:`LayerCache` (default: the most recent cache).
         out: the report folder (default: ``<cache>.report`` beside the cache).
-        train_act: when the cache stores token states and no ``act`` run of it exists, train one
-            (``act_epochs`` epochs, into ``<out>/act-run``) for the per-token depth: a quick
+        train_act: when the cache stores token states and no run of it has a per-token depth (an ``act``
+            run), train an ``act`` head (``act_epochs`` epochs, into ``<out>/act-run``) for it: a quick
             estimate, labelled so in ``token_depth["about"]`` and in its ``runs`` entry.
         act_epochs: epochs of that head.
         progress: show a progress bar over the parts.
@@ -328,14 +275,14 @@ def probe_report(cache: str | os.PathLike | LayerCache | None = None, out: str |
         options["runs"] = list(options.get("runs") or ())
         act_run = options.pop("act_run", None)
         found = find_runs(handle, options["runs"])
-        has_act = any(_run_summary(run)["mixer"] == "act" for run in found)
+        has_act = any(_has_token_depth(_run_summary(run)["mixer"]) for run in found)
         max_train = options.get("max_train", DEFAULT_MAX_TRAIN)
         say(f"Probes fit on a seeded sample of at most {max_train:,} training examples (words) per task; "
             "--max-train all fits every one." if max_train else "Probes fit on every training example (word).")
         act_seconds = None
         if act_run is None and not has_act and train_act and handle.stores_tokens:
-            say(f"Training an act head for per-token depth: a quick {act_epochs}-epoch estimate; pass --act-run "
-                "for a converged one.")
+            say(f"Training an {per_token_depth_mixers()[0]} head for per-token depth: a quick {act_epochs}-epoch "
+                "estimate; pass --act-run for a converged one.")
             t0 = time.perf_counter()
             act_run = _train_act(handle, folder / "act-run", act_epochs, options.get("seed", 0), progress)
             act_seconds = time.perf_counter() - t0
@@ -349,12 +296,12 @@ def probe_report(cache: str | os.PathLike | LayerCache | None = None, out: str |
         if act_seconds is not None:  # part of what the report cost, though trained before the parts
             report.timings = {"act head (trained for token depth)": act_seconds, **report.timings}
             _label_quick_act(report, Path(act_run), act_epochs)
-        return report, report.save(folder)
+        return report, save_report(report, folder)
 
 
 def _label_quick_act(report: ProbeReport, run: Path, epochs: int) -> None:
-    """Mark the act head the report trained as a quick estimate, in ``token_depth`` and in ``runs``."""
-    about = f"quick depth estimate: act head trained {epochs} epochs for this report"
+    """Mark the head the report trained as a quick estimate, in ``token_depth`` and in ``runs``."""
+    about = f"quick depth estimate: {per_token_depth_mixers()[0]} head trained {epochs} epochs for this report"
     if report.token_depth is not None:
         report.token_depth["about"] = about
     for entry in report.runs:
@@ -363,8 +310,10 @@ def _label_quick_act(report: ProbeReport, run: Path, epochs: int) -> None:
 
 
 def _train_act(cache: LayerCache, run: Path, epochs: int, seed: int, progress: bool) -> Path:
-    """An ``act`` head on every task of ``cache``, for its per-token depth (the run lands in ``run``)."""
+    """A head on every task of ``cache`` whose mixer has a per-token depth (the registry's first such: ``act``),
+    for that depth (the run lands in ``run``)."""
     from ..heads.runs import train_head
 
-    train_head(cache, "act", out=run, overwrite=True, epochs=epochs, seed=seed, source="tokens", progress=progress)
+    train_head(cache, per_token_depth_mixers()[0], out=run, overwrite=True, epochs=epochs, seed=seed,
+               source="tokens", progress=progress)
     return run

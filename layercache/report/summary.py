@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from .probing import ProbeReport
+from .model import ProbeReport
 from .tables import Column, print_fitted
 
 
@@ -64,6 +64,9 @@ def render_probe_summary(report: ProbeReport, console: Console) -> None:
         rows.append([task, t["metric"], *cells])
         if "control" in t:
             rows.append(["", "selectivity", *[_fmt(v) for v in t["control"]["selectivity"]]])
+        for name, part in (t.get("per_layer") or {}).items():  # every other registered probe: one row
+            values = part["eval"] if part.get("eval") is not None else part["validation"]
+            rows.append(["", f"{name} {part['metric']}", *[_fmt(v) for v in values]])
     print_fitted(console, by_layer, rows, title=f"probe score by layer on {split} (control task: selectivity = "
                                               "score - control)", title_justify="left")
     header, rows = summary_rows(report)
@@ -71,7 +74,8 @@ def render_probe_summary(report: ProbeReport, console: Console) -> None:
                  title_justify="left")
     if report.token_depth is not None:
         td = report.token_depth
-        console.print(f"act depth per token ({td['split']}): mean {td['mean']:.2f} over {td['n_tokens']:,} tokens; "
+        mixer = td.get("mixer", "act")
+        console.print(f"{mixer} depth per token ({td['split']}): mean {td['mean']:.2f} over {td['n_tokens']:,} tokens; "
                       "by category in the HTML report.")
     if report.logit_lens is not None:
         acc = report.logit_lens["accuracy"]

@@ -13,7 +13,7 @@ import pytest
 
 from layercache.report.figures import report_figures
 from layercache.report.html import render_html
-from layercache.report.probing import ProbeReport
+from layercache.report.model import ProbeReport
 
 from .browser import open_page, require_browser
 

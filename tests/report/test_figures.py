@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from layercache.report import figures
-from layercache.report.probing import ProbeReport
+from layercache.report.model import ProbeReport
 
 from .figure_checks import figure_problems, legend_overlaps
 

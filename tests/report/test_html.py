@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from layercache.report.html import render_html
-from layercache.report.probing import ProbeReport
+from layercache.report.model import ProbeReport
 
 DEMO = Path(__file__).with_name("data") / "demo_report.json"
 ABOUT = "quick depth estimate: act head trained 8 epochs for this report"

@@ -8,12 +8,12 @@ from cli_support import assert_refused, invoke
 
 
 def test_probe_report_on_a_full_disk_is_one_sentence(report_cache, monkeypatch, tmp_path):
-    import layercache.core.files as files
+    import layercache.report.saving as saving
 
     def full(path, text, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device", str(path))
 
-    monkeypatch.setattr(files, "write_text_atomic", full)
+    monkeypatch.setattr(saving, "write_text_atomic", full)  # what writes report.json and report.html
     result = invoke("probe-report", report_cache, "--out", tmp_path / "report", "--no-mdl", "--no-cumulative",
                     "--no-train-act", "--threads", "1", "-q")
     assert_refused(result, "report", "the disk is full", "free space")

@@ -1,7 +1,14 @@
-"""The probe report as a document: :class:`ProbeReport`, its JSON form, and where it is saved.
+"""The probe report's data model: :class:`ProbeReport` and its JSON form, what every other part of report/ shares.
 
-:mod:`.probing` computes a report; this module holds what one is (plain JSON data, read back by
-:meth:`ProbeReport.load`), so the HTML and the console summary read a report without the probes.
+report/ has three parts, and imports run one way (orchestration -> renderers -> data model):
+
+- the data model (this module): what a report is, plain JSON data read back by :meth:`ProbeReport.load`;
+  it imports nothing else of report/;
+- the orchestration that computes one from a cache (:mod:`.probing`, :mod:`.probe_parts`,
+  :mod:`.cumulative_gains`): probes, depth analyses, runs;
+- the renderers that only read the data model (:mod:`.html`, :mod:`.figures`, :mod:`.summary`,
+  :mod:`.tables`) and :mod:`.saving`, which writes ``report.json`` and ``report.html``.
+
 Missing values are ``None`` here and ``null`` in the JSON, never NaN.
 """
 
@@ -40,7 +47,7 @@ def clean(value):
 
 @dataclass
 class ReportPaths:
-    """Where :meth:`ProbeReport.save` wrote the report."""
+    """Where :func:`~.saving.save_report` wrote the report."""
 
     folder: Path
     json: Path
@@ -55,10 +62,12 @@ class ProbeReport:
         meta: the cache (path, model, dataset, layer names, splits), the evaluation split, the
             settings and the versions.
         tasks: task name -> its analyses (``probe``, ``control``, ``mdl``, ``cumulative``,
-            ``prediction_depth``; the parts that do not apply to a task kind are absent).
+            ``prediction_depth``; the parts that do not apply to a task kind are absent), and
+            ``per_layer``: probe name -> the per-layer result of every other registered probe
+            (:meth:`~layercache.probes.base.Probe.report_part`: ``metric``, ``validation``, ``eval``, ...).
         similarity: linear CKA between layers, or None when the cache holds no pooled vectors.
         runs: every trained run found for the cache: its path, mixer, test score and layer weights.
-        token_depth: per-token ``act`` depth by token category, or None.
+        token_depth: per-token depth (of an ``act`` head: ``mixer``) by token category, or None.
         logit_lens: next-token accuracy and KL to the final layer per layer (decoders), or None.
         timings: seconds spent in each part.
         notes: why a part is missing, in one sentence each.
@@ -117,22 +126,6 @@ class ProbeReport:
             raise ConfigError(f"The report {path} is not readable JSON ({err}); write it again with "
                               "layercache probe-report.") from None
         return cls.from_json(data)
-
-    def save(self, folder: str | os.PathLike) -> ReportPaths:
-        """Write ``report.json`` and a self-contained ``report.html`` (figures embedded) into ``folder``."""
-        from ..core.files import write_text_atomic
-        from .html import render_html
-
-        folder = Path(folder)
-        try:
-            folder.mkdir(parents=True, exist_ok=True)
-        except OSError as err:
-            raise ConfigError(f"The report folder {folder} cannot be created ({err.strerror or err}); choose "
-                              "another --out.") from None
-        paths = ReportPaths(folder, folder / JSON_NAME, folder / HTML_NAME)
-        write_text_atomic(paths.json, json.dumps(self.to_json(), indent=1, allow_nan=False) + "\n")
-        write_text_atomic(paths.html, render_html(self))
-        return paths
 
     # --- what a summary shows ---------------------------------------------------------
     def best_layers(self) -> dict[str, str | None]:
