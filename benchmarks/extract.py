@@ -599,7 +599,7 @@ def bench_read(path: Path, split: str, min_time: float, seed: int = 0) -> dict:
 
     # (d) a head's CacheFeed, shuffled batches of 32 in the stored precision: its first epoch (which
     # reads the shards) and its best later one, through the memory map and through h5py copies
-    from layercache.heads.feed import CacheFeed
+    from layercache.store.cache_feed import CacheFeed
 
     feed_res = {}
     for label, memory_map in (("mapped", True), ("copied", False)):

@@ -223,8 +223,8 @@ def profile_summary(profiler: cProfile.Profile, wall: float, top: int = 25) -> d
 
 def bench_mixers(caches: dict, sizes: dict, mixers: list[str], epochs: int, patience: int, seed: int) -> dict:
     from layercache import LayerCache
-    from layercache.heads.feed import CacheFeed
     from layercache.heads.source import resolve_source
+    from layercache.store.cache_feed import CacheFeed
 
     out = {}
     for name, (path, _) in caches.items():
@@ -269,9 +269,9 @@ def bench_live(cache_path: Path, extract_info: dict, files: dict, limit: int | N
                cache_reps: int = 3) -> dict:
     from layercache import LayerCache, load_backbone
     from layercache.heads.evaluation import evaluate
-    from layercache.heads.feed import CacheFeed
     from layercache.live.feed import LiveFeed
     from layercache.sources.datasets import load_dataset_records
+    from layercache.store.cache_feed import CacheFeed
 
     cache = LayerCache.open(cache_path)
     tasks = [t.name for t in cache.tasks]

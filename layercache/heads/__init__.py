@@ -3,8 +3,6 @@
 from layercache.heads.bootstrap import PairedComparison, paired_bootstrap
 from layercache.heads.ensemble_model import EnsembleModel
 from layercache.heads.estimator import LayerHead
-from layercache.heads.feed import CacheFeed
-from layercache.heads.feed_pool import FeedPool
 from layercache.heads.mixers import (
     MIXERS,
     LayerMixer,
@@ -20,8 +18,8 @@ from layercache.heads.sweep import Candidate, CandidateResult, SweepResult, cand
 from layercache.heads.token_usage import per_token_usage
 from layercache.heads.trainer import TrainConfig, TrainHistory, train_model
 
-__all__ = ["LayerHead", "CacheFeed", "HeadModel", "TrainConfig", "TrainHistory", "TrainResult", "train_model",
+__all__ = ["LayerHead", "HeadModel", "TrainConfig", "TrainHistory", "TrainResult", "train_model",
            "train_head", "evaluate_run", "read_run", "MIXERS", "LayerMixer", "MixOutput", "make_mixer",
-           "mixer_from_config", "mixer_names", "per_token_usage", "SELECTION_METRICS", "FeedPool", "sweep",
+           "mixer_from_config", "mixer_names", "per_token_usage", "SELECTION_METRICS", "sweep",
            "SweepResult", "CandidateResult", "Candidate", "candidate_grid", "EnsembleModel",
            "paired_bootstrap", "PairedComparison"]

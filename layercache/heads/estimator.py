@@ -50,6 +50,8 @@ from ..core.devices import resolve_device
 from ..core.tasks import LabelTask, find_task, labelled_tasks
 from ..core.version import __version__
 from ..errors import ConfigError, LayercacheError
+from ..store.cache_feed import CacheFeed
+from ..store.feed_pool import FeedPool
 from ..store.manifest import utc_now
 from ..store.reader import LayerCache
 from .attention import SelfAttention
@@ -58,8 +60,6 @@ from .collapse import collapse_warning
 from .convex import convergence_warnings, fit_convex, resolved_c_grid
 from .ensemble_model import model_from_config
 from .evaluation import PassResult, evaluate, predict
-from .feed import CacheFeed
-from .feed_pool import FeedPool
 from .finite import REEXTRACT, NonFiniteStatesError, check_split_stats
 from .fitting import resolve_solver
 from .head_ensembles import HeadEnsembles, check_seed_count
@@ -181,7 +181,7 @@ class LayerHead(HeadEnsembles, BaseEstimator):
             feeds: FeedPool | None = None, deadline: float | None = None) -> "LayerHead":
         """Train on ``split``; validate on ``val_split``, the cache's validation split, or a slice of train.
 
-        ``feeds``: a :class:`~.feed_pool.FeedPool` of ``cache`` to take the feeds from, so that many
+        ``feeds``: a :class:`~layercache.store.feed_pool.FeedPool` of ``cache`` to take the feeds from, so that many
         fits of one cache share them (``layercache sweep``); by default each fit builds its own.
         ``deadline``: a :func:`time.perf_counter` value after which minibatch training starts no new
         epoch (see :func:`~.trainer.train_model`); the convex fit ignores it (it takes a fraction of
@@ -291,7 +291,8 @@ class LayerHead(HeadEnsembles, BaseEstimator):
             slice_seed = self.seed if self.val_seed is None else self.val_seed
             train_rows, val_rows = validation_slice(cache, split, tasks, self.val_fraction, slice_seed)
             val_desc = f"{split} (seeded stratified {self.val_fraction:.0%} slice, seed {slice_seed})"
-            return train_rows, self._feed(cache, split, tasks, layer_names, source, rows=val_rows, pool=feeds), val_desc
+            val_feed = self._feed(cache, split, tasks, layer_names, source, rows=val_rows, pool=feeds)
+            return train_rows, val_feed, val_desc
         cache.require_split(val_split)
         check_split_stats(cache, val_split, layer_names)
         return None, self._feed(cache, val_split, tasks, layer_names, source, pool=feeds), val_split

@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING
 from sklearn.base import clone
 
 from ..errors import ConfigError
+from ..store.feed_pool import FeedPool
 from ..store.reader import LayerCache
 from .class_weights import parse_class_weight
 from .ensemble import combine_passes
 from .ensemble_model import EnsembleHistory, EnsembleModel
 from .evaluation import score as score_predictions
-from .feed_pool import FeedPool
 from .model import HeadModel
 from .source import pooled_equivalent
 

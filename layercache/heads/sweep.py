@@ -21,7 +21,7 @@ it (never used to choose), and writes the winner as an ordinary run folder. Its 
   leaderboard) as a deadline and starts no epoch that would pass it, so at most a first epoch runs
   over. Only candidates that finish inside the budget count; a budget too small for any is refused
   with the time the first one took.
-- **one read of the cache**: every fit takes its feeds from one :class:`~.feed_pool.FeedPool`, built
+- **one read of the cache**: every fit takes its feeds from one :class:`~layercache.store.feed_pool.FeedPool`, built
   once and shared by all candidates and seeds.
 - **the standings** (:mod:`.sweep_ranking`): what ``best/`` keeps of the winner (:data:`PICKS`) is by
   default its seeds averaged, a seed ensemble, because the best seed on a small validation slice is
@@ -57,10 +57,10 @@ from ..core.plotting import pyplot
 from ..core.units import human_seconds, parse_duration
 from ..errors import ConfigError
 from ..progress import steps_progress
+from ..store.feed_pool import FeedPool
 from ..store.reader import TEST_NAMES, LayerCache, using_cache
 from .estimator import LayerHead, resolve_tasks
 from .evaluation import evaluate
-from .feed_pool import FeedPool
 from .finite import DivergedError, check_split_stats
 from .run_folder import BEST_RUN, SWEEP_FILE
 from .runs import check_run_folder, claim_run_folder

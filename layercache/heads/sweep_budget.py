@@ -132,7 +132,7 @@ class Costs:
 
 
 def describe_feeds(feeds: dict) -> str:
-    """The sweep's shared reads in plain words (``feeds``: :meth:`~.feed_pool.FeedPool.stats`)."""
+    """The sweep's shared reads in plain words (``feeds``: :meth:`~layercache.store.feed_pool.FeedPool.stats`)."""
     built, reused = feeds["built"], feeds["served"] - feeds["built"]
     loads = f"{built} load{'s' if built != 1 else ''}"
     return (f"Data read from the cache: {loads} of states and labels, shared by every candidate (reused {reused} "

@@ -50,7 +50,8 @@ class Leaderboard:
     """The results of the candidates that trained, and the runs kept while a candidate may lead or join the ensemble.
 
     Args:
-        cache, folder, pool: the open cache, the sweep's claimed folder, the shared :class:`~.feed_pool.FeedPool`.
+        cache, folder, pool: the open cache, the sweep's claimed folder, the shared
+            :class:`~layercache.store.feed_pool.FeedPool`.
         split, val_split, test_name: the splits every run trains, validates and is tested on (``val_split``
             None: the seeded slice of train, ``seed``).
         seed: the sweep's first seed (the validation slice's, and the bootstrap's).

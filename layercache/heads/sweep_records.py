@@ -131,7 +131,7 @@ class SweepResult:
     setup_seconds: float
     """Opening the cache and checking it, before the first candidate."""
     feeds: dict
-    """The shared feeds: ``{"built", "served", "build_seconds"}`` (:class:`~.feed_pool.FeedPool`)."""
+    """The shared feeds: ``{"built", "served", "build_seconds"}`` (:class:`~layercache.store.feed_pool.FeedPool`)."""
     ensemble: dict | None = None
     """With ``ensemble=K``: ``{"members": [{"candidate", "kind", "seeds"}], "run": the ensemble's run folder,
     "validation": score, "test": score, "validation_metrics": {...}, "test_metrics": {...}}``."""

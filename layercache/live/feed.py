@@ -1,6 +1,6 @@
 """Minibatches computed by the frozen backbone on the fly: the live counterpart of a cache feed.
 
-A :class:`LiveFeed` serves one split of a dataset exactly as :class:`~layercache.heads.feed.CacheFeed`
+A :class:`LiveFeed` serves one split of a dataset exactly as :class:`~layercache.store.cache_feed.CacheFeed`
 serves it from a cache, but every batch costs a backbone forward pass (the way adalayers and most
 probing code train a head). It exists to measure what the cache saves and to check that nothing
 is lost: a head trained on a cache can be scored on a ``LiveFeed`` and vice versa.

@@ -1,6 +1,6 @@
 """What a head's trainer and evaluation need from a source of minibatches: the :class:`Feed` protocol.
 
-Two feeds satisfy it: :class:`~layercache.heads.feed.CacheFeed` reads the batches from a cache,
+Two feeds satisfy it: :class:`~layercache.store.cache_feed.CacheFeed` reads the batches from a cache,
 :class:`~layercache.live.feed.LiveFeed` computes them with the backbone in the loop. Both serve
 batches of the shared layout (:class:`~layercache.store.batches.CacheBatch`), so
 :func:`~layercache.heads.trainer.train_model` and :func:`~layercache.heads.evaluation.evaluate`

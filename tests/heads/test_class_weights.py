@@ -13,9 +13,10 @@ from sklearn.utils.class_weight import compute_class_weight
 import layercache as lc
 from layercache.core.tasks import IGNORE_INDEX, LabelTask
 from layercache.errors import ConfigError
-from layercache.heads import CacheFeed, HeadModel, LayerHead, train_head
+from layercache.heads import HeadModel, LayerHead, train_head
 from layercache.heads.class_weights import balanced_weights, class_weight_values, label_counts, parse_class_weight
 from layercache.heads.model import HeadOutput
+from layercache.store.cache_feed import CacheFeed
 
 SENTIMENT = LabelTask("sentiment", "sequence", ("neg", "pos"))
 TOPIC = LabelTask("topic", "sequence", ("food", "music", "art"))

@@ -285,8 +285,8 @@ def test_token_means_match_a_real_extraction_that_skips_the_first_token(tiny_mod
     """End to end with the extraction's own ``mean_skip_first`` (skipped where it has not landed yet)."""
     import inspect
 
-    from layercache.heads import CacheFeed
     from layercache.heads.mixers import _masked_mean
+    from layercache.store.cache_feed import CacheFeed
 
     if "mean_skip_first" not in inspect.signature(lc.extract).parameters:
         pytest.skip("this extraction cannot skip the first token in means yet")

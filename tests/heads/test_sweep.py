@@ -22,13 +22,14 @@ import layercache as lc
 from layercache.cli.sweep import render_leaderboard
 from layercache.core.units import human_seconds, parse_duration
 from layercache.errors import ConfigError
-from layercache.heads import FeedPool, LayerHead, SweepResult, candidate_grid, sweep
+from layercache.heads import LayerHead, SweepResult, candidate_grid, sweep
 from layercache.heads.ensemble_model import EnsembleModel
 from layercache.heads.mixers import MIXERS
 from layercache.heads.model import HeadModel
 from layercache.heads.selection import Selection
 from layercache.heads.sweep import LR_FACTORS, Candidate
 from layercache.heads.trainer import TrainConfig, train_model
+from layercache.store.feed_pool import FeedPool
 
 sweep_module = importlib.import_module("layercache.heads.sweep")  # layercache.heads.sweep is the function
 SIGNAL = 1  # layer_1

@@ -10,10 +10,11 @@ from conftest import LIVE_OPTIONS, LIVE_SIZES
 import layercache as lc
 from layercache.backbone.loader import load_backbone
 from layercache.errors import CacheMismatchError, ConfigError, DatasetError
-from layercache.heads import CacheFeed, HeadModel, TrainConfig, train_model
+from layercache.heads import HeadModel, TrainConfig, train_model
 from layercache.heads.evaluation import evaluate, primary_metric
 from layercache.live.feed import LiveFeed
 from layercache.sources.builtin import load_builtin
+from layercache.store.cache_feed import CacheFeed
 from layercache.store.feed import Feed
 
 TASKS = ["topic", "sentiment", "negation_scope", "intensity"]  # sequence, sequence, token, regression

@@ -11,7 +11,6 @@ import torch
 import layercache as lc
 from layercache.backbone.loader import load_backbone
 from layercache.core.tasks import IGNORE_INDEX
-from layercache.heads import CacheFeed
 from layercache.live.feed import LiveFeed
 from layercache.sources.builtin import load_builtin
 from layercache.store.batches import (
@@ -22,6 +21,7 @@ from layercache.store.batches import (
     padded_positions,
     zero_padding,
 )
+from layercache.store.cache_feed import CacheFeed
 from layercache.store.feed import Feed
 from layercache.store.reader import CacheBatch as ReaderCacheBatch
 from layercache.store.reader import first_subtoken_labels as one_row_labels

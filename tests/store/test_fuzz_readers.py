@@ -21,8 +21,8 @@ from hypothesis import strategies as st
 
 import layercache as lc
 from layercache.errors import LayercacheError
-from layercache.heads.feed import CacheFeed
 from layercache.report.info import cache_summary
+from layercache.store.cache_feed import CacheFeed
 
 SETTINGS = settings(max_examples=60, deadline=20_000, derandomize=True, print_blob=True,
                     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])

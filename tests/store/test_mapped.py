@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import layercache as lc
-from layercache.heads import CacheFeed
+from layercache.store.cache_feed import CacheFeed
 from layercache.store.dtypes import STORAGE_DTYPES
 from layercache.store.mapped import MappedStates
 

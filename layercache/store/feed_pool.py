@@ -1,4 +1,4 @@
-"""Feeds shared by many fits of one cache: each :class:`~.feed.CacheFeed` is built once and served again.
+"""Feeds shared by many fits of one cache: each :class:`~.cache_feed.CacheFeed` is built once and served again.
 
 A fit of a head builds a training feed and a validation feed, and scoring builds another: each
 reads the split's offsets, word ids and labels out of every shard and maps the shards' states.
@@ -20,8 +20,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..store.reader import LayerCache
-from .feed import CacheFeed
+from .cache_feed import CacheFeed
+from .reader import LayerCache
 
 
 class FeedPool:

@@ -35,11 +35,11 @@ import numpy as np
 import torch
 
 from ..errors import CacheError, ConfigError
-from ..store.batches import CacheBatch, example_labels, first_subtoken_labels, padded_positions
-from ..store.buffers import populated_empty
-from ..store.dtypes import BYTES_PER_VALUE, as_torch
-from ..store.feature_source import require_source
-from ..store.reader import LayerCache, translate_read_errors
+from .batches import CacheBatch, example_labels, first_subtoken_labels, padded_positions
+from .buffers import populated_empty
+from .dtypes import BYTES_PER_VALUE, as_torch
+from .feature_source import require_source
+from .reader import LayerCache, translate_read_errors
 
 #: Batches per length bucket when shuffling: large enough to cut padding, small enough to stay random.
 BUCKET_BATCHES = 16
