@@ -1,4 +1,4 @@
-"""The padded-batch layout every producer of minibatches shares: the cache reader, a head's cache feed, the live feed.
+"""The padded-batch layout every producer of minibatches shares: the cache feed (and the reads over it), the live feed.
 
 A batch of B examples of lengths ``t_1 … t_B`` is laid out as
 
@@ -18,10 +18,10 @@ hand to heads: one gather builds the batch (no second pass to write a fill value
 padded value is a real, finite state of the stored precision, so nothing a head computes on the
 padded positions before its mask applies (a norm, a float16 product) can overflow or turn NaN.
 
-The one exception is :meth:`~layercache.store.reader.LayerCache.batch` (and what is built on it:
-``iter_batches``, ``torch_dataset``), the public float32 reader: it has always returned zeros at
-padded positions, and code outside this package may rely on that (a plain ``states.sum(1)`` is
-then a masked sum), so it keeps them (:func:`zero_padding`). Heads never read through it.
+There is no exception: :meth:`~layercache.store.reader.LayerCache.batch` (and ``iter_batches``,
+``torch_dataset``) return the cache feed's batch widened to float32, so their padded positions
+repeat the first token too (they held zeros before they shared the feed's gather); read them
+through the mask.
 """
 
 from __future__ import annotations
@@ -42,10 +42,9 @@ class CacheBatch:
     """A padded minibatch of one split, ready for a head (layout: :mod:`layercache.store.batches`)."""
 
     states: torch.Tensor
-    """(B, T, S, D) token states, or (B, 1, S, D) for pooled vectors: float32 from
-    :meth:`LayerCache.batch` (zeros at padded positions), the stored precision (float16 by default)
-    from a head's ``CacheFeed`` and float32 from a ``LiveFeed`` (padded positions repeat the row's
-    first token)."""
+    """(B, T, S, D) token states, or (B, 1, S, D) for pooled vectors: the stored precision (float16
+    by default) from a ``CacheFeed``, float32 from :meth:`LayerCache.batch` (the feed's batch,
+    widened) and from a ``LiveFeed``; padded positions repeat the row's first token."""
     mask: torch.Tensor
     """(B, T) bool, True on real tokens."""
     rows: np.ndarray
@@ -94,15 +93,6 @@ def consecutive_starts(lengths: np.ndarray) -> np.ndarray:
     """(B,) first token of each row when the rows' tokens ``lengths (B,)`` are stored one after another."""
     lengths = np.asarray(lengths, dtype=np.int64)
     return np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
-
-
-def zero_padding(states: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """``states (B, T, ...)`` with every padded position (``mask (B, T)`` False) set to 0, in place.
-
-    Only :meth:`~layercache.store.reader.LayerCache.batch` pads with zeros; see the module's docstring.
-    """
-    states[~mask] = 0
-    return states
 
 
 def word_initial(word_ids: np.ndarray, row_starts: np.ndarray) -> np.ndarray:

@@ -23,6 +23,11 @@ contiguous runs; slabs are kept for the next epochs while they fit ``keep_bytes`
 default), and larger subsets stream block by block every epoch. Labels, lengths and word ids are
 small and are loaded once. Evaluation uses the same path without shuffling, and reports rows so
 predictions can be put back in split order.
+
+:meth:`CacheFeed.batch` gathers any rows of the split, in the order given, by the same gather:
+the cache's public batch reads (``LayerCache.batch``, ``iter_batches``, ``torch_dataset``,
+:mod:`.batch_reads`) are built on it, so every batch read from a cache comes from one gather with
+one padding rule (:func:`~layercache.store.batches.padded_positions`).
 """
 
 from __future__ import annotations
@@ -34,12 +39,14 @@ from functools import partial
 import numpy as np
 import torch
 
+from ..core.tasks import IGNORE_INDEX
 from ..errors import CacheError, ConfigError
-from .batches import CacheBatch, example_labels, first_subtoken_labels, padded_positions
+from .batches import NO_WORD, CacheBatch, example_labels, first_subtoken_labels, padded_positions
 from .buffers import populated_empty
+from .cache_view import CacheView
 from .dtypes import BYTES_PER_VALUE, as_torch
 from .feature_source import require_source
-from .reader import LayerCache, translate_read_errors
+from .read_errors import translate_read_errors
 
 #: Batches per length bucket when shuffling: large enough to cut padding, small enough to stay random.
 BUCKET_BATCHES = 16
@@ -70,10 +77,11 @@ class _Slab:
 
 
 class CacheFeed:
-    """Padded minibatches of one cache split for a head.
+    """Padded minibatches of one cache split: what a head trains and is scored on, and what
+    :meth:`LayerCache.batch <layercache.store.reader.LayerCache.batch>` reads (:meth:`batch`).
 
     Args:
-        cache: an open :class:`LayerCache`.
+        cache: an open :class:`~layercache.store.reader.LayerCache`.
         split: the split to read.
         tasks: label tasks to attach (names); ``[]`` for unlabelled prediction.
         rows: the split rows to serve (default: all), e.g. a training subset without a
@@ -90,7 +98,7 @@ class CacheFeed:
             (:mod:`layercache.store.mapped`); ``False`` copies every block out through h5py.
     """
 
-    def __init__(self, cache: LayerCache, split: str, *, tasks: Sequence[str] = (), rows: Sequence[int] | None = None,
+    def __init__(self, cache: CacheView, split: str, *, tasks: Sequence[str] = (), rows: Sequence[int] | None = None,
                  layers=None, source: str = "tokens", batch_size: int = 32, block_bytes: int = 128 << 20,
                  keep_bytes: int = 1 << 30, memory_map: bool = True) -> None:
         if batch_size < 1:
@@ -197,6 +205,37 @@ class CacheFeed:
             take = self._source(b)
             for rows in self._batches(block, rng, shuffle):
                 yield self._gather(block, take, rows)
+
+    @translate_read_errors
+    def batch(self, rows: Sequence[int]) -> CacheBatch:
+        """Split ``rows`` (any rows of the split, in the order given, repeats allowed) as one padded batch.
+
+        The gather of :meth:`epoch`, in the stored precision: rows of one shard are one gather, rows
+        of several shards one gather per shard, joined by the same padding rule (padded positions
+        repeat the row's first token). An out-of-range row raises :class:`IndexError`.
+        """
+        rows = np.asarray(rows, dtype=np.int64).reshape(-1)  # (B,)
+        n = self.cache.num_examples(self.split)
+        if len(rows) == 0:
+            raise ConfigError("A batch needs at least one row.")
+        if rows.min() < 0 or rows.max() >= n:
+            raise IndexError(f"rows must lie in [0, {n}) for split {self.split!r}")
+        shard_of = np.searchsorted(self._starts, rows, side="right") - 1  # (B,)
+        parts, where = [], []
+        for shard in np.unique(shard_of):
+            at = np.nonzero(shard_of == shard)[0]  # positions in ``rows`` of this shard's rows
+            block = _Block(int(shard), np.unique(rows[at]))
+            parts.append(self._gather(block, self._block_source(block), rows[at]))
+            where.append(at)
+        return parts[0] if len(parts) == 1 else _joined(parts, np.concatenate(where))
+
+    def _block_source(self, block: _Block) -> Callable[[np.ndarray], torch.Tensor]:
+        """Where the values of a block outside the epoch's plan come from (read now, never kept)."""
+        mapped = self._maps[block.shard]
+        if mapped is not None:
+            return partial(mapped.gather, states=self.index)
+        slab = self._read(block)
+        return lambda positions: as_torch(slab.take(positions), self.storage_dtype)
 
     def _source(self, b: int) -> Callable[[np.ndarray], torch.Tensor]:
         """Where block ``b``'s values come from: shard positions ``(...)`` -> stored values ``(..., S', D)``."""
@@ -347,3 +386,31 @@ class CacheFeed:
             else:
                 out.append(self._labels[task][shard][local])
         return out if self.kinds[task] == "token" else np.asarray(out)
+
+
+def _joined(parts: list[CacheBatch], where: np.ndarray) -> CacheBatch:
+    """One batch of ``parts`` (each of one shard), its rows back in the order asked for.
+
+    ``where (B,)``: the position in the asked order of each row of the parts laid one after
+    another. A part shorter than the longest is padded by the one rule: states repeat the row's
+    first token, the mask is False, word ids :data:`~layercache.store.batches.NO_WORD` and token
+    labels ``IGNORE_INDEX``.
+    """
+    T = max(p.mask.shape[1] for p in parts)
+
+    def widen(x: torch.Tensor, fill) -> torch.Tensor:  # (b, t, ...) -> (b, T, ...)
+        if x.shape[1] == T:
+            return x
+        tail = x[:, :1].expand(x.shape[0], T - x.shape[1], *x.shape[2:]) if fill is None else \
+            torch.full((x.shape[0], T - x.shape[1], *x.shape[2:]), fill, dtype=x.dtype)
+        return torch.cat([x, tail], dim=1)
+
+    order = torch.from_numpy(np.argsort(where, kind="stable"))  # (B,) row of the parts at each asked position
+
+    def join(tensors: list[torch.Tensor], fill) -> torch.Tensor:
+        return torch.cat([widen(x, fill) if x.dim() > 1 else x for x in tensors])[order]
+
+    labels = {task: join([p.labels[task] for p in parts], IGNORE_INDEX) for task in parts[0].labels}
+    word_ids = None if parts[0].word_ids is None else join([p.word_ids for p in parts], NO_WORD)
+    return CacheBatch(states=join([p.states for p in parts], None), mask=join([p.mask for p in parts], False),
+                      rows=np.concatenate([p.rows for p in parts])[order.numpy()], labels=labels, word_ids=word_ids)

@@ -11,14 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from ..core.tasks import LabelTask
 from ..errors import CacheError, ConfigError, SourceError
+from .cache_view import CacheView
 from .schema import POOLING_MODES
-
-if TYPE_CHECKING:
-    from .reader import LayerCache
 
 SOURCE_KINDS = ("auto", "tokens", "pooled")
 
@@ -62,7 +60,7 @@ def parse_source(source: object, *, allow_auto: bool = True) -> FeatureSource:
     return parsed
 
 
-def require_source(cache: "LayerCache", source: object) -> FeatureSource:
+def require_source(cache: CacheView, source: object) -> FeatureSource:
     """Parse a concrete ``source`` and refuse (:class:`CacheError`) one the cache does not store."""
     parsed = parse_source(source, allow_auto=False)
     if parsed.kind == "tokens" and not cache.stores_tokens:
@@ -76,7 +74,7 @@ def require_source(cache: "LayerCache", source: object) -> FeatureSource:
     return parsed
 
 
-def auto_source(cache: "LayerCache", tasks: Sequence[LabelTask], prefer: Sequence[str] = ()) -> FeatureSource:
+def auto_source(cache: CacheView, tasks: Sequence[LabelTask], prefer: Sequence[str] = ()) -> FeatureSource:
     """What ``source="auto"`` reads from ``cache`` for ``tasks``.
 
     Token states for a token task (refused, :class:`~layercache.errors.SourceError`, when the cache

@@ -6,12 +6,14 @@ named (``"layer_3"``, ``"embeddings"``) or indexed among the kept states (``-1``
 
 This module holds the cache itself: opening it, its metadata and side files, access to its shards
 (each checked against the manifest when first opened), labels and statistics. Its reads of states
-by row are in :mod:`.state_reads`, its padded batches in :mod:`.batch_reads`, and the translation
-of damaged shard bytes into one sentence in :mod:`.read_errors`; ``LayerCache`` inherits the first
-two, and every name stays importable from here.
+by row are in :mod:`.state_reads` (a base class of ``LayerCache``), and the translation of damaged
+shard bytes into one sentence in :mod:`.read_errors`. Its padded batches (:meth:`LayerCache.batch`,
+``iter_batches``, ``torch_dataset``) are the functions of :mod:`.batch_reads`, which read through the
+cache feed (:mod:`.cache_feed`) and take the cache as an argument: this module imports them, and
+nothing it imports refers back to ``LayerCache``.
 
 Batches have the layout of :mod:`layercache.store.batches` (where :class:`CacheBatch` is defined;
-it stays importable from here).
+it stays importable from here, as :class:`CacheDataset` does).
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ import numpy as np
 from ..core.layers import LayerSpec, resolve_layers
 from ..core.tasks import LabelTask
 from ..errors import CacheError, ConfigError
-from .batch_reads import BatchReads, CacheDataset, first_subtoken_labels
+from . import batch_reads
+from .batch_reads import CacheDataset
 from .batches import CacheBatch
 from .lens import LensWeights, read_lens
 from .manifest import Manifest, SplitInfo, confined_path, read_manifest
@@ -38,8 +41,8 @@ from .shard_checks import check_shard_labels, check_shard_layout, open_shard, sh
 from .state_reads import StateReads
 from .vocabulary import Vocabulary, read_vocabulary
 
-__all__ = ["LayerCache", "CacheBatch", "CacheDataset", "VALIDATION_NAMES", "TEST_NAMES", "first_subtoken_labels",
-           "state_positions", "translate_read_errors", "using_cache"]
+__all__ = ["LayerCache", "CacheBatch", "CacheDataset", "VALIDATION_NAMES", "TEST_NAMES", "state_positions",
+           "translate_read_errors", "using_cache"]
 
 VALIDATION_NAMES = ("validation", "valid", "dev", "val")
 """Usual names of a validation split, in the order :meth:`LayerCache.validation_split` tries them."""
@@ -72,7 +75,7 @@ def using_cache(cache: str | os.PathLike | LayerCache | None) -> Iterator[LayerC
         yield handle
 
 
-class LayerCache(StateReads, BatchReads):
+class LayerCache(StateReads):
     """A cache folder written by ``layercache extract``, opened for reading.
 
     Use :meth:`open` (or ``with LayerCache.open(path) as cache:``). All reads are lazy: only the
@@ -89,7 +92,6 @@ class LayerCache(StateReads, BatchReads):
         self._maps: dict[tuple[str, str], MappedStates | None] = {}
         self._pid = os.getpid()
         self._offsets: dict[str, np.ndarray] = {}
-        self._word_offsets: dict[str, np.ndarray] = {}
         self._vocabulary: Vocabulary | None = None
 
     # --- opening ----------------------------------------------------------------------
@@ -321,6 +323,35 @@ class LayerCache(StateReads, BatchReads):
             flat, offsets = h[f"labels/{task}"][:], h["word_offsets"][:]
             out.extend(flat[a:b] for a, b in zip(offsets[:-1], offsets[1:]))
         return out
+
+    # --- padded batches (the cache feed's gather, widened to float32: :mod:`.batch_reads`) ---
+    def batch(self, split: str, rows: Sequence[int], *, layers=None, source: str = "tokens",
+              tasks: Sequence[str] | None = None) -> CacheBatch:
+        """Read the given rows, in the order given, as one padded float32 :class:`CacheBatch`.
+
+        ``source`` is ``"tokens"`` or ``"pooled:<mode>"``; ``tasks`` (default: all) are the labels
+        attached. The batch is the one a head's cache feed gathers for these rows (the layout of
+        :mod:`layercache.store.batches`), states widened to float32: padded positions (mask False)
+        repeat the row's first token, word ids are -1 and token labels ``IGNORE_INDEX`` there.
+        """
+        return batch_reads.read_batch(self, split, rows, layers=layers, source=source, tasks=tasks)
+
+    def iter_batches(self, split: str, batch_size: int = 32, *, layers=None, source: str = "tokens",
+                     tasks: Sequence[str] | None = None, shuffle: bool = False, seed: int = 0,
+                     block_size: int = 1024) -> Iterator[CacheBatch]:
+        """Yield padded float32 minibatches of ``split``, as :meth:`batch` reads them.
+
+        Unshuffled, rows come in cache order. With ``shuffle``, blocks of ``block_size``
+        consecutive rows are visited in a seeded random order and shuffled inside a buffer:
+        random enough for SGD, while each batch's rows stay close together in their shard.
+        """
+        return batch_reads.iter_batches(self, split, batch_size, layers=layers, source=source, tasks=tasks,
+                                        shuffle=shuffle, seed=seed, block_size=block_size)
+
+    def torch_dataset(self, split: str, *, layers=None, source: str = "tokens",
+                      tasks: Sequence[str] | None = None) -> CacheDataset:
+        """A map-style torch ``Dataset`` over one split; pair it with ``dataset.collate`` (batches as :meth:`batch`)."""
+        return CacheDataset(self, split, layers=layers, source=source, tasks=tasks)
 
     # --- statistics -------------------------------------------------------------------
     @translate_read_errors

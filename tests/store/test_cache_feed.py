@@ -1,5 +1,5 @@
-"""The cache feed (store/cache_feed.py): its epochs serve every row once in the one layout, and its reads stay
-local."""
+"""The cache feed (store/cache_feed.py): its epochs serve every row once in the one layout, its reads stay
+local, and the cache's public batch reads (``batch``, ``iter_batches``, ``torch_dataset``) are its gather."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ import torch
 
 import layercache as lc
 from layercache.store.cache_feed import CacheFeed
+
+TOKEN_TASKS = ["negation_scope", "sentiment", "intensity"]  # token, sequence, regression
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -22,6 +24,30 @@ def cache(tiny_models, tmp_path_factory):
     path = lc.extract(str(tiny_models["bert"]), "builtin", out, progress=False, limit=1000).path
     with lc.LayerCache.open(path) as opened:
         yield opened
+
+
+@pytest.fixture(scope="module")
+def sharded(tiny_models, tmp_path_factory):
+    """A cache whose splits span several shards, with pooled vectors too."""
+    out = tmp_path_factory.mktemp("cache-feed-shards") / "cache"
+    path = lc.extract(str(tiny_models["bert"]), "builtin", out, progress=False, limit=60, batch_size=8,
+                      shard_bytes=40_000, pooling=["mean", "first"]).path
+    with lc.LayerCache.open(path) as opened:
+        assert len(opened.split_info("train").shards) > 2
+        yield opened
+
+
+def assert_same_batch(a, b):
+    """Two batches hold the same rows, states (padding included), mask, word ids and labels."""
+    np.testing.assert_array_equal(a.rows, b.rows)
+    assert a.states.dtype == b.states.dtype and torch.equal(a.states, b.states)
+    assert torch.equal(a.mask, b.mask)
+    assert (a.word_ids is None) == (b.word_ids is None)
+    if a.word_ids is not None:
+        assert torch.equal(a.word_ids, b.word_ids)
+    assert a.labels.keys() == b.labels.keys()
+    for task in a.labels:
+        assert torch.equal(a.labels[task], b.labels[task]), task
 
 
 def test_feed_batches_match_the_reader(cache):
@@ -88,3 +114,51 @@ def test_a_sparse_row_subset_reads_only_near_its_rows(cache):
         ref = cache.batch("train", batch.rows, tasks=["negation_scope"])
         assert torch.equal(batch.states[batch.mask].float(), ref.states[ref.mask])
         assert torch.equal(batch.labels["negation_scope"], ref.labels["negation_scope"])
+
+
+@pytest.mark.parametrize("source", ["tokens", "pooled:first"])
+def test_iter_batches_are_the_feeds_batches(sharded, source):
+    """``LayerCache.iter_batches`` (and ``batch``, ``torch_dataset``) hand out exactly what the cache feed gathers
+    for the same rows, widened to float32: the same states at every position (padded positions repeat the row's
+    first token, where the reader used to write zeros), mask, word ids and labels."""
+    tasks = TOKEN_TASKS if source == "tokens" else ["sentiment", "intensity"]
+    feed = CacheFeed(sharded, "train", tasks=tasks, source=source, batch_size=7)
+    batches = list(sharded.iter_batches("train", 7, source=source, tasks=tasks, shuffle=True, seed=3, block_size=20))
+    assert sorted(np.concatenate([b.rows for b in batches]).tolist()) == list(range(sharded.num_examples("train")))
+    dataset = sharded.torch_dataset("train", source=source, tasks=tasks)
+    for batch in batches:
+        gathered = feed.batch(batch.rows)
+        assert batch.states.dtype == torch.float32
+        gathered.states = gathered.states.float()
+        assert_same_batch(batch, gathered)
+        assert_same_batch(sharded.batch("train", batch.rows, source=source, tasks=tasks), gathered)
+        assert_same_batch(dataset.collate(list(batch.rows)), gathered)
+    for batch in feed.epoch(shuffle=True, seed=0):  # the feed's own epochs: the same gather
+        assert_same_batch(feed.batch(batch.rows), batch)
+
+
+def test_a_batch_across_shards_in_any_order_reads_each_row(sharded):
+    lengths = sharded.lengths("train")
+    starts = [s.first_row for s in sharded.split_info("train").shards]
+    rows = np.array([starts[2], 0, starts[1] + 1, 0, starts[-1]])  # three shards, out of order, a repeat
+    for memory_map in (True, False):
+        feed = CacheFeed(sharded, "train", tasks=TOKEN_TASKS, memory_map=memory_map)
+        batch = feed.batch(rows)
+        np.testing.assert_array_equal(batch.rows, rows)
+        assert batch.states.shape[1] == lengths[rows].max()
+        for i, row in enumerate(rows):
+            tokens = sharded.tokens("train", [row])[0]  # (t, S, D) float32
+            n = len(tokens)
+            assert batch.mask[i].sum() == n == lengths[row]
+            np.testing.assert_array_equal(batch.states[i, :n].float().numpy(), tokens)
+            assert torch.equal(batch.states[i, n:], batch.states[i, :1].expand_as(batch.states[i, n:]))
+            alone = feed.batch([row])
+            assert torch.equal(batch.word_ids[i, :n], alone.word_ids[0]) and (batch.word_ids[i, n:] == -1).all()
+            for task in TOKEN_TASKS:
+                label = batch.labels[task][i]
+                if label.dim():  # a token task: the row's labels, IGNORE_INDEX on padding
+                    assert torch.equal(label[:n], alone.labels[task][0]) and (label[n:] == -100).all()
+                else:
+                    assert torch.equal(label, alone.labels[task][0])
+    with pytest.raises(IndexError):
+        feed.batch([sharded.num_examples("train")])
