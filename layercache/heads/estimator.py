@@ -51,6 +51,7 @@ from ..core.tasks import LabelTask, find_task, labelled_tasks
 from ..core.version import __version__
 from ..errors import ConfigError, LayercacheError
 from ..store.cache_feed import CacheFeed
+from ..store.feed import Feed
 from ..store.feed_pool import FeedPool
 from ..store.manifest import utc_now
 from ..store.reader import LayerCache
@@ -139,6 +140,12 @@ class LayerHead(HeadEnsembles, BaseEstimator):
             validation slice (``layercache sweep`` does).
         device: ``cpu``, ``cuda`` or ``auto``.
         progress: show a progress bar while training.
+
+    Every batch the head trains, validates, predicts and scores on comes from :meth:`make_feed`,
+    the extension point for other sources of batches: a subclass that overrides it (the live
+    backbone's :class:`~layercache.live.training.LiveLayerHead`) trains and scores on any
+    :class:`~layercache.store.feed.Feed`, and the hyperparameters (``get_params``) stay the ones
+    above.
     """
 
     def __init__(self, mixer: str = "adaptive", *, tasks=None, layers=None, source: str = "auto",
@@ -229,7 +236,7 @@ class LayerHead(HeadEnsembles, BaseEstimator):
                     "--normalize none.")
             model.set_state_stats(mean, std)
         train_rows, val_feed, val_desc = self._validation(cache, split, val_split, tasks, layer_names, source, feeds)
-        train_feed = self._feed(cache, split, tasks, layer_names, source, rows=train_rows, pool=feeds)
+        train_feed = self.make_feed(cache, split, tasks, layer_names, source, rows=train_rows, pool=feeds)
         self.train_config_ = self._train_config(default_lr(model))
         for t in tasks:
             if t.kind == "regression":
@@ -291,11 +298,11 @@ class LayerHead(HeadEnsembles, BaseEstimator):
             slice_seed = self.seed if self.val_seed is None else self.val_seed
             train_rows, val_rows = validation_slice(cache, split, tasks, self.val_fraction, slice_seed)
             val_desc = f"{split} (seeded stratified {self.val_fraction:.0%} slice, seed {slice_seed})"
-            val_feed = self._feed(cache, split, tasks, layer_names, source, rows=val_rows, pool=feeds)
+            val_feed = self.make_feed(cache, split, tasks, layer_names, source, rows=val_rows, pool=feeds)
             return train_rows, val_feed, val_desc
         cache.require_split(val_split)
         check_split_stats(cache, val_split, layer_names)
-        return None, self._feed(cache, val_split, tasks, layer_names, source, pool=feeds), val_split
+        return None, self.make_feed(cache, val_split, tasks, layer_names, source, pool=feeds), val_split
 
     def _train_config(self, lr: float) -> TrainConfig:
         return TrainConfig(epochs=self.epochs, batch_size=self.batch_size, lr=self.lr or lr,
@@ -305,7 +312,17 @@ class LayerHead(HeadEnsembles, BaseEstimator):
     def _resolve_tasks(self, cache: LayerCache) -> list[LabelTask]:
         return resolve_tasks(cache, self.tasks)
 
-    def _feed(self, cache, split, tasks, layer_names, source, rows=None, batch_size=None, pool=None) -> CacheFeed:
+    def make_feed(self, cache: LayerCache, split: str, tasks: list[LabelTask], layer_names: list[str], source: str,
+                  *, rows=None, batch_size: int | None = None, pool: FeedPool | None = None) -> Feed:
+        """The feed of ``split`` this head reads: every fit, validation, prediction and score asks for one here.
+
+        ``tasks``: the labels to attach; ``layer_names``: the states, in order; ``source``: the
+        resolved ``tokens`` or ``pooled:<mode>``; ``rows``: the split's rows to serve (None: all);
+        ``batch_size``: default :attr:`batch_size`; ``pool``: a
+        :class:`~layercache.store.feed_pool.FeedPool` of ``cache`` to take the feed from. By default
+        a :class:`~layercache.store.cache_feed.CacheFeed` of ``cache``; override it to train and score
+        on any other :class:`~layercache.store.feed.Feed` with the same rows and layout.
+        """
         names, size = [t.name for t in tasks], batch_size or self.batch_size
         if pool is not None:
             return pool.feed(split, tasks=names, rows=rows, layers=layer_names, source=source, batch_size=size)
@@ -322,7 +339,7 @@ class LayerHead(HeadEnsembles, BaseEstimator):
         self.check_cache(cache)
         cache.require_split(split)
         check_split_stats(cache, split, self.layer_names_)
-        feed = self._feed(cache, split, self.tasks_, self.layer_names_, self.source_, batch_size=128)
+        feed = self.make_feed(cache, split, self.tasks_, self.layer_names_, self.source_, batch_size=128)
         return predict(self.model_, feed)
 
     def score(self, cache: LayerCache, split: str) -> dict[str, dict]:
@@ -335,7 +352,7 @@ class LayerHead(HeadEnsembles, BaseEstimator):
         self.check_cache(cache)
         cache.require_split(split)
         check_split_stats(cache, split, self.layer_names_)
-        feed = self._feed(cache, split, self.tasks_, self.layer_names_, self.source_, batch_size=128)
+        feed = self.make_feed(cache, split, self.tasks_, self.layer_names_, self.source_, batch_size=128)
         return evaluate(self.model_, feed)
 
     def layer_weights(self) -> dict[str, list[float] | None]:

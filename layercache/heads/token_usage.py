@@ -32,7 +32,7 @@ def per_token_usage(head: LayerHead, cache: LayerCache, split: str, key: str = "
         raise ConfigError(f"The head reads {head.source_}, not token states, so it has no per-token {key}; "
                           "train it with --source tokens.")
     check_split_stats(cache, split, head.layer_names_)
-    feed = head._feed(cache, split, head.tasks_, head.layer_names_, head.source_, batch_size=128)
+    feed = head.make_feed(cache, split, head.tasks_, head.layer_names_, head.source_, batch_size=128)
     lengths = cache.lengths(split)  # (n,)
     starts = np.concatenate([[0], np.cumsum(lengths)])  # (n + 1,)
     out: dict[str, np.ndarray] = {}

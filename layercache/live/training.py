@@ -36,13 +36,18 @@ from .verify import check_backbone, load_cache_backbone
 class LiveLayerHead(LayerHead):
     """A :class:`LayerHead` whose feeds run ``backbone`` on every batch instead of reading stored states.
 
+    It overrides :meth:`LayerHead.make_feed`, the estimator's public extension point for its source of
+    batches; everything else (validation, selection, scoring, the run folder) is ``LayerHead``'s.
+
     Set :attr:`backbone` (the cache's, fingerprints checked) before :meth:`fit`; the fitted head
     saves and loads as a plain :class:`LayerHead`.
     """
 
     backbone: Backbone | None = None
 
-    def _feed(self, cache, split, tasks, layer_names, source, rows=None, batch_size=None, pool=None) -> LiveFeed:
+    def make_feed(self, cache, split, tasks, layer_names, source, *, rows=None, batch_size=None, pool=None) -> LiveFeed:
+        """A :class:`LiveFeed` of ``split`` (pooled as the cache pools for a ``pooled:<mode>`` source), in place
+        of :meth:`LayerHead.make_feed`'s cache feed: the backbone computes every batch (``pool`` is not used)."""
         if self.backbone is None:
             self.backbone = load_cache_backbone(cache, device=self.device or "auto")
         feeds = self.__dict__.setdefault("_live_feeds", [])

@@ -54,3 +54,28 @@ def test_train_head_live_minibatch_and_cli(live_caches, tmp_path):
     pooled = invoke("train-head", live_caches["gpt2"], "--live", "--mixer", "last", "--task", "topic",
                     "--source", "pooled:mean", "--out", tmp_path / "pooled")
     assert pooled.exit_code == 0, pooled.output
+
+
+def test_train_head_live_takes_its_feeds_through_the_public_hook(live_caches, tmp_path, monkeypatch):
+    """LiveLayerHead swaps the source of batches through LayerHead.make_feed, the estimator's public extension
+    point, and no private method of LayerHead: every feed of the fit is a LiveFeed made there."""
+    from layercache.heads.estimator import LayerHead
+    from layercache.live.feed import LiveFeed
+    from layercache.live.training import LiveLayerHead
+
+    assert "make_feed" in vars(LiveLayerHead)
+    assert not any(name.startswith("_") and name in vars(LayerHead) for name in vars(LiveLayerHead)
+                   if not name.startswith("__"))  # overrides no private method of LayerHead
+    made = []
+    original = LiveLayerHead.make_feed
+
+    def counting(self, *args, **kwargs):
+        feed = original(self, *args, **kwargs)
+        made.append(feed)
+        return feed
+
+    monkeypatch.setattr(LiveLayerHead, "make_feed", counting)
+    train_head_live(live_caches["bert"], "last", out=tmp_path / "live", tasks=["topic"], layers=["layer_1"],
+                    progress=False, batch_size=8)
+    assert len(made) >= 2 and all(isinstance(feed, LiveFeed) for feed in made)  # training and validation at least
+    assert {feed.split for feed in made} >= {"train", "validation"}
