@@ -257,20 +257,24 @@ def _prefix_space_kwargs(config, words_input: bool) -> dict:
     return {}
 
 
-def _num_layers(config) -> int:
-    for key in ("num_hidden_layers", "n_layer", "num_layers", "encoder_layers"):
+def _config_int(config, keys: tuple[str, ...], what: str) -> int:
+    """The first of ``keys`` that the config holds as an int (architectures name one number differently);
+    refuses, saying ``what`` could not be told, when none does."""
+    for key in keys:
         value = getattr(config, key, None)
         if isinstance(value, int):
             return value
-    raise ModelLoadError(f"Cannot tell how many layers a {config.model_type} model has; please report it.")
+    raise ModelLoadError(f"Cannot tell {what}; please report it.")
+
+
+def _num_layers(config) -> int:
+    return _config_int(config, ("num_hidden_layers", "n_layer", "num_layers", "encoder_layers"),
+                       f"how many layers a {config.model_type} model has")
 
 
 def _hidden_size(config) -> int:
-    for key in ("hidden_size", "d_model", "n_embd", "dim"):
-        value = getattr(config, key, None)
-        if isinstance(value, int):
-            return value
-    raise ModelLoadError(f"Cannot tell the hidden size of a {config.model_type} model; please report it.")
+    return _config_int(config, ("hidden_size", "d_model", "n_embd", "dim"),
+                       f"the hidden size of a {config.model_type} model")
 
 
 def _max_length(config, tokenizer) -> int:

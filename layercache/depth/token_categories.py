@@ -31,6 +31,7 @@ import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
+from typing import TypeVar
 
 import numpy as np
 
@@ -43,6 +44,16 @@ WORD_POSITIONS = ("word-initial", "continuation")
 BUILTIN_FAMILIES = ("token_type", "word_position", "frequency")
 """Family names :func:`token_categories` gives; a token task of the same name becomes ``task:<name>``."""
 _PUNCTUATION = frozenset(string.punctuation)
+_T = TypeVar("_T")
+
+
+def _family(families: Mapping[str, _T], family: str) -> _T:
+    """``families[family]``; refuses a family the result does not have, naming those it has."""
+    try:
+        return families[family]
+    except KeyError:
+        raise ConfigError(f"There is no category family {family!r}; the families are: "
+                          f"{', '.join(families)}.") from None
 
 
 @dataclass(frozen=True)
@@ -82,11 +93,7 @@ class TokenCategories:
 
     def __getitem__(self, family: str) -> CategoryFamily:
         """The family called ``family``; refuses one the result does not have, naming those it has."""
-        try:
-            return self.families[family]
-        except KeyError:
-            raise ConfigError(f"There is no category family {family!r}; the families are: "
-                              f"{', '.join(self.families)}.") from None
+        return _family(self.families, family)
 
 
 @dataclass(frozen=True)
@@ -117,11 +124,7 @@ class DepthByCategory:
 
     def __getitem__(self, family: str) -> CategoryStats:
         """The statistics of family ``family``; refuses one the result does not have."""
-        try:
-            return self.families[family]
-        except KeyError:
-            raise ConfigError(f"There is no category family {family!r}; the families are: "
-                              f"{', '.join(self.families)}.") from None
+        return _family(self.families, family)
 
     def rows(self) -> list[dict]:
         """One dict per (family, category): ``family``, ``category``, ``count``, ``mean``, ``std`` (for a table)."""
