@@ -5,9 +5,7 @@ gains on their own axis with their uncertainty, no empty token category."""
 from __future__ import annotations
 
 import copy
-import json
 import warnings
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,13 +14,6 @@ from layercache.report import figures
 from layercache.report.model import ProbeReport
 
 from .figure_checks import figure_problems, legend_overlaps
-
-DEMO = Path(__file__).with_name("data") / "demo_report.json"
-
-
-@pytest.fixture
-def demo() -> dict:
-    return json.loads(DEMO.read_text())
 
 
 def _report(data: dict) -> ProbeReport:

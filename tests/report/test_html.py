@@ -4,22 +4,12 @@ head's depth labelled with what it is, no empty token category in the tables."""
 from __future__ import annotations
 
 import copy
-import json
 import re
-from pathlib import Path
-
-import pytest
 
 from layercache.report.html import render_html
 from layercache.report.model import ProbeReport
 
-DEMO = Path(__file__).with_name("data") / "demo_report.json"
 ABOUT = "quick depth estimate: act head trained 8 epochs for this report"
-
-
-@pytest.fixture
-def demo() -> dict:
-    return json.loads(DEMO.read_text())
 
 
 def test_every_table_sits_in_its_own_scrolling_box(demo):
