@@ -23,7 +23,7 @@ from typing import ClassVar
 import numpy as np
 from sklearn.base import BaseEstimator
 
-from ..errors import ConfigError
+from ..errors import CacheError, ConfigError
 from ..store.manifest import LabelTask
 from ..store.reader import LayerCache
 from .features import check_solver_params, resolve_source, resolve_task
@@ -64,6 +64,19 @@ class Probe(BaseEstimator):
         if val_split is None:
             val_split = cache.validation_split(exclude=split)
         return ProbeSetup(spec, source, index, [cache.layer_names[i] for i in index], val_split)
+
+    def _record_setup(self, setup: ProbeSetup) -> None:
+        """What every ``fit`` from a cache records of its setup: the task, the source and the states' names."""
+        self.task_, self.source_ = setup.spec.name, setup.source
+        self.layer_names_ = setup.names
+
+    @staticmethod
+    def _require_labelled(spec: LabelTask, train, val) -> None:
+        """Refuse, in one sentence, training or validation data (``.y``) with no labelled example."""
+        for name, part in (("training", train), ("validation", val)):
+            if len(part.y) == 0:
+                raise CacheError(f"The {name} data of task {spec.name!r} has no labelled examples; "
+                                 "probe a split that has labels.")
 
     def _check_common(self, tol: float | None = None) -> np.ndarray:
         """Refuse bad shared settings in one sentence each; the ascending ``C`` grid (float64).

@@ -112,13 +112,9 @@ class CumulativeProbes(Probe):
                               f"{spec.name!r} from {source} on {len(names)} states; pass LinearProbes of those.")
         train, val, self.validation_ = read_train_val(cache, spec, source, index, split, val_split,
                                                       self.val_fraction, self.seed)
-        for name, part in (("training", train), ("validation", val)):
-            if len(part.y) == 0:
-                raise CacheError(f"The {name} data of task {spec.name!r} has no labelled examples; "
-                                 "probe a split that has labels.")
+        self._require_labelled(spec, train, val)
         train = take_rows(train, sample_rows(len(train.y), self.max_train, self.seed))
-        self.task_, self.source_ = spec.name, source
-        self.layer_names_ = names
+        self._record_setup(setup)
         kind = "regression" if spec.kind == "regression" else "classification"
         classes = None if kind == "regression" else np.arange(spec.num_classes)
         self._fit_standardised(train, val, probes, kind, classes, split, val_split or split)

@@ -139,13 +139,9 @@ class LinearProbes(Probe):
             train.y = self._control_labels(cache, split, spec, train)
             val.y = self._control_labels(cache, val_split or split, spec, val)
         read_s = time.perf_counter() - t0
-        for name, part in (("training", train), ("validation", val)):
-            if len(part.y) == 0:
-                raise CacheError(f"The {name} data of task {spec.name!r} has no labelled examples; "
-                                 "probe a split that has labels.")
+        self._require_labelled(spec, train, val)
         mean, scale = input_moments(cache, split, spec, source, index, train.X)
-        self.task_, self.source_ = spec.name, source
-        self.layer_names_ = setup.names
+        self._record_setup(setup)
         self.cache_identity_ = _identity(cache)
         kind = "regression" if spec.kind == "regression" else "classification"
         classes = None if kind == "regression" else np.arange(spec.num_classes)

@@ -132,8 +132,7 @@ class OnlineCodeMDL(Probe):
             raise CacheError(f"The {split!r} split has no labelled examples of task {spec.name!r}; "
                              "measure a split that has labels.")
         mean, scale = input_moments(cache, split, spec, source, index, inputs.X)
-        self.task_, self.source_ = spec.name, source
-        self.layer_names_ = setup.names
+        self._record_setup(setup)
         self.classes_ = np.arange(spec.num_classes)
         X = standardise(inputs.X, mean, scale, self.layer_names_, split)
         self._fit_standardised(X, np.asarray(inputs.y, np.int64), spec.num_classes, portions)
