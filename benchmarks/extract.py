@@ -166,25 +166,28 @@ class PhaseTimer:
 
     def __enter__(self):
         import layercache.extraction.background as background_mod
+        import layercache.extraction.job as job_mod
         import layercache.extraction.memory as memory_mod
         import layercache.extraction.run as run_mod
         import layercache.extraction.shards as shards_mod
         import layercache.store.writer as writer_mod
 
-        self._wrap(run_mod, "load_dataset_records", "load_data")
-        self._wrap(run_mod, "load_backbone", "load_model", post=self._wrap_backbone)
-        self._wrap(run_mod, "plan_split", "tokenize_plan")
-        self._wrap(run_mod, "_check_disk", "check_disk")
+        self._wrap(job_mod, "load_dataset_records", "load_data")
+        self._wrap(job_mod, "load_backbone", "load_model", post=self._wrap_backbone)
+        self._wrap(job_mod, "plan_split", "tokenize_plan")
+        self._wrap(job_mod, "check_disk", "check_disk")
+        self._wrap(job_mod, "write_manifest", "write_manifest")
         self._wrap(run_mod, "run_batch", "run_batch")
         self._wrap(run_mod, "write_manifest", "write_manifest")
+        self._wrap(run_mod, "merge_parts", "write_manifest")
         self._wrap(run_mod, "split_stats", "split_stats")
         self._wrap(memory_mod.HeapTrimmer, "batch_done", "heap_trim")
         # main thread waiting for the writer thread: a free buffer, room in its queue, the split's last jobs
         self._wrap(background_mod.BufferPool, "take", "wait_writer")
         self._wrap(background_mod.BackgroundWriter, "submit", "wait_writer")
         self._wrap(background_mod.BackgroundWriter, "__exit__", "wait_writer")
-        # on the writer thread
-        self._wrap(shards_mod, "write_manifest", "writer_manifest")
+        # on the writer thread: the writer's manifest part after each committed shard
+        self._wrap(shards_mod, "write_part", "writer_manifest")
         self._wrap(writer_mod.ShardWriter, "append", "shard_append")
         self._wrap(writer_mod.ShardWriter, "commit", "shard_commit")
         return self

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -40,23 +41,28 @@ def estimate_bytes(manifest: Manifest, plans: dict[str, SplitPlan] | None = None
     the batch plan and ``shard_bytes`` exactly as :class:`~.shards.SplitShards` draws the
     boundaries. Without ``plans`` every batch counts as its split's average batch.
     """
-    sizes = [size for name in manifest.splits for size in _shard_estimates(manifest, name, plans, 0)]
+    sizes = [size for name, split in manifest.splits.items()
+             for size in _shard_estimates(manifest, name, plans, range(split.n_batches))]
     return sum(sizes) + MANIFEST_BYTES + MANIFEST_SHARD_BYTES * len(sizes)
 
 
 def remaining_bytes(manifest: Manifest, plans: dict[str, SplitPlan] | None = None) -> int:
-    """Bytes a resumed run still writes: the shards from each split's first unwritten batch on.
+    """Bytes a resumed run still writes: the shards of the batches no committed shard covers.
 
-    A resumed split opens a new shard at that batch, so this is the same sum as
+    A resumed split opens a new shard at each run of uncovered batches, so this is the same sum as
     :func:`estimate_bytes` over the shards not committed yet; it is positive while any work remains.
     """
     sizes = [size for name, split in manifest.splits.items() if not split.complete
-             for size in _shard_estimates(manifest, name, plans, split.batches_written)]
+             for size in _shard_estimates(manifest, name, plans, split.uncovered_batches())]
     return sum(sizes) + (MANIFEST_BYTES + MANIFEST_SHARD_BYTES * len(sizes) if sizes else 0)
 
 
-def _shard_estimates(manifest: Manifest, name: str, plans: dict[str, SplitPlan] | None, start: int) -> list[int]:
-    """Estimated file size of each shard a split writes from planned batch ``start`` to its end."""
+def _shard_estimates(manifest: Manifest, name: str, plans: dict[str, SplitPlan] | None,
+                     todo: Sequence[int]) -> list[int]:
+    """Estimated file size of each shard a split writes for the planned batches ``todo`` (ascending).
+
+    A shard ends when full, or where ``todo`` skips a batch (one writer's share ends there).
+    """
     split, storage = manifest.splits[name], manifest.storage
     plan = plans.get(name) if plans else None
     if plan is not None:
@@ -71,9 +77,10 @@ def _shard_estimates(manifest: Manifest, name: str, plans: dict[str, SplitPlan] 
     per_token = vector if storage.stores_tokens else 0
     per_example = vector * len(storage.pooling)
     sizes, n, t = [], 0, 0
-    for b in range(start, len(batches)):
+    for i, b in enumerate(todo):
         n, t = n + batches[b][0], t + batches[b][1]
-        if per_token * t + per_example * n >= storage.shard_bytes or b == len(batches) - 1:  # as SplitShards.append
+        ends = i == len(todo) - 1 or todo[i + 1] != b + 1
+        if per_token * t + per_example * n >= storage.shard_bytes or ends:  # as SplitShards.append
             sizes.append(_shard_file_bytes(manifest, round(n), round(t), word_ids))
             n = t = 0
     return sizes

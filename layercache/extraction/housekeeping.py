@@ -22,6 +22,7 @@ from ..core.confine import OwnedFolder, lstat_or_none
 from ..errors import CacheError, CacheWriteError, ConfigError, LayercacheError
 from ..store.lock import LOCK_NAME, CacheLock
 from ..store.manifest import MANIFEST_NAME, Manifest, SplitInfo, load_manifest_json
+from ..store.parts import PART_FILE
 from ..store.schema import SHARD_FILE, SIDE_FILES, ManifestSchemaError, split_name_problem
 
 
@@ -46,7 +47,8 @@ def _atomic_temp(name: str) -> re.Pattern:
     return re.compile(rf"\.{re.escape(name)}-[A-Za-z0-9_]+\.tmp")
 
 
-_OWN_TEMPS = [_atomic_temp(name) for name in (MANIFEST_NAME, *SIDE_FILES.values())]
+_OWN_TEMPS = [_atomic_temp(name) for name in (MANIFEST_NAME, *SIDE_FILES.values())] + [
+    re.compile(rf"\.{PART_FILE.pattern}-[A-Za-z0-9_]+\.tmp")]
 
 
 @contextlib.contextmanager
@@ -149,8 +151,8 @@ def nearest_existing(path: Path) -> Path:
 
 
 def remove_cache_files(out: Path, split_names) -> None:
-    """Delete a cache's own files, nothing else: its manifest, side files and, in the split folders its
-    manifest names, shards and temp shards.
+    """Delete a cache's own files, nothing else: its manifest, its writers' manifest parts, side files and, in
+    the split folders its manifest names, shards and temp shards.
 
     ``split_names`` come from the cache's manifest (a damaged one's too, :class:`DamagedCache`).
     Nothing is followed: a split folder or file that is a link is unlinked (the link, never its
@@ -174,7 +176,7 @@ def remove_cache_files(out: Path, split_names) -> None:
     for entry in os.scandir(owner.root):
         if entry.is_dir(follow_symlinks=False):
             continue
-        if entry.name in SIDE_FILES.values() or entry.name == MANIFEST_NAME or \
+        if entry.name in SIDE_FILES.values() or entry.name == MANIFEST_NAME or PART_FILE.fullmatch(entry.name) or \
                 any(p.fullmatch(entry.name) for p in _OWN_TEMPS):
             owner.remove(entry.name)
 

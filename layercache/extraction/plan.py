@@ -6,6 +6,7 @@ the same plan in every run: a resume, a repair and the size estimate all rely on
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -24,6 +25,20 @@ class SplitPlan:
     n_tokens: int
     n_truncated: int
     n_windowed: int
+
+    @functools.cached_property
+    def first_rows(self) -> np.ndarray:
+        """(n_batches + 1,) the cache row of each batch's first example; the last entry is the split's rows.
+
+        Rows follow the batches in plan order, so any writer knows where its batch's rows go without
+        waiting for the batches before it to be written.
+        """
+        counts = np.fromiter((len(batch) for batch in self.batches), np.int64, len(self.batches))
+        return np.concatenate([[0], np.cumsum(counts)])
+
+    def batch_tokens(self, b: int) -> int:
+        """Real tokens of planned batch ``b`` (what a writer's share is balanced by)."""
+        return int(sum(self.examples[i].n_tokens for i in self.batches[b]))
 
 
 def plan_split(backbone: Backbone, split, stride, batch_tokens, batch_size) -> SplitPlan:

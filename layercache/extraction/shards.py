@@ -1,10 +1,14 @@
-"""A split's batches, in plan order, into consecutive shards, each recorded in the manifest once committed.
+"""One writer's batches of a split into shards, each recorded in the writer's manifest part once committed.
 
 The order of effects is what makes a run resumable: a shard is written as ``.tmp``, fsynced and
-renamed into place when full (or after the split's last batch), and only then listed in the
-manifest, which is rewritten atomically. A run killed at any point leaves the manifest listing
-only complete shards; a resumed run deletes any other shard file and continues with the batch
-after the last listed one.
+renamed into place when full (or at the end of a run of consecutive batches of the writer's
+share), and only then listed in the writer's part file (:mod:`layercache.store.parts`), which is
+rewritten atomically. A run killed at any point leaves the parts listing only complete shards;
+the next run merges them into the manifest, deletes any other shard file and extracts the
+batches no listed shard covers.
+
+A shard is named after its first planned batch and starts at that batch's row in the plan, so
+writers working on other batches of the same split never need each other's numbers.
 """
 
 from __future__ import annotations
@@ -12,46 +16,52 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..core.confine import OwnedFolder
-from ..store.manifest import Manifest, write_manifest
+from ..store.manifest import Manifest
+from ..store.parts import ManifestPart, write_part
 from ..store.writer import ExtractedBatch, ShardWriter, shard_name
+from .plan import SplitPlan
 
 
 class SplitShards:
-    """Appends a split's batches to its shards; not thread-safe (one writer thread owns it)."""
+    """Appends one writer's batches of a split to shards; not thread-safe (one writer thread owns it)."""
 
-    def __init__(self, out: Path, manifest: Manifest, split: str, *, n_states: int, dim: int, n_batches: int):
-        self.out, self.manifest, self.split = out, manifest, split
-        self.info = manifest.splits[split]
+    def __init__(self, out: Path, manifest: Manifest, part: ManifestPart, split: str, plan: SplitPlan,
+                 batches: tuple[int, ...], *, n_states: int, dim: int):
+        self.out, self.manifest, self.part, self.split, self.plan = out, manifest, part, split, plan
         self.owner = OwnedFolder.at(out)
-        self.n_states, self.dim, self.n_batches = n_states, dim, n_batches
+        self.n_states, self.dim = n_states, dim
         self._writer: ShardWriter | None = None
-        self._next_batch = self.info.batches_written
+        self._batches = batches
+        self._next = 0  # position in ``batches`` of the batch expected next
 
     def append(self, b: int, batch: ExtractedBatch) -> bool:
-        """Append planned batch ``b`` (batches must come in plan order).
+        """Append planned batch ``b`` (the share's batches must come in order).
 
-        Returns True when the shard is complete (full, or the split's last batch): call :meth:`commit`.
+        Returns True when the shard is complete (full, or the last of a run of consecutive batches
+        of the share): call :meth:`commit`.
         """
-        if b != self._next_batch:
-            raise ValueError(f"batch {b} of split {self.split!r} arrived, expected batch {self._next_batch}")
+        if self._next >= len(self._batches) or b != self._batches[self._next]:
+            expected = self._batches[self._next] if self._next < len(self._batches) else "none"
+            raise ValueError(f"batch {b} of split {self.split!r} arrived, expected batch {expected}")
         storage = self.manifest.storage
         if self._writer is None:
             # Checked at each new shard: the split folder real, the shard's name free of links and FIFOs.
-            path = self.owner.file(self.split, shard_name(len(self.info.shards)))
-            self._writer = ShardWriter(path, n_states=self.n_states,
-                                       dim=self.dim, dtype=storage.dtype,
+            path = self.owner.file(self.split, shard_name(b))
+            self._writer = ShardWriter(path, n_states=self.n_states, dim=self.dim, dtype=storage.dtype,
                                        store_tokens=storage.stores_tokens, pooling=storage.pooling,
-                                       tasks=self.manifest.tasks, first_row=self.info.rows_written, first_batch=b)
+                                       tasks=self.manifest.tasks, first_row=int(self.plan.first_rows[b]),
+                                       first_batch=b)
         self._writer.append(batch)
-        self._next_batch = b + 1
-        return self._writer.payload_bytes >= storage.shard_bytes or b == self.n_batches - 1
+        self._next += 1
+        follows = self._next < len(self._batches) and self._batches[self._next] == b + 1
+        return self._writer.payload_bytes >= storage.shard_bytes or not follows
 
     def commit(self) -> None:
-        """Commit the shard being written and list it in the manifest (rewritten atomically)."""
+        """Commit the shard being written and list it in the writer's part (rewritten atomically)."""
         shard = self._writer.commit()
         self._writer = None
-        self.info.shards.append(shard)
-        write_manifest(self.out, self.manifest)
+        self.part.add(self.split, shard)
+        write_part(self.out, self.part)
 
     def abort(self) -> None:
         """Delete the shard being written, if any (after an error or an interruption)."""

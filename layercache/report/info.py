@@ -14,7 +14,7 @@ def cache_summary(cache: LayerCache) -> dict:
     """The facts a user checks before trusting a cache, as a plain dict (also used by reports)."""
     m = cache.manifest
     splits = {}
-    for name, s in m.splits.items():
+    for name, s in cache.committed.splits.items():  # an unfinished cache: what its writers committed
         splits[name] = {"examples": s.n_examples, "written": s.rows_written, "tokens": s.n_tokens,
                         "truncated": s.n_truncated, "skipped_empty": s.n_skipped_empty, "windowed": s.n_windowed,
                         "shards": len(s.shards),

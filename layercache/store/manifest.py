@@ -2,9 +2,11 @@
 
 ``<cache>/manifest.json`` records what produced the cache (model, tokenizer, dataset), how it is
 stored (dtype, kept states, token states or pooled only), and every committed shard with its
-row range and checksum. It is rewritten atomically (temp file + fsync + rename) after each shard
-commit, so a crash leaves either the previous or the next valid manifest, never half of one;
-``complete`` turns true only in the last write of a finished run.
+row range and checksum. It is always rewritten atomically (temp file + fsync + rename), so a crash
+leaves either the previous or the next valid manifest, never half of one. Writers do not write
+it while they extract: each lists the shards it commits in its own part file, and one merge step
+folds the parts into the manifest (:mod:`.parts`), so several writers can fill one cache at once;
+``complete`` turns true only in the merge that finishes a run.
 
 Every later step (training, probing, resume) compares the manifest with what it is asked to do
 and refuses a cache that does not match, instead of silently mixing data.
@@ -27,8 +29,13 @@ from ..errors import CacheError, UnsafePathError
 from .schema import ManifestSchemaError, foreign_manifest_problem, validate_manifest
 from .sections import DatasetSection, ExtractionSection, ModelSection, StorageSection, TokenizerSection
 
-FORMAT_VERSION = 1
-"""Bumped whenever a reader of the previous version would misread a new cache."""
+FORMAT_VERSION = 2
+"""Bumped whenever a reader of the previous version would misread a new cache. Version 2 names a shard
+after its first planned batch (``shard-NNNNN.h5``, NNNNN the batch) so that several writers can
+name theirs without asking each other (:mod:`.parts`); version 1 numbered shards in order."""
+READABLE_VERSIONS = (1, 2)
+"""Format versions this layercache opens. A version 1 cache reads as it always did; a run that resumes one
+writes version 2 (its new shards take batch names)."""
 MANIFEST_NAME = "manifest.json"
 
 
@@ -87,6 +94,27 @@ class SplitInfo:
     def bytes_written(self) -> int:
         """Size of the committed shard files in bytes."""
         return sum(s.bytes for s in self.shards)
+
+    def readable_shards(self) -> list[ShardInfo]:
+        """The committed shards that hold rows ``0 .. n-1`` without a gap: what a reader of an unfinished split sees.
+
+        Several writers commit shards anywhere in a split; rows after the first gap have no row
+        numbers a reader could serve yet (they belong to rows not written), so they wait for the rest.
+        """
+        readable, batch = [], 0
+        for shard in self.shards:
+            if shard.first_batch != batch:
+                break
+            readable.append(shard)
+            batch += shard.n_batches
+        return readable
+
+    def uncovered_batches(self) -> list[int]:
+        """The planned batches no committed shard covers, ascending (what is left to extract)."""
+        done = bytearray(self.n_batches)
+        for shard in self.shards:
+            done[shard.first_batch:shard.first_batch + shard.n_batches] = b"\x01" * shard.n_batches
+        return [b for b, flag in enumerate(done) if not flag]
 
 
 @dataclass
@@ -172,10 +200,11 @@ class Manifest:
         if not isinstance(data, dict):
             raise ManifestSchemaError("the manifest", f"should be a JSON object, found {type(data).__name__}")
         version = data.get("format_version")
-        if version != FORMAT_VERSION:
+        if version not in READABLE_VERSIONS:
             raise CacheError(
-                f"This cache has format version {version!r:.20}, but this layercache reads version "
-                f"{FORMAT_VERSION}; re-extract it or install the layercache version that wrote it."
+                f"This cache has format version {version!r:.20}, but this layercache reads versions "
+                f"{' and '.join(map(str, READABLE_VERSIONS))}; re-extract it or install the layercache version that "
+                "wrote it."
             )
         validate_manifest(data)
         fields = {f.name for f in dataclasses.fields(cls)}

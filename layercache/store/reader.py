@@ -19,6 +19,7 @@ it stays importable from here, as :class:`CacheDataset` does).
 from __future__ import annotations
 
 import bisect
+import copy
 import os
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -36,6 +37,7 @@ from .batches import CacheBatch
 from .lens import LensWeights, read_lens
 from .manifest import Manifest, SplitInfo, confined_path, read_manifest
 from .mapped import MappedStates
+from .parts import fold_parts, read_parts
 from .read_errors import translate_read_errors
 from .shard_checks import check_shard_labels, check_shard_layout, open_shard, shard_problem
 from .state_reads import StateReads
@@ -93,25 +95,39 @@ class LayerCache(StateReads):
         self._pid = os.getpid()
         self._offsets: dict[str, np.ndarray] = {}
         self._vocabulary: Vocabulary | None = None
+        self.committed = manifest
+        """What the cache's writers have committed (an unfinished cache's shards beyond the readable rows,
+        its writers' manifest parts included): what ``info`` counts as written."""
 
     # --- opening ----------------------------------------------------------------------
     @classmethod
     def open(cls, path: str | os.PathLike | None = None, *, allow_incomplete: bool = False) -> "LayerCache":
         """Open a cache folder (default: the most recently written cache).
 
-        An unfinished cache is refused unless ``allow_incomplete`` (then only its committed
-        shards are visible), because training on part of a split silently would be wrong.
+        An unfinished cache is refused unless ``allow_incomplete`` (then each split shows its
+        committed rows from the first up to the first row not written yet,
+        :meth:`~layercache.store.manifest.SplitInfo.readable_shards`), because training on part of a
+        split silently would be wrong.
         """
         from .paths import resolve_cache_path
 
         path = resolve_cache_path(path)
         manifest = read_manifest(path)
+        committed = None
+        if not manifest.complete:  # what the writers committed, their parts not merged yet included
+            committed = copy.deepcopy(manifest)
+            fold_parts(committed, read_parts(path, committed), path)
         if not manifest.complete and not allow_incomplete:
             raise CacheError(
-                f"The cache {path} is incomplete ({_progress_text(manifest)}); re-run the same "
+                f"The cache {path} is incomplete ({_progress_text(committed)}); re-run the same "
                 "`layercache extract` command to finish it."
             )
-        return cls(path, manifest)
+        if committed is not None:
+            for split in manifest.splits.values():
+                split.shards = split.readable_shards()
+        cache = cls(path, manifest)
+        cache.committed = committed or manifest
+        return cache
 
     def close(self) -> None:
         """Close every open shard; the cache can still be read afterwards (shards reopen on demand)."""

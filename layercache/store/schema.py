@@ -11,8 +11,9 @@ Two kinds of rules:
 
 - *types and bounds* per field, written declaratively below (:data:`MANIFEST_SCHEMA`);
 - *consistency* across fields (:func:`check_consistency`): shard files are exactly
-  ``<split>/shard-NNNNN.h5`` in order, rows and batches run on without gaps, written counts never
-  exceed planned ones, a complete cache has every row, layer lists agree.
+  ``<split>/shard-NNNNN.h5`` in batch order and never overlap, rows and batches of a complete split
+  run on without gaps, written counts never exceed planned ones, a complete cache has every row,
+  layer lists agree.
 
 Sections a newer writer may extend (``model``, ``dataset`` ...) accept extra keys; the keys
 listed here must be present with the right type.
@@ -48,6 +49,8 @@ SIDE_FILES = {"vocabulary": "vocab.json", "lens": "lens.safetensors"}
 """Kind -> the one name a side file of that kind may have in the cache folder (``manifest.side_files``)."""
 OWN_FILES = ("manifest.json", ".layercache.lock", *SIDE_FILES.values())
 """Files a cache keeps beside its split folders: no split may take one of these names."""
+OWN_FILE_PATTERN = re.compile(r"manifest-part-\d{5,}\.json", re.IGNORECASE)
+"""Names a cache's own files may take beside the fixed ones: writers' manifest parts (:mod:`.parts`)."""
 NAME_MAX_BYTES = 255
 """Longest file or folder name (in UTF-8 bytes) that Linux and macOS file systems take."""
 CHECKSUM = re.compile(rf"{ALGORITHM}:[0-9a-f]{{32}}")
@@ -80,6 +83,8 @@ def split_name_problem(name: object) -> str | None:
     own = next((own for own in OWN_FILES if own.casefold() == name.casefold()), None)
     if own is not None:
         return f"is the name of the cache's own file {own}"
+    if OWN_FILE_PATTERN.fullmatch(name):
+        return "has the name of a writer's manifest part file"
     if len(name.encode("utf-8", "surrogateescape")) > NAME_MAX_BYTES:
         return f"is longer than the {NAME_MAX_BYTES} bytes a folder name may have"
     return None
@@ -284,35 +289,52 @@ def check_consistency(data: dict) -> None:
         if entry["file"] != SIDE_FILES[kind]:
             _fail(f"side_files.{kind}.file", f"should be {SIDE_FILES[kind]!r}, found {entry['file']!r:.80}")
     for name, split in data["splits"].items():
-        _check_split(name, split)
+        _check_split(name, split, data["format_version"])
     if data["complete"]:
         unfinished = [name for name, split in data["splits"].items() if not split["complete"]]
         if unfinished:
             _fail("complete", f"is true while split {unfinished[0]!r} is not complete")
 
 
-def _check_split(name: str, split: dict) -> None:
+def _check_split(name: str, split: dict, version: int) -> None:
+    """Shard names, row and batch ranges of one split (format 1: consecutive from batch 0; format 2: see below).
+
+    Format 2 names a shard after its first planned batch and lets an unfinished split have gaps
+    (several writers fill their shares at once, :mod:`layercache.store.parts`): shards are listed in
+    batch order and never overlap; a shard that starts where the one before ends starts at its row
+    too, one after a gap at a later row. A complete split has no gaps, in either format. A format 1
+    cache resumed by this version keeps its shards' order numbers beside the new batch numbers
+    (the two never collide: a shard's first batch is at least its place in the list).
+    """
     where = f"splits.{name}"
-    row = batch = tokens = 0
+    row = batch = tokens = rows = 0
+    gaps = False
     for i, shard in enumerate(split["shards"]):
         at = f"{where}.shards[{i}]"
-        expected = f"{name}/shard-{i:05d}.h5"
-        if shard["file"] != expected:
+        number = i if version == 1 else shard["first_batch"]
+        expected = f"{name}/shard-{number:05d}.h5"
+        if shard["file"] != expected and (version == 1 or shard["file"] != f"{name}/shard-{i:05d}.h5"):
             # The one form a shard path may take: no absolute paths, no '..', no other folder.
             _fail(f"{at}.file", f"should be {expected!r}, found {shard['file']!r:.80}")
-        if shard["first_row"] != row:
-            _fail(f"{at}.first_row", f"should be {row} (where the previous shard ends), found {shard['first_row']}")
-        if shard["first_batch"] != batch:
-            _fail(f"{at}.first_batch", f"should be {batch}, found {shard['first_batch']}")
-        row += shard["n_examples"]
-        batch += shard["n_batches"]
+        gap = shard["first_batch"] != batch
+        if gap and (version == 1 or shard["first_batch"] < batch):
+            _fail(f"{at}.first_batch", f"should be {batch}" + ("" if version == 1 else " or later")
+                  + f", found {shard['first_batch']}")
+        if (not gap and shard["first_row"] != row) or (gap and shard["first_row"] <= row):
+            _fail(f"{at}.first_row", f"should be {'after ' if gap else ''}{row} (where the previous shard ends), "
+                                     f"found {shard['first_row']}")
+        gaps = gaps or gap
+        row = shard["first_row"] + shard["n_examples"]
+        batch = shard["first_batch"] + shard["n_batches"]
         tokens += shard["n_tokens"]
+        rows += shard["n_examples"]
     for what, written, planned in (("rows", row, split["n_examples"]), ("batches", batch, split["n_batches"]),
                                    ("tokens", tokens, split["n_tokens"])):
         if written > planned:
-            _fail(where, f"lists {written} {what} in its shards but plans only {planned}")
-    if split["complete"] and (row, batch) != (split["n_examples"], split["n_batches"]):
-        _fail(f"{where}.complete", f"is true with {row} of {split['n_examples']} rows written")
+            _fail(where, f"lists {'up to ' if what != 'tokens' else ''}{written} {what} in its shards but plans "
+                         f"only {planned}")
+    if split["complete"] and (gaps or (rows, batch) != (split["n_examples"], split["n_batches"])):
+        _fail(f"{where}.complete", f"is true with {rows} of {split['n_examples']} rows written")
     for count in ("n_truncated", "n_windowed"):
         if split.get(count, 0) > split["n_examples"]:
             _fail(f"{where}.{count}", f"is {split[count]}, more than the split's {split['n_examples']} examples")

@@ -98,9 +98,9 @@ def test_output_path_that_is_a_file(tiny_models, tsv, tmp_path):
 
 
 def test_too_little_disk_writes_nothing(tiny_models, tsv, tmp_path, monkeypatch):
-    import layercache.extraction.run as run
+    import layercache.extraction.job as job
 
-    monkeypatch.setattr(run, "free_disk_bytes", lambda path: 1000)
+    monkeypatch.setattr(job, "free_disk_bytes", lambda path: 1000)
     out = tmp_path / "cache"
     assert_refused(invoke("extract", tiny_models["bert"], tsv, "--out", out), "free", "--store pooled")
     assert not out.exists()

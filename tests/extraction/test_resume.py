@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import select
 import signal
@@ -17,6 +16,7 @@ import pytest
 from shard_support import shard_contents
 
 import layercache as lc
+from layercache.store.parts import read_committed
 
 # The child runs the real CLI. Once 3 shards are committed and the next one is half written (its
 # .tmp on disk), it tells the parent through a pipe and blocks in that append: the parent's SIGKILL
@@ -29,12 +29,13 @@ CHILD = textwrap.dedent("""
     original, append = builtin.load_builtin, ShardWriter.append
     builtin.load_builtin = lambda seed=0, sizes=None: original(seed, {"train": 60, "validation": 20})
     ready = int(sys.argv[1])
-    def committed(cache):
+    from layercache.errors import CacheError
+    from layercache.store.parts import read_committed
+    def committed(cache):  # shards in the manifest and in the writer's part
         try:
-            manifest = json.loads((cache / "manifest.json").read_text())
-        except (FileNotFoundError, json.JSONDecodeError):
+            return sum(len(s.shards) for s in read_committed(cache).splits.values())
+        except CacheError:
             return 0
-        return sum(len(s["shards"]) for s in manifest["splits"].values())
     def append_then_wait(self, batch):
         append(self, batch)
         cache = Path(self.tmp_path).parent.parent
@@ -56,11 +57,8 @@ def run_cli(args: list[str], env: dict, ready_fd: int = -1) -> subprocess.Popen:
 
 
 def committed_shards(cache: Path) -> int:
-    try:
-        manifest = json.loads((cache / "manifest.json").read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
-        return 0
-    return sum(len(s["shards"]) for s in manifest["splits"].values())
+    """Shards committed so far: listed in the manifest, or in a writer's part the next run merges."""
+    return sum(len(s.shards) for s in read_committed(cache).splits.values())
 
 
 def test_sigkill_then_resume_matches_an_uninterrupted_run(tiny_models, tmp_path):
@@ -98,7 +96,8 @@ def test_sigkill_then_resume_matches_an_uninterrupted_run(tiny_models, tmp_path)
     assert a.complete and a.config_hash == b.config_hash
     assert not list(killed.glob("*/*.tmp"))
     for split in a.splits:
-        assert [s.checksum for s in a.splits[split].shards] == [s.checksum for s in b.splits[split].shards]
+        assert [(s.file, s.first_row, s.n_batches, s.checksum) for s in a.splits[split].shards] == \
+            [(s.file, s.first_row, s.n_batches, s.checksum) for s in b.splits[split].shards]
         assert a.splits[split].stats == b.splits[split].stats
     left, right = shard_contents(killed), shard_contents(clean)
     assert left.keys() == right.keys()
@@ -141,10 +140,11 @@ def small_builtin(monkeypatch):
 @pytest.mark.parametrize("where", ["append", "commit", "forward"])
 def test_an_error_surfaces_and_the_run_resumes_to_the_same_cache(tiny_models, tmp_path, small_builtin,
                                                                  monkeypatch, where, threaded):
+    import layercache.extraction.job as job_mod
     import layercache.extraction.run as run_mod
     from layercache.store import writer as writer_mod
 
-    monkeypatch.setattr(run_mod, "writer_thread_helps", lambda device: threaded)
+    monkeypatch.setattr(job_mod, "writer_thread_helps", lambda device: threaded)
 
     calls = {"n": 0}
 
@@ -177,11 +177,11 @@ def test_an_error_surfaces_and_the_run_resumes_to_the_same_cache(tiny_models, tm
 
 def test_writer_thread_and_inline_writer_write_identical_caches(tiny_models, tmp_path, small_builtin,
                                                                  monkeypatch):
-    import layercache.extraction.run as run_mod
+    import layercache.extraction.job as job_mod
 
     digests = {}
     for threaded in (True, False):
-        monkeypatch.setattr(run_mod, "writer_thread_helps", lambda device: threaded)
+        monkeypatch.setattr(job_mod, "writer_thread_helps", lambda device: threaded)
         result = _extract(tmp_path / str(threaded), tiny_models["bert"])
         digests[threaded] = {name: [s.checksum for s in split.shards]
                              for name, split in result.manifest.splits.items()}

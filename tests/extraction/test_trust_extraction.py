@@ -18,6 +18,7 @@ from cli_support import assert_refused, invoke
 from rich.console import Console
 
 import layercache as lc
+import layercache.extraction.job as job
 import layercache.extraction.run as run
 from layercache.backbone.loader import Backbone
 from layercache.core.tasks import LabelTask
@@ -205,7 +206,7 @@ def test_read_only_cache_folder_on_resume(tiny_models, tsv, tmp_path, monkeypatc
         raise PermissionError(errno.EACCES, "Permission denied", str(out / ".manifest-x.json.tmp"))
 
     with monkeypatch.context() as mp:  # the shard commits, the manifest cannot be rewritten
-        mp.setattr("layercache.extraction.shards.write_manifest", denied)
+        mp.setattr("layercache.extraction.shards.write_part", denied)
         result = invoke("extract", tiny_models["bert"], tsv, "--out", out, *SMALL)
     assert_refused(result, "Permission denied", "writable")
     assert committed(out) == before
@@ -235,13 +236,13 @@ def small_builtin(monkeypatch):
 
 
 def spy_estimate(monkeypatch) -> list[int]:
-    seen, original = [], run.estimate_bytes
+    seen, original = [], job.estimate_bytes
 
     def estimate(*args, **kwargs):
         seen.append(original(*args, **kwargs))
         return seen[-1]
 
-    monkeypatch.setattr(run, "estimate_bytes", estimate)
+    monkeypatch.setattr(job, "estimate_bytes", estimate)
     return seen
 
 

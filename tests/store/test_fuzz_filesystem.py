@@ -42,7 +42,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import layercache as lc
-import layercache.extraction.run as run
+import layercache.extraction.job as job
 from layercache.backbone.loader import load_backbone
 from layercache.errors import LayercacheError
 
@@ -81,7 +81,7 @@ def one_backbone(monkeypatch):
             loaded[key] = load_backbone(name, **options)
         return loaded[key]
 
-    monkeypatch.setattr(run, "load_backbone", load)
+    monkeypatch.setattr(job, "load_backbone", load)
 
 
 # --- what is planted ----------------------------------------------------------------------------------

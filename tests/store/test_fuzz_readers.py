@@ -23,6 +23,7 @@ import layercache as lc
 from layercache.errors import LayercacheError
 from layercache.report.info import cache_summary
 from layercache.store.cache_feed import CacheFeed
+from layercache.store.parts import merge_parts, part_name, read_committed
 
 SETTINGS = settings(max_examples=60, deadline=20_000, derandomize=True, print_blob=True,
                     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
@@ -227,3 +228,37 @@ def test_truncated_run_weights_are_refused(pristine, tmp_path, keep):
     weights.write_bytes(data[:int(keep * len(data))])
     with pytest.raises(LayercacheError):
         lc.LayerHead.load(copy)
+
+
+# --- manifest part mutations -----------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def with_a_part(pristine, tmp_path_factory):
+    """The pristine cache as its writer left it before the merge: the shards listed in a part, not the manifest."""
+    cache, _ = pristine
+    copy = _copy_cache(cache, tmp_path_factory.mktemp("parts") / "cache")
+    manifest = json.loads((copy / "manifest.json").read_text())
+    part = {"format_version": manifest["format_version"], "config_hash": manifest["config_hash"], "writer": 0,
+            "splits": {}}
+    for name, split in manifest["splits"].items():
+        part["splits"][name] = split["shards"]
+        split.update(shards=[], complete=False, stats={})
+    manifest["complete"] = False
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    (copy / part_name(0)).write_text(json.dumps(part))
+    return copy, part
+
+
+def test_mutated_manifest_parts_are_merged_or_refused(with_a_part, tmp_path):
+    """What a resume (the merge) and ``info`` read of a part: a mutated one merges, or is one refusal."""
+    cache, part = with_a_part
+
+    @SETTINGS
+    @given(mutation=json_mutation(part))
+    def check(mutation):
+        copy = _copy_cache(cache, tmp_path / "copy")
+        (copy / part_name(0)).write_text(json.dumps(apply_mutation(part, mutation)))
+        must_read_or_refuse(lambda: read_committed(copy))
+        must_read_or_refuse(lambda: merge_parts(copy, lc.read_manifest(copy)))
+        must_read_or_refuse(lambda: read_everything(copy))
+
+    check()

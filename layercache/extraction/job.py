@@ -1,0 +1,277 @@
+"""Preparing an extraction run: everything one process does before writers start, under the cache's lock.
+
+Cheapest checks first, so bad input fails in a second, not after a model load: output folder ->
+data -> backbone -> tokenization and batch plan -> compare with an existing cache (merge what its
+writers committed, then resume / done / refuse) -> re-read committed shards against their
+checksums and re-extract damaged ones -> size estimate and disk check -> manifest and side files.
+The result is an :class:`ExtractionJob`: what every writer needs (:mod:`.run` writes a share of it,
+then merges).
+"""
+
+from __future__ import annotations
+
+import logging
+import numbers
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..backbone.loader import Backbone, load_backbone
+from ..core.layers import DOES_NOT_EXIST, resolve_layers
+from ..core.units import human_bytes
+from ..errors import CacheMismatchError, ConfigError, InsufficientDiskError
+from ..sources.datasets import DatasetRecords, load_dataset_records
+from ..store.manifest import Manifest, read_manifest, write_manifest
+from ..store.parts import merge_parts, remove_parts
+from ..store.paths import record_latest
+from .background import BufferPool, writer_thread_helps
+from .configuration import difference, new_manifest
+from .dtype_probe import ProbeStates, resolve_storage_dtype
+from .estimate import DISK_MARGIN, estimate_bytes, free_disk_bytes, remaining_bytes
+from .housekeeping import (
+    DamagedCache,
+    check_split_names,
+    clean_strays,
+    inspect_output,
+    nearest_existing,
+    remove_cache_files,
+    write_errors,
+)
+from .packing import StatePacker, storage_tensor
+from .plan import SplitPlan, plan_split
+from .repair import reextract_shard, verify_shards
+from .side_files import ensure_side_files
+from .specs import BatchSpec, DataSpec, StorageSpec
+
+log = logging.getLogger("layercache")
+
+IN_FLIGHT_BATCHES = 2  # token-state buffers: one being filled by the forward side, one being written
+
+
+@dataclass
+class ExtractResult:
+    """What :func:`~layercache.extraction.run.extract` did."""
+
+    path: Path
+    manifest: Manifest
+    resumed: bool = False
+    """True when the run continued a cache a previous run had started."""
+    already_complete: bool = False
+    """True when the cache was already complete and nothing was computed."""
+    repaired: list[str] = field(default_factory=list)
+    """Shards (``split/shard-NNNNN.h5``) that failed their checksum and were extracted again."""
+
+
+@dataclass
+class ExtractionJob:
+    """A prepared run: the loaded backbone and data, the plans and the manifest every writer works from."""
+
+    out: Path
+    backbone: Backbone
+    records: DatasetRecords
+    plans: dict[str, SplitPlan]
+    manifest: Manifest
+    keep: list[int]
+    """Kept hidden states, in storage order."""
+    packer: StatePacker
+    buffers: BufferPool | None
+    """Reused host buffers for token states (None for a pooled-only cache)."""
+    threaded: bool
+    """Whether shards are written on a background thread (:func:`.background.writer_thread_helps`)."""
+    probe: ProbeStates | None
+    """The ``--storage-dtype auto`` probe's forward pass, reused for its batch by the writer that has it."""
+    resumed: bool = False
+    repaired: list[str] = field(default_factory=list)
+
+
+@dataclass
+class JobInputs:
+    """What every writer loads itself before it extracts: the data, the frozen backbone, the kept states, the plans."""
+
+    records: DatasetRecords
+    backbone: Backbone
+    keep: list[int]
+    plans: dict[str, SplitPlan]
+
+
+def load_inputs(model: str, data: DataSpec, storage: StorageSpec, batching: BatchSpec, *,
+                allow_pickle: bool) -> JobInputs:
+    """Load the data and the backbone and plan every split (the same plan in every writer: it is deterministic)."""
+    records = load_dataset_records(
+        data.dataset, config=data.config, splits=list(data.splits) if data.splits else None,
+        split_files=data.split_files, text_columns=list(data.text_columns) if data.text_columns else None,
+        label_columns=list(data.label_columns) if data.label_columns else None,
+        no_labels=data.no_labels, task_kind=data.task_kind, limit=data.limit)
+    check_split_names(records.splits)  # names the source chose (a hub's, a saved dataset's)
+    words_input = any(s.words is not None for s in records.splits.values())
+    backbone = load_backbone(model, device=batching.device, dtype=batching.dtype, max_length=batching.max_length,
+                             words_input=words_input, allow_pickle=allow_pickle)
+    layers = None if not storage.layers and not isinstance(storage.layers, numbers.Integral) else storage.layers
+    keep = resolve_layers(layers, backbone.layer_names, sort=True, refusal=DOES_NOT_EXIST)
+    plans = {name: plan_split(backbone, split, batching.stride, batching.batch_tokens, batching.batch_size)
+             for name, split in records.splits.items()}
+    return JobInputs(records, backbone, keep, plans)
+
+
+def _configured(inputs: JobInputs, data: DataSpec, storage: StorageSpec, batching: BatchSpec, pooling: list[str],
+                existing: Manifest | None) -> tuple[Manifest, ProbeStates | None]:
+    """The manifest this run's options give (its configuration hash included), and the ``auto`` probe's pass."""
+    storage_dtype, dtype_choice, probe = resolve_storage_dtype(storage.storage_dtype, existing, inputs.backbone,
+                                                               inputs.records, inputs.plans, inputs.keep)
+    manifest = new_manifest(inputs.backbone, inputs.records, inputs.plans, keep=inputs.keep, store=storage.store,
+                            pooling=pooling, storage_dtype=storage_dtype, mean_skip_first=storage.mean_skip_first,
+                            stride=batching.stride, batch_tokens=batching.batch_tokens,
+                            batch_size=batching.batch_size, shard_bytes=storage.shard_bytes, limit=data.limit,
+                            dtype_choice=dtype_choice)
+    return manifest, probe
+
+
+def join_job(model: str, data: DataSpec, storage: StorageSpec, batching: BatchSpec, out: Path, pooling: list[str],
+             *, allow_pickle: bool) -> ExtractionJob:
+    """The job of a writer other than the one that prepared the run: load, then take the prepared manifest.
+
+    Writes nothing. The writer computes the configuration its own options, data and model give and
+    refuses to write when it differs from the prepared cache's (every writer must run the same
+    command on the same files); ``--storage-dtype auto`` takes the choice the preparing writer recorded.
+    """
+    inputs = load_inputs(model, data, storage, batching, allow_pickle=allow_pickle)
+    prepared = read_manifest(out)
+    manifest, _ = _configured(inputs, data, storage, batching, pooling, prepared)
+    if manifest.config_hash != prepared.config_hash:
+        raise CacheMismatchError(
+            f"This writer's {difference(prepared, manifest)} differs from the one the cache at {out} was prepared "
+            "with; every writer must run the same command on the same model and data.")
+    return _writer_job(out, inputs, prepared, None)
+
+
+def prepare_job(model: str, data: DataSpec, storage: StorageSpec, batching: BatchSpec, out: Path, pooling: list[str],
+                *, overwrite: bool, repair: bool, allow_pickle: bool, progress: bool) -> ExtractionJob | ExtractResult:
+    """Load, plan, compare with what ``out`` holds and make it ready for writers; the caller holds the lock.
+
+    Returns an :class:`ExtractResult` when there is nothing to write (the cache is complete, or a
+    repair found every shard intact).
+    """
+    existing = inspect_output(out, overwrite)
+    inputs = load_inputs(model, data, storage, batching, allow_pickle=allow_pickle)
+    backbone, records, plans, keep = inputs.backbone, inputs.records, inputs.plans, inputs.keep
+    manifest, probe = _configured(inputs, data, storage, batching, pooling,
+                                  existing if isinstance(existing, Manifest) and not overwrite else None)
+
+    resumed, damaged = False, {}
+    if isinstance(existing, DamagedCache):
+        remove_cache_files(out, existing.split_names)
+    elif existing is not None and overwrite:
+        remove_cache_files(out, list(existing.splits))  # starts afresh, even with the same configuration
+    elif existing is not None:
+        if existing.config_hash != manifest.config_hash:
+            raise CacheMismatchError(
+                f"{out} already holds a cache made with a different {difference(existing, manifest)}; "
+                "pass --overwrite to replace it, or choose another --out."
+            )
+        with write_errors(out):
+            merge_parts(out, existing)  # what the writers of an interrupted run committed
+        if existing.complete and not repair:
+            log.info("The cache at %s is already complete; nothing to do.", out)
+            _side_files(out, existing, backbone, allow_pickle)  # a cache older than them gets them now
+            record_latest(out)
+            return ExtractResult(out, existing, already_complete=True)
+        manifest, resumed = existing, True
+        # A resume (or --repair) trusts no committed shard it has not re-read: a shard damaged since
+        # its commit would otherwise be kept, and its statistics would break the split's.
+        damaged = verify_shards(out, manifest, progress)
+        if repair and not damaged and manifest.complete:
+            log.info("All %d shards of %s match their checksums; nothing to repair.",
+                     sum(len(s.shards) for s in manifest.splits.values()), out)
+            _side_files(out, manifest, backbone, allow_pickle)
+            record_latest(out)
+            return ExtractResult(out, manifest, already_complete=True)
+        if damaged:
+            log.warning("Re-extracting %d damaged shard(s): %s.", sum(map(len, damaged.values())),
+                        ", ".join(manifest.splits[n].shards[i].file for n, ix in damaged.items() for i in ix))
+        else:
+            log.info("Resuming the cache at %s (%s).", out, _done_text(manifest))
+    elif repair:
+        raise ConfigError(f"There is no cache at {out} to repair; run the command without --repair to create it.")
+    else:
+        remove_parts(out)  # parts without a manifest belong to no cache this run can trust
+
+    for name, plan in plans.items():
+        if plan.n_truncated:
+            log.warning("%s: %d of %d examples are longer than %d tokens and were truncated "
+                        "(use --stride to keep every token).", name, plan.n_truncated, len(plan.examples),
+                        backbone.max_length)
+    check_disk(out, manifest, plans)
+
+    for name in damaged:  # the cache is not complete until every damaged shard is rewritten
+        manifest.splits[name].complete = False
+    if damaged:
+        manifest.complete = False
+    if probe is not None and (damaged or any(s.first_batch == 0 for s in manifest.splits[probe.split].shards)):
+        probe = None  # its batch is written already: free its states now
+    with write_errors(out):
+        write_manifest(out, manifest)
+    _side_files(out, manifest, backbone, allow_pickle)  # after the manifest: the folder is a cache by then
+    record_latest(out)
+    job = _writer_job(out, inputs, manifest, probe)
+    for name, indices in damaged.items():
+        for index in indices:
+            with write_errors(out):
+                reextract_shard(backbone, records, name, plans[name], manifest, out, keep, job.packer, job.buffers,
+                                index)
+    with write_errors(out):
+        for name, info in manifest.splits.items():  # before any writer starts: they never clean up for each other
+            clean_strays(out, name, info)  # also checks that each split folder is a real folder inside the cache
+    job.resumed = resumed
+    job.repaired = [manifest.splits[n].shards[i].file for n, ix in damaged.items() for i in ix]
+    return job
+
+
+def _writer_job(out: Path, inputs: JobInputs, manifest: Manifest, probe: ProbeStates | None) -> ExtractionJob:
+    """The job around loaded inputs and a manifest: the state packer and the host buffers a writer reuses."""
+    stored, backbone = manifest.storage, inputs.backbone
+    packer = StatePacker(len(inputs.keep), backbone.hidden_size, storage_dtype=stored.dtype, pooling=stored.pooling,
+                         device=backbone.device, mean_skip_first=stored.skips_first_in_mean)
+    threaded = writer_thread_helps(backbone.device)
+    buffers = (_storage_buffers(inputs.plans, len(inputs.keep), backbone.hidden_size, stored.dtype,
+                                IN_FLIGHT_BATCHES if threaded else 1)
+               if stored.stores_tokens else None)
+    return ExtractionJob(out, backbone, inputs.records, inputs.plans, manifest, inputs.keep, packer, buffers,
+                         threaded, probe)
+
+
+def check_disk(out: Path, manifest: Manifest, plans: dict[str, SplitPlan] | None = None) -> None:
+    """Refuse, before any forward pass, a run whose remaining shards do not fit the free space at ``out``."""
+    need = estimate_bytes(manifest, plans)
+    remaining = remaining_bytes(manifest, plans)
+    free = free_disk_bytes(out)
+    log.info("Estimated cache size: %s (%s still to write); %s free at %s.", human_bytes(need),
+             human_bytes(remaining), human_bytes(free), nearest_existing(out))
+    if remaining * DISK_MARGIN > free:
+        raise InsufficientDiskError(
+            f"The cache needs about {human_bytes(remaining * DISK_MARGIN)} but only {human_bytes(free)} is free "
+            f"at {nearest_existing(out)}; free space, choose another --out, keep fewer --layers, "
+            "or use --store pooled."
+        )
+
+
+def _side_files(out: Path, manifest: Manifest, backbone, allow_pickle: bool) -> None:
+    """Write the vocabulary and logit-lens files the cache lacks or that changed (see :mod:`.side_files`),
+    and the manifest that lists them."""
+    with write_errors(out):
+        if ensure_side_files(out, manifest, backbone, allow_pickle=allow_pickle):
+            write_manifest(out, manifest)
+
+
+def _storage_buffers(plans: dict[str, SplitPlan], n_states: int, dim: int, storage_dtype: str,
+                     count: int) -> BufferPool:
+    """``count`` reused host buffers for batches' token states, each big enough for the largest planned batch.
+
+    With a writer thread, two: one filled by the forward side while the writer appends the other.
+    """
+    most = max((sum(plan.examples[i].n_tokens for i in batch) for plan in plans.values() for batch in plan.batches),
+               default=1)
+    return BufferPool(count, lambda: storage_tensor(most, n_states, dim, storage_dtype))
+
+
+def _done_text(manifest: Manifest) -> str:
+    return ", ".join(f"{n}: {s.rows_written}/{s.n_examples}" for n, s in manifest.splits.items())
+
