@@ -13,7 +13,7 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 import pytest  # noqa: E402
-from tiny_models import KINDS, make_model  # noqa: E402
+from tiny_models import KINDS, huge_llama, make_model, pickle_only_copy  # noqa: E402
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
@@ -145,6 +145,60 @@ def runs(live_caches, tmp_path_factory):
             head = layercache.LayerHead(mixer, tasks=[task], progress=False, batch_size=8, **options).fit(cache)
             out[cache_name][name] = head.save(root / cache_name / name)
     return out
+
+
+@pytest.fixture(scope="session")
+def pickle_cache(tiny_models, tmp_path_factory):
+    """(cache, run): the tiny BERT with its weights as pytorch_model.bin only, a cache extracted with allow_pickle,
+    and a run trained on it."""
+    import layercache as lc
+
+    root = tmp_path_factory.mktemp("pickle")
+    model = pickle_only_copy(tiny_models["bert"], root / "bert-pickle")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("LAYERCACHE_HOME", str(root / "home"))
+        cache = lc.extract(str(model), "builtin", root / "cache", limit=16, progress=False, allow_pickle=True).path
+    head = lc.LayerHead("last", tasks=["topic"], layers=["layer_1"], progress=False).fit(lc.LayerCache.open(cache))
+    return cache, head.save(root / "run")
+
+
+@pytest.fixture(scope="session")
+def huge_cache(tiny_models, tmp_path_factory):
+    """The tiny Llama with states far beyond the float16 range before its final norm, cached as float16."""
+    import layercache as lc
+
+    root = tmp_path_factory.mktemp("huge")
+    folder = huge_llama(tiny_models["llama"], root / "huge-llama")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("LAYERCACHE_HOME", str(root / "home"))
+        return lc.extract(str(folder), "builtin", root / "cache", limit=6, progress=False, storage_dtype="float16",
+                          splits=["train"]).path
+
+
+@pytest.fixture
+def edited_cache(live_caches, tmp_path):
+    """A copy of live_caches["bert"] whose layer_2 state of every validation token is moved by 0.5."""
+    import shutil
+
+    import h5py
+    import numpy as np
+
+    copy = tmp_path / "edited"
+    shutil.copytree(live_caches["bert"], copy)
+    shard = next((copy / "validation").glob("shard-*.h5"))
+    with h5py.File(shard, "r+") as h:
+        hidden = h["hidden"]
+        block = hidden[:, 2, :]
+        hidden[:, 2, :] = (block.astype(np.float32) + 0.5).astype(block.dtype)  # layer_2 of every token
+    return copy
+
+
+@pytest.fixture
+def here(tmp_path, monkeypatch):
+    """A working folder holding README.md, like a checkout."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "README.md").write_text("# a project\n")
+    return tmp_path
 
 
 @pytest.fixture(scope="session")

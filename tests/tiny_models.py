@@ -123,6 +123,33 @@ def make_model(folder: Path, kind: str, seed: int = 0) -> Path:
     return folder
 
 
+def pickle_only_copy(source: Path, folder: Path) -> Path:
+    """``source`` copied to ``folder`` with its weights as pytorch_model.bin only (save_pretrained writes
+    safetensors), the kind of model ``--allow-pickle`` is for."""
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file
+
+    shutil.copytree(source, folder)
+    torch.save(load_file(folder / "model.safetensors"), folder / "pytorch_model.bin")
+    (folder / "model.safetensors").unlink()
+    return folder
+
+
+def huge_llama(llama: Path, folder: Path) -> Path:
+    """The tiny Llama at ``llama`` with its input embeddings times 1e7, saved to ``folder``: its states go far
+    beyond the float16 range before its final norm (finite in float32)."""
+    import torch
+
+    model = transformers.AutoModel.from_pretrained(llama)
+    with torch.no_grad():
+        model.get_input_embeddings().weight.mul_(1e7)
+    model.save_pretrained(folder)
+    transformers.AutoTokenizer.from_pretrained(llama).save_pretrained(folder)
+    return folder
+
+
 # --- trained sub-word tokenizers ------------------------------------------------------------------
 # Llama 3's pre-tokenizer regex: a word keeps the space before it, digits go in threes without one.
 LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"

@@ -1,11 +1,9 @@
-"""verify: a good cache passes (fp16 and float32 storage, windows), an edited or foreign one fails in one sentence."""
+"""verify: a good cache passes (fp16 and float32 storage, windows), an edited or foreign one fails in one sentence.
+
+The verify command's table, JSON, exit codes and user errors are tested in tests/cli/test_live_verify.py."""
 
 from __future__ import annotations
 
-import json
-import shutil
-
-import h5py
 import numpy as np
 import pytest
 import torch
@@ -67,29 +65,12 @@ def test_tolerance_follows_the_storage_dtype():
     assert float(tolerance("float32", "float32", torch.tensor(1.0), 1.0)) < 2e-5
 
 
-def edited_copy(path, tmp_path):
-    copy = tmp_path / "edited"
-    shutil.copytree(path, copy)
-    shard = next((copy / "validation").glob("shard-*.h5"))
-    with h5py.File(shard, "r+") as h:
-        hidden = h["hidden"]
-        block = hidden[:, 2, :]
-        hidden[:, 2, :] = (block.astype(np.float32) + 0.5).astype(block.dtype)  # layer_2 of every token
-    return copy
-
-
-def test_an_edited_cache_fails_naming_split_row_and_state(live_caches, tmp_path):
-    copy = edited_copy(live_caches["bert"], tmp_path)
-    result = verify_cache(copy, sample=5)
+def test_an_edited_cache_fails_naming_split_row_and_state(edited_cache):
+    result = verify_cache(edited_cache, sample=5)
     assert not result.passed
     assert "layer_2" in result.failure and "'validation'" in result.failure and "--overwrite" in result.failure
     failing = {(r.what, r.state) for r in result.rows if not r.passed}
     assert ("tokens", "layer_2") in failing and ("tokens", "layer_1") not in failing
-
-    out = invoke("verify", copy, "--sample", "5")
-    assert out.exit_code == 1, out.output
-    assert "Traceback" not in out.output and "Verification failed" in out.output
-    assert "FAIL" in out.output and "layer_2" in out.output
 
 
 def other_model_loader(tiny_models, tmp_path, same_fingerprint: bool):
@@ -121,22 +102,3 @@ def test_other_weights_under_the_same_fingerprint_fail_on_the_states(live_caches
     result = verify_cache(live_caches["bert"], sample=3)
     assert not result.passed and "model revision" in result.failure
     assert all(not r.passed for r in result.rows if r.state != "embeddings" or r.what == "tokens")
-
-
-def test_cli_table_json_and_user_errors(live_caches, runs, tmp_path):
-    out = invoke("verify", live_caches["bert"], "--sample", "4", "--split", "validation")
-    assert out.exit_code == 0, out.output
-    assert "layer_1" in out.output and "passed" in out.output
-
-    out = invoke("verify", live_caches["bert"], "--sample", "4", "--json", "--run", runs["bert"]["topic"])
-    assert out.exit_code == 0, out.output
-    data = json.loads(out.output[out.output.index("{"):])  # after any note on stderr
-    assert data["passed"] and data["examples"] == {"train": 4, "validation": 4}
-    assert data["parity"]["agreement"] == 1.0
-
-    missing = invoke("verify", tmp_path / "nowhere")
-    assert missing.exit_code == 2 and "Traceback" not in missing.output
-    bad = invoke("verify", live_caches["bert"], "--sample", "0")
-    assert bad.exit_code == 2 and "--sample" in bad.output
-    split = invoke("verify", live_caches["bert"], "--split", "nope")
-    assert split.exit_code == 2 and "Traceback" not in split.output

@@ -1,25 +1,18 @@
-"""``predict``'s arguments: run folders first, a path-like non-run refused, --text and -- taken literally."""
+"""``predict``'s arguments: run folders first, a path-like non-run refused, --text and -- taken literally.
+
+The rule itself (live/predict.py's split_runs) is tested in tests/live/test_split_runs.py; ``here`` is the root
+conftest's."""
 
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 from cli_support import assert_refused, invoke
 
-from layercache.errors import ConfigError
-from layercache.live.predict import split_runs
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # torch on one thread, as in tests/live
 
 LONG_WORD = "a" * 300  # longer than any file name may be (255 bytes)
-
-
-@pytest.fixture
-def here(tmp_path, monkeypatch):
-    """A working folder holding README.md, like a checkout."""
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "README.md").write_text("# a project\n")
-    return tmp_path
 
 
 def test_a_mistyped_run_folder_is_refused_not_predicted(runs):
@@ -60,18 +53,6 @@ def test_a_text_too_long_to_be_a_file_name_is_a_text(runs):
     result = invoke("predict", runs["bert"]["topic"], LONG_WORD, f"{LONG_WORD} and more", "--threads", "1")
     assert result.exit_code == 0, result.output
     assert "Traceback" not in result.output and "Predictions" in result.output
-
-
-def test_split_runs_rule(runs, here):
-    run = str(runs["bert"]["topic"])
-    assert split_runs([run, "a fine day"]) == ([run], ["a fine day"])
-    assert split_runs([run, "a fine day", "README.md"], literal=1) == ([run], ["a fine day", "README.md"])
-    assert split_runs([run, LONG_WORD, "x" * 5000]) == ([run], [LONG_WORD, "x" * 5000])
-    for text in ("README.md", "./a", "a/b", os.path.join("no", "such", "run")):
-        with pytest.raises(ConfigError, match="--text"):
-            split_runs([run, text])
-    with pytest.raises(ConfigError, match="Nothing to predict with"):
-        split_runs(["just a text"])
 
 
 def test_help_states_the_rule():
