@@ -1,11 +1,12 @@
-"""train-head --live (the backbone in the loop) and parity of a run's cache vs live-bundle predictions."""
+"""train_head_live (the backbone in the loop) and parity of a run's cache vs live-bundle predictions.
+
+The train-head --live command is tested in tests/cli/test_live_train.py."""
 
 from __future__ import annotations
 
 import json
 
 import numpy as np
-from cli_support import invoke
 
 import layercache as lc
 from layercache.live.parity import parity
@@ -39,21 +40,6 @@ def test_train_head_live_writes_a_run_that_matches_the_cache_trained_one(live_ca
     assert np.mean(np.asarray(mine) == np.asarray(theirs)) >= 0.9
     assert abs(live.metrics["validation"]["topic"]["accuracy"] - cached.metrics["validation"]["topic"]["accuracy"]) \
         <= 0.1
-
-
-def test_train_head_live_minibatch_and_cli(live_caches, tmp_path):
-    out = invoke("train-head", live_caches["bert"], "--live", "--mixer", "scalar", "--task", "negation_scope",
-                 "--epochs", "1", "--out", tmp_path / "run", "--quiet")
-    assert out.exit_code == 0, out.output
-    assert "live backbone" in out.output
-    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
-    assert metrics["data"]["trained"] == "live"
-    assert 0.0 <= metrics["validation"]["negation_scope"]["macro_f1"] <= 1.0
-    lc.LayerHead.load(tmp_path / "run")  # a loadable run folder
-
-    pooled = invoke("train-head", live_caches["gpt2"], "--live", "--mixer", "last", "--task", "topic",
-                    "--source", "pooled:mean", "--out", tmp_path / "pooled")
-    assert pooled.exit_code == 0, pooled.output
 
 
 def test_train_head_live_takes_its_feeds_through_the_public_hook(live_caches, tmp_path, monkeypatch):
