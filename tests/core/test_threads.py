@@ -9,7 +9,6 @@ import time
 
 import pytest
 import torch
-from cli_support import assert_refused, invoke
 
 from layercache.core import threads
 from layercache.core.threads import idle_cores, resolve_threads, usable_cores, use_threads
@@ -84,11 +83,3 @@ def test_use_threads_sets_torch():
         assert use_threads(1).threads == 1 and torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(before)
-
-
-def test_cli_threads_option(tmp_path):
-    assert_refused(invoke("probe-report", tmp_path, "--threads", "zero"), "--threads must be a whole number")
-    assert_refused(invoke("train-head", tmp_path, "--threads", "0"), "--threads must be a whole number")
-    many = str(usable_cores() + 1)
-    for command in ("extract", "train-head", "probe-report"):
-        assert_refused(invoke(command, "--threads", many), f"--threads {many} is more than")
