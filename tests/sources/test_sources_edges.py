@@ -1,5 +1,6 @@
-"""Data sources at their edges (issue 26; each test failed on 35f1445): nothing dropped or misread silently,
-and their warnings shown like every other layercache warning."""
+"""Data sources at their edges (issue 26; each test failed on 35f1445): nothing dropped or misread silently. That
+their warnings are shown like every other layercache warning is tested with the extract command, in
+tests/cli/test_cache.py."""
 
 from __future__ import annotations
 
@@ -43,18 +44,3 @@ def test_inf_is_an_ordinary_class_name_among_words(tmp_path):
     """Guard: the refusal is for columns of numbers only."""
     path = write(tmp_path / "words.csv", "text,label\nfirst text,inf\nsecond text,fin\nthird text,inf\n")
     assert load_dataset_records(str(path)).tasks[0].label_names == ("fin", "inf")
-
-
-def test_source_warnings_are_shown_as_layercache_warnings(tiny_models, tmp_path):
-    one = write(tmp_path / "one.tsv", "text\tlabel\nthe lamp is good\tpos\nthe cup is fine\tpos\n")
-    result = invoke("extract", tiny_models["bert"], one, "--out", tmp_path / "a", "--quiet")
-    assert result.exit_code == 0, result.output
-    text = " ".join(result.output.split())
-    assert "WARNING Label column 'label' has a single class 'pos'" in text, text
-    assert "UserWarning" not in text and "warnings.warn" not in text
-    run_on = write(tmp_path / "run-on.conll", "The O\nlamp B-OBJ\nworks O\n. O\nIt O\nis O\nbright B-ADJ\n. O\n")
-    result = invoke("extract", tiny_models["bert"], run_on, "--out", tmp_path / "b", "--quiet")
-    assert result.exit_code == 0, result.output
-    text = " ".join(result.output.split())
-    assert "WARNING" in text and "has no blank lines between sentences" in text, text
-    assert "UserWarning" not in text

@@ -1,5 +1,6 @@
 """A cache you can trust, sources side: fingerprints that see every weight, safetensors unless pickle is
-allowed, empty rows skipped and counted, warnings on degenerate labels, every split file recorded."""
+allowed, empty rows skipped and counted, warnings on degenerate labels. That extract records every split file and
+info shows them is tested in tests/cli/test_cache.py."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import torch
 import transformers
 from cli_support import assert_refused, invoke
 from safetensors.torch import load_file, save_file
-from tiny_models import HIDDEN
+from tiny_models import HIDDEN, pickle_only_copy
 
 import layercache as lc
 from layercache.backbone.loader import load_backbone, model_fingerprint, tokenizer_fingerprint
@@ -37,14 +38,6 @@ def _altered_copy(source, folder):
 @pytest.fixture(scope="module")
 def altered_bert(tiny_models, tmp_path_factory):
     return _altered_copy(tiny_models["bert"], tmp_path_factory.mktemp("altered") / "bert")
-
-
-def _pickle_only_copy(source, folder):
-    """``source`` with its weights as pytorch_model.bin only (save_pretrained writes safetensors)."""
-    shutil.copytree(source, folder)
-    torch.save(load_file(folder / "model.safetensors"), folder / "pytorch_model.bin")
-    (folder / "model.safetensors").unlink()
-    return folder
 
 
 # ---------------------------------------------------------------- 1. fingerprints
@@ -121,7 +114,7 @@ def test_eval_refuses_a_cache_of_another_model(tiny_models, altered_bert, tsv, t
 
 
 def test_pickle_weights_load_only_when_allowed(tiny_models, tsv, tmp_path):
-    folder = _pickle_only_copy(tiny_models["bert"], tmp_path / "pickled")
+    folder = pickle_only_copy(tiny_models["bert"], tmp_path / "pickled")
     with pytest.raises(ModelLoadError, match="pickle files can run arbitrary code.*--allow-pickle"):
         load_backbone(str(folder), device="cpu")
     allowed = load_backbone(str(folder), device="cpu", allow_pickle=True)
@@ -241,17 +234,3 @@ def test_conll_file_without_blank_lines_warns(tmp_path, logged):
     with logged.none(), warnings.catch_warnings():
         warnings.simplefilter("error")
         read_conll(fine)
-
-
-# ---------------------------------------------------------------- 5. every split file recorded
-
-
-def test_every_split_file_is_recorded_and_shown(tiny_models, tsv, tmp_path):
-    dev = shutil.copy(tsv, tmp_path / "dev.tsv")
-    out = tmp_path / "cache"
-    result = invoke("extract", tiny_models["bert"], "--split", f"train={tsv}", "--split", f"validation={dev}",
-                    "--out", out, "--quiet")
-    assert result.exit_code == 0, result.output
-    assert lc.read_manifest(out).dataset.files == {"train": str(tsv), "validation": str(dev)}
-    shown = "".join(invoke("info", out).output.split())  # rich may wrap long paths anywhere
-    assert f"train:{tsv};validation:{dev}" in shown
