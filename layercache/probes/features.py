@@ -313,6 +313,17 @@ def input_moments(cache: LayerCache, split: str, spec: LabelTask, source: str, i
     return layer_moments(X)
 
 
+def check_feature_arrays(X, y, xname: str = "X", yname: str = "y") -> tuple[np.ndarray, np.ndarray]:
+    """``X`` and ``y`` as arrays, after refusing, in one sentence each, features that are not (n, layers, dim) and
+    targets that are not one per row of ``X``; what ``y`` may hold is the caller's to check."""
+    X, y = np.asarray(X), np.asarray(y)
+    if X.ndim != 3:
+        raise ConfigError(f"{xname} must have shape (n, layers, dim), got {X.shape}.")
+    if y.ndim != 1 or len(y) != len(X):
+        raise ConfigError(f"{yname} must have shape ({len(X)},) to match {xname}, got {y.shape}.")
+    return X, y
+
+
 def check_solver_params(C_grid, max_iter, seed, tol) -> np.ndarray:
     """The ascending grid of ``C`` (float64) after refusing, in one sentence each, settings the solver cannot use.
 

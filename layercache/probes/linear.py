@@ -32,6 +32,7 @@ from .base import Probe
 from .control import ControlTask
 from .features import (
     ProbeInputs,
+    check_feature_arrays,
     input_moments,
     layer_moments,
     read_inputs,
@@ -343,11 +344,7 @@ def _encode(y: np.ndarray, classes: np.ndarray) -> np.ndarray:
 
 
 def _check_arrays(X, y, xname: str, yname: str) -> tuple[np.ndarray, np.ndarray]:
-    X, y = np.asarray(X), np.asarray(y)
-    if X.ndim != 3:
-        raise ConfigError(f"{xname} must have shape (n, layers, dim), got {X.shape}.")
-    if y.ndim != 1 or len(y) != len(X):
-        raise ConfigError(f"{yname} must have shape ({len(X)},) to match {xname}, got {y.shape}.")
+    X, y = check_feature_arrays(X, y, xname, yname)
     if y.dtype.kind not in "iuf":
         raise ConfigError(f"{yname} must be integer class ids or float targets, got dtype {y.dtype}.")
     return X, y

@@ -35,7 +35,7 @@ from ..errors import CacheError, ConfigError
 from ..solvers import LinearFit, fit_logistic, linear_outputs
 from ..store.reader import LayerCache
 from .base import Probe
-from .features import check_solver_params, input_moments, layer_moments, read_inputs, standardise
+from .features import check_feature_arrays, check_solver_params, input_moments, layer_moments, read_inputs, standardise
 from .linear import DEFAULT_C_GRID
 from .registry import register_probe
 from .selection import DEFAULT_MAX_TRAIN, cross_entropy_nats, sample_rows
@@ -148,11 +148,7 @@ class OnlineCodeMDL(Probe):
         """
         t0 = time.perf_counter()
         portions = self._check_params()
-        X, y = np.asarray(X), np.asarray(y)
-        if X.ndim != 3:
-            raise ConfigError(f"X must have shape (n, layers, dim), got {X.shape}.")
-        if y.ndim != 1 or len(y) != len(X):
-            raise ConfigError(f"y must have shape ({len(X)},) to match X, got {y.shape}.")
+        X, y = check_feature_arrays(X, y)
         if y.dtype.kind not in "iu":
             raise ConfigError(f"y must hold integer class ids (dtype {y.dtype} looks like a regression target); the "
                               "online code measures classification labels, so pass class ids.")
