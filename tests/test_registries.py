@@ -78,3 +78,31 @@ def test_a_new_probe_module_registers_itself(extra_module, monkeypatch):
     """)
     assert "linear" in before and registry.probe_names() == [*before, "constant"]
     assert registry.probe_class("constant").__name__ == "ConstantProbe"
+
+
+def test_a_new_storage_codec_module_is_a_storage_dtype(extra_module, monkeypatch):
+    from layercache.store import codecs
+    from layercache.store.schema import MANIFEST_SCHEMA, ManifestSchemaError
+
+    monkeypatch.setattr(codecs.CODECS, "_entries", dict(codecs.CODECS.load()))  # forget the new codec after
+    before = codecs.codec_names()
+    extra_module(codecs, "zz_float64", """
+        import numpy as np
+        import torch
+
+        from layercache.store.codecs.base import StorageCodec, register_codec
+
+        @register_codec
+        class Float64(StorageCodec):
+            '''Double precision, for the test.'''
+            name = "float64"
+            torch_dtype = torch.float64
+            file_dtype = np.dtype(np.float64)
+    """)
+    assert before == ["float16", "bfloat16", "float32"] and codecs.codec_names() == [*before, "float64"]
+    assert codecs.codec("float64").bytes_per_value == 8
+    assert codecs.check_storage_dtype("float64") == "float64"
+    dtype_rule = MANIFEST_SCHEMA.required["storage"].required["dtype"]  # the schema reads the registry
+    dtype_rule("float64", "storage.dtype")
+    with pytest.raises(ManifestSchemaError, match="storage.dtype should be one of float16, bfloat16, float32, float64"):
+        dtype_rule("int3", "storage.dtype")

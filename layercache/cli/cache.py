@@ -19,7 +19,7 @@ from ..core.extraction_defaults import (
     DEFAULT_STORE,
 )
 from ..errors import ConfigError, LayercacheError
-from ..store.dtypes import AUTO
+from ..store.codecs import AUTO
 from . import base
 from .base import app, friendly
 from .choices import choice_help, supported_files

@@ -24,9 +24,9 @@ def _pooling_modes() -> Sequence[str]:
 
 
 def _storage_dtypes() -> Sequence[str]:
-    from ..store.schema import STORAGE_DTYPE_NAMES
+    from ..store.codecs import codec_names
 
-    return ("auto", *STORAGE_DTYPE_NAMES)
+    return ("auto", *codec_names())
 
 
 def _forward_dtypes() -> Sequence[str]:

@@ -20,7 +20,8 @@ import torch
 
 from ..backbone.loader import Backbone
 from ..sources.records import DatasetRecords
-from ..store.dtypes import AUTO, FP16_MAX
+from ..store.codecs import AUTO
+from ..store.codecs.float16 import FP16_MAX
 from ..store.manifest import Manifest
 from .forward import pad_windows, run_batch
 from .packing import StatePacker

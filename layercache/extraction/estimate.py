@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..store.dtypes import BYTES_PER_VALUE
+from ..store.codecs import codec
 from ..store.manifest import Manifest
 from ..store.writer import CHUNK_TOKENS, IDS_CHUNK, INDEX_CHUNK, POOLED_CHUNK
 from .housekeeping import nearest_existing
@@ -73,7 +73,7 @@ def _shard_estimates(manifest: Manifest, name: str, plans: dict[str, SplitPlan] 
         n_batches = max(split.n_batches, 1)
         batches = [(split.n_examples / n_batches, split.n_tokens / n_batches)] * split.n_batches
         word_ids = any(task.kind == "token" for task in manifest.tasks)
-    vector = len(storage.layers) * manifest.hidden_size * BYTES_PER_VALUE[storage.dtype]
+    vector = len(storage.layers) * manifest.hidden_size * codec(storage.dtype).bytes_per_value
     per_token = vector if storage.stores_tokens else 0
     per_example = vector * len(storage.pooling)
     sizes, n, t = [], 0, 0
@@ -94,7 +94,7 @@ def _shard_file_bytes(manifest: Manifest, n: int, t: int, word_ids: bool) -> int
     """
     storage = manifest.storage
     S, D = len(storage.layers), manifest.hidden_size
-    vector = S * D * BYTES_PER_VALUE[storage.dtype]
+    vector = S * D * codec(storage.dtype).bytes_per_value
     token_tasks = any(task.kind == "token" for task in manifest.tasks)
     chunks = {  # dataset -> (chunks, bytes per chunk)
         "offsets": (_n_chunks(n + 1, INDEX_CHUNK), 8 * INDEX_CHUNK),
@@ -102,7 +102,7 @@ def _shard_file_bytes(manifest: Manifest, n: int, t: int, word_ids: bool) -> int
         "example_index": (_n_chunks(n, INDEX_CHUNK), 8 * INDEX_CHUNK),
     }
     if storage.stores_tokens:
-        chunks["hidden"] = (S * _n_chunks(t, CHUNK_TOKENS), CHUNK_TOKENS * D * BYTES_PER_VALUE[storage.dtype])
+        chunks["hidden"] = (S * _n_chunks(t, CHUNK_TOKENS), CHUNK_TOKENS * D * codec(storage.dtype).bytes_per_value)
     for mode in storage.pooling:
         chunks[f"pooled/{mode}"] = (S * _n_chunks(n, POOLED_CHUNK), POOLED_CHUNK * vector // S)
     if word_ids:

@@ -28,7 +28,7 @@ so it counts the stored values beyond the range: the token states (it looks only
 sum of squares allows one, so a healthy batch pays nothing more), or with ``--store pooled`` the
 pooled vectors alone (token values that are never stored are not counted). When the count finds
 such values the batch's stored tokens are clamped in place, turning those infs into +-FP16_MAX;
-pooled vectors are clamped by :func:`~layercache.store.dtypes.to_storage`.
+pooled vectors are clamped by :meth:`~layercache.store.codecs.StorageCodec.encode`.
 
 ``mean_skip_first`` leaves each example's first stored token out of its mean (a decoder's BOS or
 attention sink, whose states can be thousands of times larger than the rest) unless it is the only
@@ -45,7 +45,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..store.dtypes import FP16_MAX, STORAGE_DTYPES, to_storage
+from ..store.codecs import codec
 
 BLOCK_BYTES = 16 * 2**20
 """Most float32 scratch for one state's tokens; longer batches go through it in several blocks."""
@@ -88,6 +88,7 @@ class StatePacker:
                  device: torch.device, mean_skip_first: bool = False):
         self.n_states, self.dim = n_states, dim
         self.storage_dtype = storage_dtype
+        self.codec = codec(storage_dtype)
         self.pooling = list(pooling)
         self.mean_skip_first = mean_skip_first
         self.device = torch.device(device)
@@ -148,8 +149,9 @@ class StatePacker:
         else:
             overflow = self._overflow(states, index, sumsq)
         if overflow and out is not None:
-            out.clamp_(-FP16_MAX, FP16_MAX)  # (S, t, D): the cast's infs become +-FP16_MAX (see the module docstring)
-        return PackedStates(pooled={m: to_storage(v, self.storage_dtype) for m, v in pooled.items()},
+            # (S, t, D): the cast's infs become +-limit (see the module docstring)
+            out.clamp_(-self.codec.limit, self.codec.limit)
+        return PackedStates(pooled={m: self.codec.encode(v) for m, v in pooled.items()},
                             stat_sum=stat_sum.cpu().numpy(), stat_sumsq=stat_sumsq, overflow=overflow)
 
     def _pool(self, states: list[torch.Tensor], index: torch.Tensor, lengths: torch.Tensor,
@@ -169,22 +171,24 @@ class StatePacker:
         return out
 
     def _overflow(self, states: list[torch.Tensor], index: torch.Tensor, sumsq: torch.Tensor) -> int:
-        """Values whose magnitude exceeds the float16 range (stored clamped), counted only when one may.
+        """Values whose magnitude exceeds the codec's limit (stored clamped), counted only when one may.
 
         Every square is at most its column's sum of squares (float32 rounding is monotone and
-        all terms are >= 0), so a value beyond FP16_MAX makes some sum exceed FP16_MAX ** 2; only
+        all terms are >= 0), so a value beyond the limit makes some sum exceed its square; only
         then are the values compared one by one.
         """
-        if self.storage_dtype != "float16" or not float(sumsq.max()) > FP16_MAX**2:
+        limit = self.codec.limit
+        if limit is None or not float(sumsq.max()) > limit**2:
             return 0
-        return sum(int((state.index_select(0, index).abs() > FP16_MAX).sum()) for state in states)
+        return sum(int((state.index_select(0, index).abs() > limit).sum()) for state in states)
 
 
     def _pooled_overflow(self, pooled: dict[str, torch.Tensor]) -> int:
-        """Values of the pooled vectors beyond the float16 range (clamped by ``to_storage``)."""
-        if self.storage_dtype != "float16":
+        """Values of the pooled vectors beyond the codec's limit (clamped by its ``encode``)."""
+        limit = self.codec.limit
+        if limit is None:
             return 0
-        return sum(int((vectors.abs() > FP16_MAX).sum()) for vectors in pooled.values())
+        return sum(int((vectors.abs() > limit).sum()) for vectors in pooled.values())
 
 
 def _raise_non_finite(states: list[torch.Tensor], index: torch.Tensor, lengths: torch.Tensor) -> None:
@@ -210,11 +214,9 @@ def _gather_tokens(states: list[torch.Tensor], positions: torch.Tensor) -> torch
 
 def storage_tensor(n_tokens: int, n_states: int, dim: int, storage_dtype: str) -> torch.Tensor:
     """A host (S, t, D) tensor in the storage dtype, for :meth:`StatePacker.pack` to fill."""
-    return torch.empty((n_states, n_tokens, dim), dtype=STORAGE_DTYPES[storage_dtype])
+    return codec(storage_dtype).empty(n_states, n_tokens, dim)
 
 
 def storage_array(values: torch.Tensor, storage_dtype: str) -> np.ndarray:
     """The numpy view of a filled storage tensor, as written to disk (bfloat16 as raw uint16 bits)."""
-    if storage_dtype == "bfloat16":
-        return values.view(torch.int16).numpy().view(np.uint16)
-    return values.numpy()
+    return codec(storage_dtype).file_view(values)

@@ -40,7 +40,7 @@ from ..core.extraction_defaults import (
 from ..core.layers import LayerSpec
 from ..errors import CacheError, ConfigError
 from ..progress import extraction_progress
-from ..store.dtypes import AUTO, check_storage_dtype
+from ..store.codecs import AUTO, check_storage_dtype
 from ..store.manifest import Manifest, write_manifest
 from ..store.parts import ManifestPart, merge_parts
 from ..store.paths import default_cache_path

@@ -45,7 +45,7 @@ from ..extraction.forward import pad_windows, token_index
 from ..extraction.tokenize import EncodedExample, encode_split
 from ..sources.records import DatasetRecords, LabelTask, SplitRecords
 from ..store.batches import CacheBatch, consecutive_starts, example_labels, first_subtoken_labels, padded_positions
-from ..store.dtypes import STORAGE_DTYPES, check_storage_dtype
+from ..store.codecs import check_storage_dtype, codec
 from ..store.reader import LayerCache, state_positions
 
 
@@ -251,7 +251,7 @@ class LiveFeed:
             where = token_index(examples, attn).to(device)[torch.from_numpy(at.token).to(device)]  # (B, T) in R*W
             states = torch.stack([hidden[i].flatten(0, 1)[where] for i in self.index], dim=2)  # (B, T, S, D)
             if self.storage_dtype is not None:
-                states = states.to(STORAGE_DTYPES[self.storage_dtype])
+                states = codec(self.storage_dtype).round(states)
             states = states.float()
             if states.is_inference():  # plain tensors only: a head's autograd must be able to save them
                 states = states.clone()

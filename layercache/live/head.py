@@ -26,7 +26,7 @@ from ..heads.estimator import LayerHead
 from ..heads.evaluation import word_labels
 from ..heads.run_files import RecordedCache
 from ..store.batches import PaddedPositions
-from ..store.dtypes import STORAGE_DTYPES
+from ..store.codecs import codec, codec_names
 from ..store.feature_source import parse_source
 from ..store.reader import LayerCache
 
@@ -92,7 +92,7 @@ class LiveHead:
         probabilities ``(B, C)`` for sequence classification, else None.
         """
         model = self.head.model_
-        dtype = STORAGE_DTYPES.get(self.storage_dtype, torch.float32)
+        dtype = codec(self.storage_dtype).torch_dtype if self.storage_dtype in codec_names() else torch.float32
         device = next(model.parameters()).device
         mode = parse_source(self.head.source_, allow_auto=False).mode
         if mode is not None:  # the cache's pooled vectors: pooled in float32, then stored

@@ -26,7 +26,7 @@ from ..extraction.forward import pool
 from ..heads.estimator import LayerHead
 from ..heads.runs import TrainResult, train_head
 from ..store.batches import CacheBatch
-from ..store.dtypes import STORAGE_DTYPES
+from ..store.codecs import codec
 from ..store.feature_source import parse_source
 from ..store.reader import LayerCache, using_cache
 from .feed import LiveFeed
@@ -122,6 +122,6 @@ class PooledLiveFeed(LiveFeed):
         # the rows' real tokens one after another (padding is on the right), pooled as extraction pools
         pooled = pool(states[mask], lengths, (self.mode,), mean_skip_first=self.skip_first)[self.mode]  # (B, S, D)
         if self.rounding is not None:
-            pooled = pooled.to(STORAGE_DTYPES[self.rounding]).float()
+            pooled = codec(self.rounding).round(pooled).float()
         return CacheBatch(states=pooled.unsqueeze(1), mask=torch.ones(len(lengths), 1, dtype=torch.bool),
                           rows=out.rows, labels=out.labels, word_ids=None)

@@ -59,7 +59,7 @@ from ..backbone.words import word_prefix
 from ..errors import CacheMismatchError, ConfigError
 from ..extraction.forward import pad_windows, pool, token_index
 from ..heads.provenance import short_digest
-from ..store.dtypes import FP16_MAX
+from ..store.codecs import codec
 from ..store.reader import LayerCache, using_cache
 from .cached_inputs import cached_examples
 
@@ -133,15 +133,17 @@ class VerifyResult:
     """Values extraction clamped over the whole cache (the manifest's count)."""
 
     def clamping(self) -> str | None:
-        """One sentence on the values clamped to the float16 range; None when the storage is not float16."""
-        if self.storage_dtype != "float16":
+        """One sentence on the values clamped to the storage dtype's range; None when it has no limit."""
+        limit = codec(self.storage_dtype).limit
+        if limit is None:
             return None
+        dtype = self.storage_dtype
         if not self.clamped:
-            return "No fresh value was beyond the float16 range (±65,504), so none was clamped."
+            return f"No fresh value was beyond the {dtype} range (±{limit:,.0f}), so none was clamped."
         return (f"{self.clamped:,} of {self.compared:,} fresh values ({self.clamped / max(1, self.compared):.2%}) "
-                "were beyond the float16 range and clamped to ±65,504 before the comparison, as extraction stored "
-                f"them ({self.overflow_at_extraction:,} in the whole cache); beyond the limit the cache holds no "
-                "value to compare: re-extract with --storage-dtype bfloat16 to keep them.")
+                f"were beyond the {dtype} range and clamped to ±{limit:,.0f} before the comparison, as extraction "
+                f"stored them ({self.overflow_at_extraction:,} in the whole cache); beyond the limit the cache holds "
+                "no value to compare: re-extract with --storage-dtype bfloat16 to keep them.")
 
     @property
     def passed(self) -> bool:
@@ -248,6 +250,7 @@ def _verify(cache, sample, seed, split, device, dtype, backbone, allow_pickle, p
     else:
         check_backbone(cache, backbone)
     storage = m.storage.dtype
+    stored_as = codec(storage)
     forward = str(backbone.dtype).replace("torch.", "")
     keep = list(m.storage.layers)  # index of each kept state among the backbone's states
     names = cache.layer_names
@@ -260,15 +263,16 @@ def _verify(cache, sample, seed, split, device, dtype, backbone, allow_pickle, p
         for start in range(0, len(rows[name]), BATCH_EXAMPLES):
             batch = rows[name][start:start + BATCH_EXAMPLES]
             fresh_tokens, fresh_pooled, lengths = _fresh(cache, name, batch, backbone, keep)
-            if storage == "float16":  # extraction clamps what float16 cannot hold, and so does the comparison
+            if stored_as.limit is not None:  # extraction clamps what the codec cannot hold, and so does the comparison
                 if cache.stores_tokens:
                     for j, state in enumerate(names):
-                        acc["tokens", state].diff.clamped += _beyond_fp16(fresh_tokens[:, j])
+                        acc["tokens", state].diff.clamped += _beyond(fresh_tokens[:, j], stored_as.limit)
                 for mode in m.pooling:
                     for j, state in enumerate(names):
-                        acc[f"pooled:{mode}", state].diff.clamped += _beyond_fp16(fresh_pooled[mode][:, j])
-                fresh_tokens = fresh_tokens.clamp(-FP16_MAX, FP16_MAX)
-                fresh_pooled = {k: v.clamp(-FP16_MAX, FP16_MAX) for k, v in fresh_pooled.items()}
+                        acc[f"pooled:{mode}", state].diff.clamped += _beyond(fresh_pooled[mode][:, j],
+                                                                                  stored_as.limit)
+                fresh_tokens = stored_as.clamp(fresh_tokens)
+                fresh_pooled = {k: stored_as.clamp(v) for k, v in fresh_pooled.items()}
             source = cache.example_index(name)[batch]  # (b,) source rows, for the failure sentence
             if cache.stores_tokens:
                 stored = torch.from_numpy(np.concatenate(cache.tokens(name, batch)))  # (t, S, D)
@@ -294,9 +298,9 @@ def _verify(cache, sample, seed, split, device, dtype, backbone, allow_pickle, p
                         overflow_at_extraction=int(m.extraction.overflow or 0))
 
 
-def _beyond_fp16(values: torch.Tensor) -> int:
-    """How many of ``values`` float16 cannot hold (beyond ±65,504, or infinite)."""
-    return int((values.abs() > FP16_MAX).sum())
+def _beyond(values: torch.Tensor, limit: float) -> int:
+    """How many of ``values`` the storage dtype cannot hold (beyond ±``limit``, or infinite)."""
+    return int((values.abs() > limit).sum())
 
 
 @torch.inference_mode()

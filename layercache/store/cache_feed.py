@@ -44,7 +44,7 @@ from ..errors import CacheError, ConfigError
 from .batches import NO_WORD, CacheBatch, example_labels, first_subtoken_labels, padded_positions
 from .buffers import populated_empty
 from .cache_view import CacheView
-from .dtypes import BYTES_PER_VALUE, as_torch
+from .codecs import codec
 from .feature_source import require_source
 from .read_errors import translate_read_errors
 
@@ -163,7 +163,7 @@ class CacheFeed:
         A block is read as runs of nearby rows (see :meth:`_read`), so what it costs is the
         span of those runs, gaps included, over the states this feed serves.
         """
-        per_token = len(self.index) * self.cache.hidden_size * BYTES_PER_VALUE[self.storage_dtype]
+        per_token = len(self.index) * self.cache.hidden_size * codec(self.storage_dtype).bytes_per_value
         blocks = []
         shard_of = np.searchsorted(self._starts, self.rows, side="right") - 1
         for shard in np.unique(shard_of):
@@ -235,14 +235,14 @@ class CacheFeed:
         if mapped is not None:
             return partial(mapped.gather, states=self.index)
         slab = self._read(block)
-        return lambda positions: as_torch(slab.take(positions), self.storage_dtype)
+        return lambda positions: codec(self.storage_dtype).as_torch(slab.take(positions))
 
     def _source(self, b: int) -> Callable[[np.ndarray], torch.Tensor]:
         """Where block ``b``'s values come from: shard positions ``(...)`` -> stored values ``(..., S', D)``."""
         mapped = self._maps[self._blocks[b].shard]
         if mapped is None:
             slab = self._slab(b)
-            return lambda positions: as_torch(slab.take(positions), self.storage_dtype)
+            return lambda positions: codec(self.storage_dtype).as_torch(slab.take(positions))
         local, runs, offsets = self._runs(self._blocks[b])
         spans = [(int(offsets[local[r[0]]]), int(offsets[local[r[-1]] + 1])) for r in runs]
         read = sum(hi - lo for lo, hi in spans)
@@ -273,7 +273,7 @@ class CacheFeed:
     def _slab_bytes(self, block: _Block) -> int:
         local, runs, offsets = self._runs(block)
         rows = sum(int(offsets[local[r[-1]] + 1] - offsets[local[r[0]]]) for r in runs)
-        return rows * len(self.index) * self.cache.hidden_size * BYTES_PER_VALUE[self.storage_dtype]
+        return rows * len(self.index) * self.cache.hidden_size * codec(self.storage_dtype).bytes_per_value
 
     def _read(self, block: _Block, keep: bool = False) -> _Slab:
         """Stored values of a block's rows, copied out of the shard through h5py.

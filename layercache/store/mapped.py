@@ -38,7 +38,7 @@ import numpy as np
 import torch
 
 from ..errors import CacheError
-from .dtypes import STORAGE_DTYPES
+from .codecs import codec, codec_names
 
 
 class MappedStates:
@@ -66,7 +66,8 @@ class MappedStates:
         """
         path = Path(path)
         stored = ds.attrs.get("dtype", str(ds.dtype))  # bf16 is kept as uint16 bits tagged "bfloat16"
-        dtype = STORAGE_DTYPES.get(stored.decode() if isinstance(stored, bytes) else str(stored))
+        stored = stored.decode() if isinstance(stored, bytes) else str(stored)
+        dtype = codec(stored).torch_dtype if stored in codec_names() else None
         if (ds.ndim != 3 or ds.shape[0] == 0 or not ds.dtype.isnative or dtype is None
                 or dtype.itemsize != ds.dtype.itemsize):
             return None

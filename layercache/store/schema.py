@@ -35,9 +35,8 @@ from typing import Any
 
 from ..core.checksum import ALGORITHM
 from ..core.tasks import TASK_KINDS
+from .codecs import codec_names
 
-STORAGE_DTYPE_NAMES = ("float16", "bfloat16", "float32")
-"""Dtypes a cache may store its states in (:mod:`layercache.store.dtypes` maps them to torch)."""
 POOLING_MODES = ("mean", "first", "last")
 """Pooled vectors a cache may hold per example (mask-aware)."""
 STORE_MODES = ("tokens", "pooled")
@@ -212,6 +211,11 @@ def _safe_name(what: str) -> Spec:
     return text(pattern=SAFE_NAME, what=f"a {what} name without '/', '\\\\' or a leading '.'")
 
 
+def _storage_dtype(value: Any, where: str) -> None:
+    """A storage dtype some codec reads (:mod:`layercache.store.codecs`)."""
+    text(tuple(codec_names()))(value, where)
+
+
 def _split_name(value: Any, where: str) -> None:
     """A split name that can be a folder beside the cache's own files (:func:`split_name_problem`)."""
     _safe_name("split")(value, where)
@@ -248,7 +252,7 @@ MANIFEST_SCHEMA = Record(
                           {"config": optional(text()), "columns": list_of(text()), "limit": optional(integer(1)),
                            "files": optional(dict_of(text()))}),
         "tasks": list_of(TASK),
-        "storage": Record({"dtype": text(STORAGE_DTYPE_NAMES), "layers": list_of(integer(), non_empty=True),
+        "storage": Record({"dtype": _storage_dtype, "layers": list_of(integer(), non_empty=True),
                            "layer_names": list_of(text(), non_empty=True), "store": text(STORE_MODES),
                            "pooling": list_of(text(POOLING_MODES)), "shard_bytes": integer(1)},
                           # mean_skip_first: absent (caches written before it existed) means false.

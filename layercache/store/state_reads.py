@@ -16,7 +16,7 @@ import torch
 
 from ..core.layers import LayerSpec
 from ..errors import CacheError
-from .dtypes import as_torch, from_storage
+from .codecs import codec
 from .read_errors import translate_read_errors
 
 
@@ -37,8 +37,8 @@ class StateReads:
         if rows is None:
             parts = [_read_states(self._handle(s.file)[name], slice(None), index)
                      for s in self.split_info(split).shards]
-            return from_storage(np.concatenate(parts), dtype)
-        return from_storage(self._gather_rows(split, np.asarray(rows), name, index), dtype)
+            return codec(dtype).decode(np.concatenate(parts))
+        return codec(dtype).decode(self._gather_rows(split, np.asarray(rows), name, index))
 
     @translate_read_errors
     def pooled_stored(self, split: str, mode: str = "mean",
@@ -53,7 +53,7 @@ class StateReads:
         index = self.layer_index(layers)
         name = f"pooled/{mode}"
         parts = [_read_states(self._handle(s.file)[name], slice(None), index) for s in self.split_info(split).shards]
-        return as_torch(np.concatenate(parts), self.manifest.storage.dtype)
+        return codec(self.manifest.storage.dtype).as_torch(np.concatenate(parts))
 
     def _gather_rows(self, split: str, rows: np.ndarray, name: str, index: list[int]) -> np.ndarray:
         out = None
@@ -92,7 +92,7 @@ class StateReads:
             order = np.argsort(local)
             for run in _consecutive_runs(local[order]):
                 a, b = offsets[run[0]], offsets[run[-1] + 1]
-                block = from_storage(_read_states(ds, slice(a, b), index), dtype)
+                block = codec(dtype).decode(_read_states(ds, slice(a, b), index))
                 for r in run:
                     pos = where[order][np.searchsorted(local[order], r)]
                     out[pos] = block[offsets[r] - a: offsets[r + 1] - a]
@@ -105,7 +105,7 @@ class StateReads:
         (index,) = self.layer_index(layer)
         dtype = self.manifest.storage.dtype
         for info in self.split_info(split).shards:
-            yield from_storage(self._handle(info.file)["hidden"][:, index, :], dtype)
+            yield codec(dtype).decode(self._handle(info.file)["hidden"][:, index, :])
 
     @translate_read_errors
     def token_arrays(self, split: str, name: str, rows: Sequence[int]) -> list[np.ndarray]:

@@ -50,7 +50,7 @@ from ..core.checksum import fsync_and_checksum
 from ..core.confine import lstat_or_none
 from ..core.tasks import LabelTask
 from ..errors import UnsafePathError
-from .dtypes import BYTES_PER_VALUE, h5_dtype
+from .codecs import codec
 from .manifest import ShardInfo
 
 log = logging.getLogger("layercache")
@@ -149,7 +149,7 @@ class ShardWriter:
     @property
     def payload_bytes(self) -> int:
         """Bytes of state data appended so far (what the shard-size target counts)."""
-        per_vector = self.n_states * self.dim * BYTES_PER_VALUE[self.dtype]
+        per_vector = self.n_states * self.dim * codec(self.dtype).bytes_per_value
         tokens = self._n_tokens if self.store_tokens else 0
         return per_vector * (tokens + self._n_examples * len(self.pooling))
 
@@ -161,7 +161,7 @@ class ShardWriter:
         # "x": created exclusively, so nothing that appeared at the name meanwhile is written through.
         self._file = f = h5py.File(self.tmp_path, "x", track_order=True)
         S, D = self.n_states, self.dim
-        vec_dtype = h5_dtype(self.dtype)
+        vec_dtype = codec(self.dtype).file_dtype
         resizable = dict(maxshape=(None,), track_times=False)
         if self.store_tokens:
             f.create_dataset("hidden", shape=(0, S, D), maxshape=(None, S, D), dtype=vec_dtype,

@@ -18,7 +18,8 @@ from layercache.heads.selection import SELECTION_METRICS, requested_metrics
 from layercache.heads.sweep import PICKS
 from layercache.heads.trainer import SCHEDULES
 from layercache.sources.registry import FILE_SOURCES, SUPPORTED_FILES
-from layercache.store.schema import POOLING_MODES, STORAGE_DTYPE_NAMES, STORE_MODES
+from layercache.store.codecs import codec_names
+from layercache.store.schema import POOLING_MODES, STORE_MODES
 
 LISTED = re.compile(r"One of: ([^.]*)\.")
 
@@ -53,10 +54,11 @@ import typer.main
 from layercache.core import devices, tasks
 from layercache.heads import fitting, normalize, selection, trainer
 from layercache.heads.mixers import registry as mixers
-from layercache.store import feature_source, schema
+from layercache.store import codecs, feature_source, schema
 
+codecs.CODECS.load()[{NEW!r}] = type("NewCodec", (codecs.StorageCodec,), {{"name": {NEW!r}}})
 for module, name in [(schema, "STORE_MODES"), (schema, "POOLING_MODES"), (feature_source, "POOLING_MODES"),
-                     (schema, "STORAGE_DTYPE_NAMES"), (devices, "FORWARD_DTYPE_NAMES"), (tasks, "TASK_KINDS"),
+                     (devices, "FORWARD_DTYPE_NAMES"), (tasks, "TASK_KINDS"),
                      (normalize, "NORMALIZATIONS"), (trainer, "SCHEDULES")]:
     setattr(module, name, (*getattr(module, name), {NEW!r}))
 mixers.MIXERS[{NEW!r}] = type("NewMixer", (), {{"spec_form": classmethod(lambda cls: {NEW!r})}})
@@ -102,7 +104,7 @@ def test_each_list_follows_its_registry():
         assert match is not None and tuple(match.group(1).split(", ")) == values, (command, option)
 
 
-REGISTRIES = {"store modes": STORE_MODES, "pooling modes": POOLING_MODES, "storage dtypes": STORAGE_DTYPE_NAMES,
+REGISTRIES = {"store modes": STORE_MODES, "pooling modes": POOLING_MODES, "storage dtypes": tuple(codec_names()),
               "forward dtypes": FORWARD_DTYPE_NAMES, "task kinds": TASK_KINDS, "mixers": tuple(MIXERS),
               "normalizations": NORMALIZATIONS, "schedules": SCHEDULES, "metrics": tuple(SELECTION_METRICS),
               "solvers": tuple(SOLVERS), "picks": tuple(PICKS)}

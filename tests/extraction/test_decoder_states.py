@@ -23,7 +23,7 @@ from layercache.backbone.loader import Backbone, load_backbone
 from layercache.extraction.forward import pool, token_index
 from layercache.extraction.packing import StatePacker, storage_array, storage_tensor
 from layercache.extraction.tokenize import EncodedExample
-from layercache.store.dtypes import FP16_MAX
+from layercache.store.codecs.float16 import FP16_MAX
 from layercache.store.schema import ManifestSchemaError, validate_manifest
 
 SMALL = ("--batch-size", "2", "--shard-size", "1", "--quiet")  # every batch its own shard

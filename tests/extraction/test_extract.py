@@ -275,23 +275,25 @@ def test_torch_dataset_with_worker_processes(tiny_models, tmp_path, small_builti
 
 
 def test_bfloat16_bits_round_trip_exactly():
-    from layercache.store.dtypes import from_storage, to_storage
+    from layercache.store.codecs import codec
 
     values = torch.randn(100) * 1e4
-    stored = to_storage(values, "bfloat16")
+    stored = codec("bfloat16").encode(values)
     assert stored.dtype == np.uint16
-    np.testing.assert_array_equal(from_storage(stored, "bfloat16"), values.to(torch.bfloat16).float().numpy())
+    np.testing.assert_array_equal(codec("bfloat16").decode(stored), values.to(torch.bfloat16).float().numpy())
 
 
 # --- the chunked packing of a batch's states ----------------------------------------------------
 def _reference_pack(hidden, keep, index, lengths, modes, storage_dtype):
     """The whole-batch computation the packer must reproduce: gather, pool, sums, overflow, cast."""
-    from layercache.store.dtypes import FP16_MAX, to_storage
+    from layercache.store.codecs import codec
+    from layercache.store.codecs.float16 import FP16_MAX
 
+    encode = codec(storage_dtype).encode
     flat = torch.stack([hidden[i].reshape(-1, hidden[i].shape[-1])[index] for i in keep], dim=1)  # (t, S, D)
-    pooled = {m: to_storage(v, storage_dtype) for m, v in pool(flat, lengths, modes).items()}
+    pooled = {m: encode(v) for m, v in pool(flat, lengths, modes).items()}
     overflow = int((flat.abs() > FP16_MAX).sum()) if storage_dtype == "float16" else 0
-    return (to_storage(flat, storage_dtype), pooled, flat.double().sum(0).numpy(),
+    return (encode(flat), pooled, flat.double().sum(0).numpy(),
             (flat.double() ** 2).sum(0).numpy(), overflow)
 
 

@@ -11,7 +11,7 @@ import torch
 
 import layercache as lc
 from layercache.store.cache_feed import CacheFeed
-from layercache.store.dtypes import STORAGE_DTYPES
+from layercache.store.codecs import codec
 from layercache.store.mapped import MappedStates
 
 SIZES = {"train": 40, "validation": 8}
@@ -46,7 +46,7 @@ def test_mapped_rows_equal_h5py_reads(tiny_models, tmp_path, small_builtin, stor
                 rows = rng.integers(0, len(stored), size=(5, 7))  # any shape of rows, repeats included
                 states = [ds.shape[1] - 1, 0, 1]  # a subset in any order
                 got = mapped.gather(rows, states)
-                assert got.dtype == STORAGE_DTYPES[storage_dtype] and got.shape == (5, 7, 3, stored.shape[2])
+                assert got.dtype == codec(storage_dtype).torch_dtype and got.shape == (5, 7, 3, stored.shape[2])
                 np.testing.assert_array_equal(bits(got), stored[rows][:, :, states])
                 np.testing.assert_array_equal(bits(mapped.gather(np.arange(len(stored)), range(stored.shape[1]))),
                                               stored)

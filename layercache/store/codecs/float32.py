@@ -1,0 +1,17 @@
+"""float32 storage: the forward pass's values exactly, at twice the bytes of the 16-bit codecs."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from .base import StorageCodec, register_codec
+
+
+@register_codec
+class Float32(StorageCodec):
+    """IEEE single precision, stored as HDF5 float32."""
+
+    name = "float32"
+    torch_dtype = torch.float32
+    file_dtype = np.dtype(np.float32)
