@@ -11,7 +11,7 @@ from cli_support import assert_refused, invoke
 
 import layercache as lc
 from layercache.live import verify_cache
-from layercache.store.dtypes import FP16_MAX
+from layercache.store.codecs.float16 import FP16_MAX
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # torch on one thread, as in tests/live
 
