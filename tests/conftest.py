@@ -213,3 +213,16 @@ def built_report(report_cache):
     from layercache.report.probing import probe_report
 
     return probe_report(report_cache, report_cache.parent / "report", act_epochs=2, progress=False)
+
+
+@pytest.fixture
+def small_builtin(request, monkeypatch):
+    """Make the ``builtin`` dataset small: the splits of the test module's ``BUILTIN_SIZES`` (else ``SIZES``).
+
+    The generator itself is tested in tests/sources; extraction and store tests only need a few rows.
+    """
+    import layercache.sources.builtin as builtin
+
+    sizes = getattr(request.module, "BUILTIN_SIZES", None) or request.module.SIZES
+    original = builtin.load_builtin
+    monkeypatch.setattr(builtin, "load_builtin", lambda seed=0, sizes_=None: original(seed, sizes_ or sizes))

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from cli_support import assert_refused, invoke
+from rich.console import Console
 
 
 @pytest.fixture(scope="module")
@@ -58,3 +61,23 @@ def test_list_a_folder_that_is_not_one(tmp_path):
     assert_refused(invoke("list", tmp_path / "missing"), "is not a folder", "layercache list")
     (tmp_path / "file").write_text("x")
     assert_refused(invoke("list", tmp_path / "file"), "is not a folder")
+
+
+def test_list_shows_a_broken_cache_as_broken(tiny_models, tsv, isolated_home, monkeypatch):
+    monkeypatch.setattr("layercache.cli.base.out_console", Console(width=250))
+    small = ("--batch-size", "2", "--shard-size", "1", "--quiet")  # every batch its own shard
+    for name in ("good", "bad", "lost"):
+        assert invoke("extract", tiny_models["bert"], tsv, "--out", isolated_home / name, *small).exit_code == 0
+    (isolated_home / "bad" / "manifest.json").write_bytes(b"\x00junk")
+    next((isolated_home / "lost").glob("train/shard-*.h5")).unlink()
+    (isolated_home / "latest").write_bytes(b"\xff\xfe")
+    listing = invoke("list")
+    assert listing.exit_code == 0 and "Traceback" not in listing.output, listing.output
+    rows = {name: [line for line in listing.output.splitlines() if re.search(rf"│\s*{name}\s*│", line)]
+            for name in ("good", "bad", "lost")}
+    assert all(len(found) == 1 for found in rows.values()), listing.output
+    rows = {name: found[0] for name, found in rows.items()}
+    assert "complete" in rows["good"] and "broken:" not in rows["good"]
+    assert "broken: The manifest" in rows["bad"] and "cannot be read" in rows["bad"]
+    assert "broken: shard train/shard-" in rows["lost"] and "missing" in rows["lost"]
+    assert "latest-cache pointer" in " ".join(listing.output.split())

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 import torch
 from cli_support import assert_refused, invoke
+from tiny_models import huge_llama as make_huge_llama
 
 import layercache as lc
 from layercache.backbone.loader import Backbone, load_backbone
@@ -32,14 +33,7 @@ SMALL = ("--batch-size", "2", "--shard-size", "1", "--quiet")  # every batch its
 @pytest.fixture(scope="module")
 def huge_llama(tiny_models, tmp_path_factory) -> Path:
     """The tiny Llama with states up to ~1e6 before its final norm (finite in float32)."""
-    import transformers
-
-    folder = tmp_path_factory.mktemp("huge-llama")
-    model = transformers.AutoModel.from_pretrained(tiny_models["llama"])
-    with torch.no_grad():
-        model.get_input_embeddings().weight.mul_(1e7)
-    model.save_pretrained(folder)
-    transformers.AutoTokenizer.from_pretrained(tiny_models["llama"]).save_pretrained(folder)
+    folder = make_huge_llama(tiny_models["llama"], tmp_path_factory.mktemp("huge-llama"))
     backbone = load_backbone(str(folder), device="cpu")
     enc = backbone.tokenizer(["the lamp is good today"], return_tensors="pt")
     states = backbone.hidden_states(enc["input_ids"], enc["attention_mask"])

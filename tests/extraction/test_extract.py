@@ -27,15 +27,6 @@ def builtin_words(split: str, index: int) -> list[str]:
     return load_builtin(sizes={"train": SIZES["train"], "validation": SIZES["validation"]}).splits[split].words[index]
 
 
-@pytest.fixture
-def small_builtin(monkeypatch):
-    """Make `builtin` small for these tests (the generator itself is tested elsewhere)."""
-    import layercache.sources.builtin as builtin
-
-    original = builtin.load_builtin
-    monkeypatch.setattr(builtin, "load_builtin", lambda seed=0, sizes=None: original(seed, sizes or SIZES))
-
-
 KIND_OF = {"bert": "encoder", "roberta": "encoder", "deberta": "encoder", "mpnet": "encoder", "gpt2": "decoder",
            "llama": "decoder", "t5": "encoder-decoder", "bart": "encoder-decoder"}
 

@@ -49,6 +49,10 @@ CHILD = textwrap.dedent("""
 """)
 
 
+BUILTIN_SIZES = {"train": 40, "validation": 12}
+"""The builtin splits these tests extract (the ``small_builtin`` fixture of tests/conftest.py)."""
+
+
 def run_cli(args: list[str], env: dict, ready_fd: int = -1) -> subprocess.Popen:
     """The CLI in a child process; with ``ready_fd`` it stops mid-shard and writes one byte there."""
     fds = (ready_fd,) if ready_fd >= 0 else ()
@@ -125,15 +129,6 @@ def _assert_only_committed_shards(cache: Path) -> None:
 def _extract(path: Path, model: Path):
     return lc.extract(str(model), "builtin", path, progress=False, shard_bytes=12_000, batch_tokens=96,
                       pooling=["mean", "last"])
-
-
-@pytest.fixture
-def small_builtin(monkeypatch):
-    import layercache.sources.builtin as builtin
-
-    original = builtin.load_builtin
-    monkeypatch.setattr(builtin, "load_builtin", lambda seed=0, sizes=None: original(seed, {"train": 40,
-                                                                                            "validation": 12}))
 
 
 @pytest.mark.parametrize("threaded", [True, False], ids=["writer-thread", "inline-writer"])

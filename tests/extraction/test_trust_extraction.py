@@ -15,7 +15,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 from cli_support import assert_refused, invoke
-from rich.console import Console
 
 import layercache as lc
 import layercache.extraction.job as job
@@ -27,6 +26,10 @@ from layercache.store.writer import ExtractedBatch, ShardWriter
 
 MARKER = "7"  # a vocabulary piece used by one row only: the row the tests poison
 POISONED_ROW = 9
+
+
+BUILTIN_SIZES = {"train": 40, "validation": 12}
+"""The builtin splits these tests extract (the ``small_builtin`` fixture of tests/conftest.py)."""
 
 
 @pytest.fixture
@@ -226,15 +229,6 @@ def cache_bytes(out: Path) -> int:
     return sum(p.stat().st_size for p in out.rglob("*") if p.is_file() and p.suffix in (".h5", ".json"))
 
 
-@pytest.fixture
-def small_builtin(monkeypatch):
-    import layercache.sources.builtin as builtin
-
-    original = builtin.load_builtin
-    monkeypatch.setattr(builtin, "load_builtin",
-                        lambda seed=0, sizes=None: original(seed, sizes or {"train": 40, "validation": 12}))
-
-
 def spy_estimate(monkeypatch) -> list[int]:
     seen, original = [], job.estimate_bytes
 
@@ -312,21 +306,3 @@ def test_a_damaged_latest_pointer_is_one_sentence(isolated_home, tmp_path, conte
     for command in (("info",), ("train-head", "--quiet", "--epochs", "1")):
         assert_refused(invoke(*command), f"latest-cache pointer {pointer}", "pass a cache folder")
 
-
-def test_list_shows_a_broken_cache_as_broken(tiny_models, tsv, isolated_home, monkeypatch):
-    monkeypatch.setattr("layercache.cli.base.out_console", Console(width=250))
-    for name in ("good", "bad", "lost"):
-        assert invoke("extract", tiny_models["bert"], tsv, "--out", isolated_home / name, *SMALL).exit_code == 0
-    (isolated_home / "bad" / "manifest.json").write_bytes(b"\x00junk")
-    next((isolated_home / "lost").glob("train/shard-*.h5")).unlink()
-    (isolated_home / "latest").write_bytes(b"\xff\xfe")
-    listing = invoke("list")
-    assert listing.exit_code == 0 and "Traceback" not in listing.output, listing.output
-    rows = {name: [line for line in listing.output.splitlines() if re.search(rf"│\s*{name}\s*│", line)]
-            for name in ("good", "bad", "lost")}
-    assert all(len(found) == 1 for found in rows.values()), listing.output
-    rows = {name: found[0] for name, found in rows.items()}
-    assert "complete" in rows["good"] and "broken:" not in rows["good"]
-    assert "broken: The manifest" in rows["bad"] and "cannot be read" in rows["bad"]
-    assert "broken: shard train/shard-" in rows["lost"] and "missing" in rows["lost"]
-    assert "latest-cache pointer" in " ".join(listing.output.split())

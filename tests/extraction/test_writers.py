@@ -25,13 +25,8 @@ POOLING = ("mean", "last")
 OPTIONS = dict(shard_bytes=12_000, batch_tokens=96, pooling=list(POOLING))
 
 
-@pytest.fixture
-def small_builtin(monkeypatch):
-    import layercache.sources.builtin as builtin
-
-    original = builtin.load_builtin
-    monkeypatch.setattr(builtin, "load_builtin", lambda seed=0, sizes=None: original(seed, {"train": 48,
-                                                                                         "validation": 16}))
+BUILTIN_SIZES = {"train": 48, "validation": 16}
+"""The builtin splits these tests extract (the ``small_builtin`` fixture of tests/conftest.py)."""
 
 
 @pytest.fixture

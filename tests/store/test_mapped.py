@@ -17,14 +17,6 @@ from layercache.store.mapped import MappedStates
 SIZES = {"train": 40, "validation": 8}
 
 
-@pytest.fixture
-def small_builtin(monkeypatch):
-    import layercache.sources.builtin as builtin
-
-    original = builtin.load_builtin
-    monkeypatch.setattr(builtin, "load_builtin", lambda seed=0, sizes=None: original(seed, sizes or SIZES))
-
-
 def bits(values: torch.Tensor) -> np.ndarray:
     """A gathered tensor as the numpy values h5py reads (bf16 is stored as its uint16 bits)."""
     return values.view(torch.int16).numpy().view(np.uint16) if values.dtype == torch.bfloat16 else values.numpy()
