@@ -70,14 +70,17 @@ def test_a_new_probe_module_registers_itself(extra_module, monkeypatch):
     monkeypatch.setattr(registry.PROBES, "_entries", dict(registry.PROBES))  # forget the new class after
     before = registry.probe_names()
     extra_module(probes, "zz_constant", """
+        from layercache.probes.base import Probe
         from layercache.probes.registry import register_probe
 
         @register_probe("constant")
-        class ConstantProbe:
+        class ConstantProbe(Probe):
             '''Predicts the majority class at every layer.'''
     """)
     assert "linear" in before and registry.probe_names() == [*before, "constant"]
     assert registry.probe_class("constant").__name__ == "ConstantProbe"
+    with pytest.raises(TypeError, match="takes a Probe subclass"):
+        registry.register_probe("loose")(type("Loose", (), {}))
 
 
 def test_a_new_storage_codec_module_is_a_storage_dtype(extra_module, monkeypatch):

@@ -10,6 +10,7 @@ takes a validation split too).
 from __future__ import annotations
 
 from ..core.registry import Registry
+from .base import Probe
 
 PROBES: Registry[type] = Registry("probe", __package__, first=("linear", "mdl", "cumulative"))
 """Name -> probe class (a :class:`~.base.Probe`): linear, mdl, cumulative, then any other module's alphabetically
@@ -17,8 +18,17 @@ PROBES: Registry[type] = Registry("probe", __package__, first=("linear", "mdl", 
 
 
 def register_probe(name: str):
-    """Class decorator: list the probe family under ``name`` (``@register_probe("linear")``)."""
-    return PROBES.register(name)
+    """Class decorator: list the probe family under ``name`` (``@register_probe("linear")``).
+
+    Only a :class:`~.base.Probe` subclass is listed: the probe report builds and fits every
+    registered family through that base, so anything else is refused when its module is imported.
+    """
+    def register(cls: type) -> type:
+        if not (isinstance(cls, type) and issubclass(cls, Probe)):
+            raise TypeError(f"@register_probe({name!r}) takes a Probe subclass (layercache.probes.base.Probe), "
+                            f"not {getattr(cls, '__name__', cls)!r}")
+        return PROBES.add(name, cls)
+    return register
 
 
 def probe_names() -> list[str]:
