@@ -32,7 +32,7 @@ the way scikit-learn's ``LogisticRegression`` fits it; every other head trains b
 (:mod:`.trainer`). :mod:`.fitting` decides which.
 
 With ``seeds=M`` a minibatch-trained head is fitted ``M`` times from consecutive seeds on one
-validation slice and predicts with their average (:mod:`.head_ensembles`, a base of ``LayerHead``, and
+validation slice and predicts with their average (:mod:`.head_ensembles`, functions over fitted heads, and
 :mod:`.ensemble_model`; :meth:`LayerHead.from_seeds`
 combines heads fitted separately, as ``layercache sweep`` does with its winner's seeds, and
 :meth:`LayerHead.from_members` any heads fitted on the same states, as its ``--ensemble`` does).
@@ -63,7 +63,7 @@ from .ensemble_model import model_from_config
 from .evaluation import PassResult, evaluate, predict
 from .finite import REEXTRACT, NonFiniteStatesError, check_split_stats
 from .fitting import resolve_solver
-from .head_ensembles import HeadEnsembles, check_seed_count
+from .head_ensembles import check_seed_count, fit_seeds, member_ensemble, seed_ensemble
 from .model import HeadModel
 from .normalize import resolve_normalize
 from .persistence import (
@@ -85,7 +85,7 @@ from .validation import validation_slice
 log = logging.getLogger(__name__)
 
 
-class LayerHead(HeadEnsembles, BaseEstimator):
+class LayerHead(BaseEstimator):
     """Learn how to combine a frozen model's cached layers for one or several label tasks.
 
     Args:
@@ -198,7 +198,7 @@ class LayerHead(HeadEnsembles, BaseEstimator):
             raise ConfigError("The feed pool given to fit() reads another cache; pass a FeedPool of the cache being "
                               "fitted.")
         if check_seed_count(self.seeds) > 1:
-            return self._fit_seeds(cache, split, val_split, feeds or FeedPool(cache), deadline)
+            return fit_seeds(self, cache, split, val_split, feeds or FeedPool(cache), deadline)
         device = resolve_device(self.device)
         tasks = self._resolve_tasks(cache)
         # Checked before any data is read: a misspelt metric or class should not cost a pass.
@@ -328,6 +328,22 @@ class LayerHead(HeadEnsembles, BaseEstimator):
             return pool.feed(split, tasks=names, rows=rows, layers=layer_names, source=source, batch_size=size)
         return CacheFeed(cache, split, tasks=names, rows=rows, layers=layer_names, source=source, batch_size=size)
 
+    # --- ensembles (:mod:`.head_ensembles`) --------------------------------------------------
+    @classmethod
+    def from_seeds(cls, members: list["LayerHead"], cache: LayerCache, split: str = "train",
+                   val_split: str | None = None, *, feeds: FeedPool | None = None) -> "LayerHead":
+        """One head that predicts with the average of ``members``, heads that differ only in their seed (fitted on
+        ``cache``'s ``split`` and ``val_split`` with the same settings): :func:`~.head_ensembles.seed_ensemble`."""
+        return seed_ensemble(cls, members, cache, split, val_split, feeds=feeds)
+
+    @classmethod
+    def from_members(cls, members: list["LayerHead"], cache: LayerCache, split: str = "train",
+                     val_split: str | None = None, *, feeds: FeedPool | None = None,
+                     labels: list[str] | None = None) -> "LayerHead":
+        """One head that predicts with the average of ``members``, any heads fitted on ``cache`` for the same tasks
+        from the same states and validated alike (``labels`` name them): :func:`~.head_ensembles.member_ensemble`."""
+        return member_ensemble(cls, members, cache, split, val_split, feeds=feeds, labels=labels)
+
     # --- using a fitted head ------------------------------------------------------------
     def _check_fitted(self) -> None:
         if not hasattr(self, "model_"):
@@ -399,27 +415,27 @@ class LayerHead(HeadEnsembles, BaseEstimator):
         config_file, weights_file = run_files(Path(path))
         config = read_run_config(config_file)
         try:
-            head = cls(**config["params"])
-            head.model_ = model_from_config(config["model"])
-            head.train_config_ = TrainConfig(**config["train"])
+            head = cls(**config.params)
+            head.model_ = model_from_config(config.model)
+            head.train_config_ = TrainConfig(**config.train)
             # A run saved before selection metrics existed selected on each task's default.
-            head.selection_ = (Selection.from_json(config["selection"]) if "selection" in config
+            head.selection_ = (Selection.from_json(config.selection) if config.selection is not None
                                else default_selection(head.model_.tasks, head.model_.loss_weights))
         except (LayercacheError, KeyError, TypeError, ValueError, AttributeError, IndexError, RuntimeError) as err:
             raise damaged(config_file, f"its settings do not build a head: {error_detail(err)}") from None
-        if len(config["layer_names"]) != head.model_.n_states or config["cache"]["hidden_size"] != head.model_.dim:
-            raise damaged(config_file, f"it names {len(config['layer_names'])} states of width "
-                                       f"{config['cache']['hidden_size']} but its model reads {head.model_.n_states} "
-                                       f"of width {head.model_.dim}")
+        names, width = config.layer_names, config.cache.hidden_size
+        if len(names) != head.model_.n_states or width != head.model_.dim:
+            raise damaged(config_file, f"it names {len(names)} states of width {width} but its model reads "
+                                       f"{head.model_.n_states} of width {head.model_.dim}")
         load_weights(head.model_, read_weights(weights_file), weights_file)
         head.model_.eval()
         head.tasks_ = list(head.model_.tasks)
-        head.layer_names_ = list(config["layer_names"])
-        head.source_ = config["source"]
+        head.layer_names_ = names
+        head.source_ = config.source
         head.normalize_ = head.model_.normalize
-        head.cache_info_ = config["cache"]
-        head.data_ = config.get("data", {})
-        head.fit_ = config.get("fit", {"solver": "adamw"})  # runs saved before the convex fit trained by AdamW
+        head.cache_info_ = config.cache.to_json()
+        head.data_ = config.data
+        head.fit_ = config.fit  # runs saved before the convex fit trained by AdamW: {"solver": "adamw"}
         return head
 
 

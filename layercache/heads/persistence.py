@@ -25,6 +25,7 @@ from ..core.files import why_unwritable, write_file_atomic, write_text_atomic
 from ..core.tasks import TASK_KINDS, LabelTask
 from ..errors import ConfigError
 from ..store.feature_source import parse_source
+from .run_files import RunConfig
 from .run_folder import CONFIG_FILE, WEIGHTS_FILE, RunFolder, StagedRun
 from .selection import SELECTION_METRICS
 
@@ -65,8 +66,8 @@ def run_files(path: Path) -> tuple[Path, Path]:
     return config_file, weights_file
 
 
-def read_run_config(config_file: Path) -> dict:
-    """A run's config.json, checked for the keys and types :meth:`LayerHead.load` relies on."""
+def read_run_config(config_file: Path) -> RunConfig:
+    """A run's config.json as its typed section, checked for the keys and types :meth:`LayerHead.load` relies on."""
     try:
         config = json.loads(config_file.read_text())
     except (OSError, ValueError) as err:  # unreadable, not UTF-8, not JSON
@@ -94,7 +95,7 @@ def read_run_config(config_file: Path) -> dict:
     if not isinstance(config.get("data", {}), dict):
         raise damaged(config_file, "its 'data' is not an object")
     _check_tasks(config_file, config["model"], config["source"], config.get("selection"))
-    return config
+    return RunConfig.from_json(config)
 
 
 #: Head options only a sequence (or regression) head keeps, and only a token head keeps: a task whose

@@ -64,15 +64,23 @@ class RecordedCache:
     records_text_settings: bool = False
     """Whether the run recorded ``max_length`` and ``stride`` (runs since the live bundle)."""
     storage_dtype: str | None = None
+    hidden_size: int | None = None
+    raw: dict = field(default_factory=dict, repr=False, compare=False)
+    """The section as written: what a loaded head keeps (``cache_info_``) and saves again unchanged."""
 
     @classmethod
     def from_json(cls, data: Any) -> "RecordedCache":
         """Read the section (missing keys as None: older runs, or a section edited by hand)."""
-        data = data if isinstance(data, Mapping) else {}
+        data = dict(data) if isinstance(data, Mapping) else {}
         return cls(model=data.get("model"), model_fingerprint=data.get("model_fingerprint"),
                    tokenizer_fingerprint=data.get("tokenizer_fingerprint"), config_hash=data.get("config_hash"),
                    max_length=data.get("max_length"), stride=data.get("stride"),
-                   records_text_settings="max_length" in data, storage_dtype=data.get("storage_dtype"))
+                   records_text_settings="max_length" in data, storage_dtype=data.get("storage_dtype"),
+                   hidden_size=data.get("hidden_size"), raw=data)
+
+    def to_json(self) -> dict:
+        """The section exactly as it was read."""
+        return dict(self.raw)
 
     def matches(self, manifest) -> bool:
         """Whether this is the cache of ``manifest``: the same backbone fingerprint and extraction settings."""
@@ -110,7 +118,47 @@ class RunConfig(JsonSection):
     @property
     def mixer(self) -> str | None:
         """The mixer named in the estimator parameters."""
-        return _section(self.raw, "params").get("mixer")
+        return self.params.get("mixer")
+
+    @property
+    def params(self) -> dict:
+        """The estimator's parameters (``LayerHead.get_params()``)."""
+        return _section(self.raw, "params")
+
+    @property
+    def model(self) -> dict:
+        """The head model's config (:func:`~.ensemble_model.model_from_config` rebuilds it)."""
+        return _section(self.raw, "model")
+
+    @property
+    def train(self) -> dict:
+        """The training settings (:class:`~.trainer.TrainConfig`'s fields)."""
+        return _section(self.raw, "train")
+
+    @property
+    def layer_names(self) -> list[str]:
+        """The states the head reads, in order."""
+        return list(self.raw.get("layer_names") or [])
+
+    @property
+    def source(self) -> str | None:
+        """What the head reads: ``tokens`` or ``pooled:<mode>``."""
+        return self.raw.get("source")
+
+    @property
+    def selection(self) -> dict | None:
+        """The selection the run chose its epoch by, or None for a run saved before selection metrics existed."""
+        return self.raw.get("selection") if "selection" in self.raw else None
+
+    @property
+    def data(self) -> dict:
+        """What the head was trained on (splits, sizes, normalisation); empty when not recorded."""
+        return _section(self.raw, "data")
+
+    @property
+    def fit(self) -> dict:
+        """How the weights were fitted; runs saved before the convex fit trained by AdamW."""
+        return self.raw.get("fit", {"solver": "adamw"})
 
     @classmethod
     def peek(cls, run: str | os.PathLike) -> "RunConfig | None":
@@ -195,6 +243,8 @@ class RunFiles:
     config: RunConfig | None = None
     metrics: RunMetrics = field(default_factory=RunMetrics)
     layer_weights: LayerWeights = field(default_factory=LayerWeights)
+    present: tuple[str, ...] = ()
+    """The files the folder has, by name (``config``, ``metrics``, ``layer_weights``)."""
 
     @classmethod
     def read(cls, run: str | os.PathLike) -> "RunFiles":
@@ -205,7 +255,12 @@ class RunFiles:
                  if (run / file).is_file()}
         return cls(path=run, config=RunConfig.from_json(found["config"]) if "config" in found else None,
                    metrics=RunMetrics.from_json(found.get("metrics")),
-                   layer_weights=LayerWeights.from_json(found.get("layer_weights")))
+                   layer_weights=LayerWeights.from_json(found.get("layer_weights")), present=tuple(found))
+
+    def to_json(self) -> dict[str, dict]:
+        """``{name: object}`` of each file the folder has, exactly as read (what :func:`~.runs.read_run` returns)."""
+        sections = {"config": self.config, "metrics": self.metrics, "layer_weights": self.layer_weights}
+        return {name: sections[name].to_json() for name in self.present}
 
     @property
     def mixer(self) -> str | None:

@@ -34,7 +34,7 @@ from .estimator import LayerHead
 from .evaluation import PassResult
 from .finite import check_split_stats
 from .persistence import unwritable
-from .run_files import read_run_json
+from .run_files import RunFiles
 from .run_folder import IGNORED, STAGING_PREFIX, RunFolder, StagedRun
 
 
@@ -178,15 +178,9 @@ def evaluate_run(run: str | os.PathLike, cache: str | os.PathLike | LayerCache |
 
 
 def read_run(run: str | os.PathLike) -> dict:
-    """The JSON files of a run folder as plain dicts: ``config``, ``metrics`` and ``layer_weights``
-    (:class:`~.run_files.RunFiles` reads them as typed sections)."""
-    run = Path(run)
-    out = {}
-    for name in ("config", "metrics", "layer_weights"):
-        file = run / f"{name}.json"
-        if file.is_file():
-            out[name] = read_run_json(file)
-    return out
+    """The JSON files of a run folder as plain dicts: ``config``, ``metrics`` and ``layer_weights``, each one
+    the folder has (:meth:`RunFiles.to_json <.run_files.RunFiles.to_json>` of the typed sections)."""
+    return RunFiles.read(run).to_json()
 
 
 def plot_layer_weights(weights: dict, path: Path, title: str = "") -> Path:

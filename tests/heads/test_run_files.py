@@ -50,7 +50,7 @@ def test_sections_read_what_the_files_hold_and_write_it_back_unchanged(tmp_path)
     assert files.layer_weights.to_json() == WEIGHTS
     assert read_run(run) == {"config": CONFIG, "metrics": METRICS, "layer_weights": WEIGHTS}
     assert files.mixer == "adaptive" and files.config.mixer == "adaptive"
-    assert files.config.cache == RecordedCache("tiny", "fp", "tfp", "hash", 64, None, True, "float16")
+    assert files.config.cache == RecordedCache("tiny", "fp", "tfp", "hash", 64, None, True, "float16", 8)
     assert files.layer_weights.mixers == {"scalar": [0.25, 0.75]} and files.layer_weights.layer_names == ["a", "b"]
     assert files.metrics.scored_on == "test" and files.metrics.selection == {"topic": "mcc", "scope": "macro_f1"}
 

@@ -77,3 +77,31 @@ def test_a_head_from_another_backbone_is_named_in_good_grammar(cache, good_run, 
     result = invoke("eval", run, cache)
     assert_refused(result, "was extracted with different backbone weights")
     assert "a different backbone weights" not in " ".join(result.output.split())
+
+
+def _without_timestamp(file: Path) -> dict:
+    config = json.loads(file.read_text())
+    config.pop("created_at")
+    return config
+
+
+@pytest.mark.parametrize("mixer", ["last", "adaptive"])
+def test_a_loaded_run_saves_the_same_config_it_was_read_from(cache, tmp_path, mixer):
+    """Issue 27: LayerHead.load reads config.json through its typed section (heads/run_files.py); saving the
+    loaded head writes the same config.json, byte for byte but for its timestamp, and the same weights."""
+    run = train_head(cache, mixer, out=tmp_path / "run", **QUICK).run
+    again = LayerHead.load(run).save(tmp_path / "again")
+    first, second = (run / "config.json").read_text(), (again / "config.json").read_text()
+    strip = [line for line in first.splitlines() if '"created_at"' not in line]
+    assert strip == [line for line in second.splitlines() if '"created_at"' not in line]
+    assert (run / "weights.safetensors").read_bytes() == (again / "weights.safetensors").read_bytes()
+
+
+def test_a_run_saved_before_selection_and_fit_were_recorded_loads_with_their_defaults(good_run, tmp_path):
+    run = tmp_path / "old"
+    shutil.copytree(good_run, run)
+    _edit(run, lambda c: [c.pop(k) for k in ("selection", "fit", "data")])
+    head = LayerHead.load(run)
+    assert head.fit_ == {"solver": "adamw"} and head.data_ == {}
+    assert head.selection_.metrics == LayerHead.load(good_run).selection_.metrics
+    assert _without_timestamp(good_run / "config.json")["cache"] == head.cache_info_
