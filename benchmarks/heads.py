@@ -157,8 +157,8 @@ def validation_split(cache, rows, seed: int):
 
 def build_model(cache, mixer: str, seed: int, mixer_options: dict | None = None):
     from layercache.heads.estimator import default_lr
-    from layercache.heads.model import HeadModel
-    from layercache.heads.trainer import seed_everything
+    from layercache.heads.network.model import HeadModel
+    from layercache.heads.training.trainer import seed_everything
 
     seed_everything(seed)  # as LayerHead.fit: the same initialisation for the same seed
     model = HeadModel(len(cache.layer_names), cache.hidden_size, list(cache.tasks), mixer=mixer,
@@ -169,8 +169,8 @@ def build_model(cache, mixer: str, seed: int, mixer_options: dict | None = None)
 def fit_and_score(model, lr: float, train_feed, val_feed, test_feed, *, epochs: int, patience: int, seed: int,
                   profile: bool = False) -> dict:
     """``train_model`` (the loop ``LayerHead.fit`` runs) then one scoring pass on the held-out feed."""
-    from layercache.heads.evaluation import evaluate, primary_metric
-    from layercache.heads.trainer import TrainConfig, train_model
+    from layercache.heads.scoring.evaluation import evaluate, primary_metric
+    from layercache.heads.training.trainer import TrainConfig, train_model
 
     config = TrainConfig(epochs=epochs, batch_size=train_feed.batch_size, lr=lr, patience=patience, seed=seed)
     profiler = cProfile.Profile() if profile else None
@@ -223,7 +223,7 @@ def profile_summary(profiler: cProfile.Profile, wall: float, top: int = 25) -> d
 
 def bench_mixers(caches: dict, sizes: dict, mixers: list[str], epochs: int, patience: int, seed: int) -> dict:
     from layercache import LayerCache
-    from layercache.heads.source import resolve_source
+    from layercache.heads.data.source import resolve_source
     from layercache.store.cache_feed import CacheFeed
 
     out = {}
@@ -268,7 +268,7 @@ def bench_live(cache_path: Path, extract_info: dict, files: dict, limit: int | N
                live_epochs: int, seed: int, profile: bool, bucket: int = 0, head: dict = LIVE_HEAD,
                cache_reps: int = 3) -> dict:
     from layercache import LayerCache, load_backbone
-    from layercache.heads.evaluation import evaluate
+    from layercache.heads.scoring.evaluation import evaluate
     from layercache.live.feed import LiveFeed
     from layercache.sources.datasets import load_dataset_records
     from layercache.store.cache_feed import CacheFeed

@@ -110,7 +110,7 @@ def probe_best_layer_tokens(cache, task) -> dict:
     """
     import numpy as np
 
-    from layercache.heads.metrics import span_f1
+    from layercache.heads.scoring.metrics import span_f1
     from layercache.probes import LinearProbes
 
     t0 = time.perf_counter()
@@ -138,9 +138,9 @@ def row(name: str, test: list[float], seconds: float, note: str = "") -> dict:
 
 def bench_task(name: str, cache_path: Path, budget: str, seeds: int) -> dict:
     from layercache import LayerCache, sweep
-    from layercache.heads.convex import DEFAULT_C_GRID
-    from layercache.heads.selection import default_metric
-    from layercache.heads.validation import validation_slice
+    from layercache.heads.data.validation import validation_slice
+    from layercache.heads.scoring.selection import default_metric
+    from layercache.heads.training.convex import DEFAULT_C_GRID
 
     with LayerCache.open(cache_path) as cache:
         task = next(t for t in cache.tasks if t.name == TASK.get(name, t.name))

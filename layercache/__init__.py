@@ -24,9 +24,9 @@ from .errors import (
 # public name -> the module that defines it
 _LAZY = {
     "extract": "layercache.extraction.run", "ExtractResult": "layercache.extraction.run",
-    "train_head": "layercache.heads.runs", "evaluate_run": "layercache.heads.runs",
-    "TrainResult": "layercache.heads.runs", "LayerHead": "layercache.heads.estimator",
-    "sweep": "layercache.heads.sweep", "SweepResult": "layercache.heads.sweep",
+    "train_head": "layercache.heads.workflow", "evaluate_run": "layercache.heads.workflow",
+    "TrainResult": "layercache.heads.workflow", "LayerHead": "layercache.heads.estimator",
+    "sweep": "layercache.heads.sweeps.sweep", "SweepResult": "layercache.heads.sweeps.sweep",
     "LayerCache": "layercache.store.reader", "CacheBatch": "layercache.store.reader",
     "Manifest": "layercache.store.manifest", "read_manifest": "layercache.store.manifest",
     "load_backbone": "layercache.backbone.loader", "Backbone": "layercache.backbone.loader",
@@ -41,8 +41,8 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerl
     from .core.tasks import LabelTask
     from .extraction.run import ExtractResult, extract
     from .heads.estimator import LayerHead
-    from .heads.runs import TrainResult, evaluate_run, train_head
-    from .heads.sweep import SweepResult, sweep
+    from .heads.sweeps.sweep import SweepResult, sweep
+    from .heads.workflow import TrainResult, evaluate_run, train_head
     from .live.bundle import LiveBundle, attach
     from .probes.linear import LinearProbes
     from .sources.records import DatasetRecords, SplitRecords

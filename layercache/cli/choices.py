@@ -60,25 +60,25 @@ def _mixer_names() -> Sequence[str]:
 
 
 def _normalizations() -> Sequence[str]:
-    from ..heads.normalize import NORMALIZATIONS
+    from ..heads.network.normalize import NORMALIZATIONS
 
     return NORMALIZATIONS
 
 
 def _schedules() -> Sequence[str]:
-    from ..heads.trainer import SCHEDULES
+    from ..heads.training.trainer import SCHEDULES
 
     return SCHEDULES
 
 
 def _selection_metrics() -> Sequence[str]:
-    from ..heads.selection import metric_names
+    from ..heads.scoring.selection import metric_names
 
     return metric_names()
 
 
 def _solvers() -> Sequence[str]:
-    from ..heads.fitting import solver_names
+    from ..heads.training.fitting import solver_names
 
     return solver_names()
 
@@ -90,7 +90,7 @@ def _sources() -> Sequence[str]:
 
 
 def _sweep_picks() -> Sequence[str]:
-    from ..heads.sweep import PICKS
+    from ..heads.sweeps.sweep import PICKS
 
     return tuple(PICKS)
 

@@ -111,7 +111,7 @@ def train_head(
     if live:
         from ..live.training import train_head_live as run_train_head
     else:
-        from ..heads.runs import train_head as run_train_head
+        from ..heads.workflow import train_head as run_train_head
     from ..report.heads import render_layer_weights, render_metrics
 
     weights = parse_loss_weights(loss_weight)
@@ -150,7 +150,7 @@ def eval_run(
 ):
     """Score a saved run on a split of a cache (refuses a cache from another backbone)."""
     apply_threads(threads)
-    from ..heads.runs import evaluate_run
+    from ..heads.workflow import evaluate_run
     from ..report.heads import render_layer_weights, render_metrics
 
     result = evaluate_run(run, cache, split)

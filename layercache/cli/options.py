@@ -55,14 +55,14 @@ def head_default(name: str):
 
 
 def train_head_default(name: str):
-    """The default of :func:`~layercache.heads.runs.train_head`'s keyword ``name``."""
-    from ..heads.runs import train_head
+    """The default of :func:`~layercache.heads.workflow.train_head`'s keyword ``name``."""
+    from ..heads.workflow import train_head
 
     return keyword_default(train_head, name)
 
 
 def sweep_default(name: str):
-    """The default of :func:`~layercache.heads.sweep`'s keyword ``name``."""
+    """The default of :func:`~layercache.heads.sweeps.sweep`'s keyword ``name``."""
     from ..heads import sweep
 
     return keyword_default(sweep, name)
@@ -77,7 +77,7 @@ def keyword_default(function, name: str):
 
 METRIC_DEFAULT = ("accuracy (mcc when the train classes are imbalanced), span_f1 for IOB tags else macro_f1, "
                   "pearson for regression")
-"""What selects the epoch without ``--metric`` (:func:`~layercache.heads.selection.requested_metrics`)."""
+"""What selects the epoch without ``--metric`` (:func:`~layercache.heads.scoring.selection.requested_metrics`)."""
 
 
 def task_option():

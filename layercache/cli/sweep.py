@@ -84,7 +84,7 @@ def sweep(
     """Train many heads from a cache inside a time budget: prints the leaderboard, keeps the best run."""
     apply_threads(threads)
     from ..core.units import parse_duration
-    from ..heads.sweep import sweep as run_sweep
+    from ..heads.sweeps.sweep import sweep as run_sweep
 
     seconds = parse_duration(budget, "--budget")  # refused before the cache is opened
     result = run_sweep(
@@ -179,6 +179,6 @@ def render_leaderboard(result, console: Console) -> None:
     if result.skipped:
         console.print(f"{len(result.skipped)} candidate(s) not run or not counted; see skipped in sweep.json "
                       f"(first: {result.skipped[0]['candidate']}: {result.skipped[0]['reason']}).", soft_wrap=True)
-    from ..heads.sweep_budget import describe_feeds
+    from ..heads.sweeps.budget import describe_feeds
 
     console.print(describe_feeds(result.feeds), style="dim")

@@ -1,7 +1,6 @@
 """Heads learned from a layer cache: layer mixers, task heads, the trainer and run folders."""
 
-from layercache.heads.bootstrap import PairedComparison, paired_bootstrap
-from layercache.heads.ensemble_model import EnsembleModel
+from layercache.heads.ensembles.model import EnsembleModel
 from layercache.heads.estimator import LayerHead
 from layercache.heads.mixers import (
     MIXERS,
@@ -11,12 +10,13 @@ from layercache.heads.mixers import (
     mixer_from_config,
     mixer_names,
 )
-from layercache.heads.model import HeadModel
-from layercache.heads.runs import TrainResult, evaluate_run, read_run, train_head
-from layercache.heads.selection import SELECTION_METRICS
-from layercache.heads.sweep import Candidate, CandidateResult, SweepResult, candidate_grid, sweep
+from layercache.heads.network.model import HeadModel
+from layercache.heads.scoring.bootstrap import PairedComparison, paired_bootstrap
+from layercache.heads.scoring.selection import SELECTION_METRICS
+from layercache.heads.sweeps.sweep import Candidate, CandidateResult, SweepResult, candidate_grid, sweep
 from layercache.heads.token_usage import per_token_usage
-from layercache.heads.trainer import TrainConfig, TrainHistory, train_model
+from layercache.heads.training.trainer import TrainConfig, TrainHistory, train_model
+from layercache.heads.workflow import TrainResult, evaluate_run, read_run, train_head
 
 __all__ = ["LayerHead", "HeadModel", "TrainConfig", "TrainHistory", "TrainResult", "train_model",
            "train_head", "evaluate_run", "read_run", "MIXERS", "LayerMixer", "MixOutput", "make_mixer",

@@ -12,28 +12,28 @@ A fitted head remembers which backbone and tokenizer produced its training cache
 fingerprints), which states it reads and the tasks' label names; :meth:`check_cache` refuses a cache
 that differs in any of these, because the head's weights would then mean nothing.
 
-The estimator ties together ideas that each have a module: the data source (:mod:`.source`), the
-validation data (:mod:`.validation`), the training cache's identity (:mod:`.provenance`) and the
-run folder on disk (:mod:`.persistence`).
+The estimator ties together ideas that each have a module: the data source (:mod:`.data.source`), the
+validation data (:mod:`.data.validation`), the training cache's identity (:mod:`.run_folders.provenance`) and the
+run folder on disk (:mod:`.run_folders.persistence`).
 
-The states are normalised before mixing as ``normalize`` says (:mod:`.normalize`): by default
+The states are normalised before mixing as ``normalize`` says (:mod:`.network.normalize`): by default
 standardised with the training split's statistics on a pre-LN cache (raw residual streams) and
 left alone on a post-LN one. The statistics are saved with the weights.
 
-The epoch is selected on each task's selection metric (``metric``, :mod:`.selection`; by default
+The epoch is selected on each task's selection metric (``metric``, :mod:`.scoring.selection`; by default
 ``mcc`` for a sequence task with imbalanced training classes), the classification losses may
-weigh classes (``class_weight``, :mod:`.class_weights`), and a head that predicts nearly one class
-for everything is reported in ``warnings_`` and the log (:mod:`.collapse`).
+weigh classes (``class_weight``, :mod:`.training.class_weights`), and a head that predicts nearly one class
+for everything is reported in ``warnings_`` and the log (:mod:`.training.collapse`).
 
 A head that is a linear model on fixed features (``last`` or ``layer:<i>`` under a linear
 sequence, token or regression head) is a convex problem: with ``solver="auto"`` (the default) or
-``"lbfgs"`` it is fitted in full batch with its L2 strength chosen on validation (:mod:`.convex`),
+``"lbfgs"`` it is fitted in full batch with its L2 strength chosen on validation (:mod:`.training.convex`),
 the way scikit-learn's ``LogisticRegression`` fits it; every other head trains by minibatch AdamW
-(:mod:`.trainer`). :mod:`.fitting` decides which.
+(:mod:`.training.trainer`). :mod:`.training.fitting` decides which.
 
 With ``seeds=M`` a minibatch-trained head is fitted ``M`` times from consecutive seeds on one
-validation slice and predicts with their average (:mod:`.head_ensembles`, functions over fitted heads, and
-:mod:`.ensemble_model`; :meth:`LayerHead.from_seeds`
+validation slice and predicts with their average (:mod:`.ensembles.members`, functions over fitted heads, and
+:mod:`.ensembles.model`; :meth:`LayerHead.from_seeds`
 combines heads fitted separately, as ``layercache sweep`` does with its winner's seeds, and
 :meth:`LayerHead.from_members` any heads fitted on the same states, as its ``--ensemble`` does).
 """
@@ -55,18 +55,15 @@ from ..store.feed import Feed
 from ..store.feed_pool import FeedPool
 from ..store.manifest import utc_now
 from ..store.reader import LayerCache
-from .attention import SelfAttention
-from .class_weights import BALANCED, class_weight_values, label_counts, parse_class_weight
-from .collapse import collapse_warning
-from .convex import convergence_warnings, fit_convex, resolved_c_grid
-from .ensemble_model import model_from_config
-from .evaluation import PassResult, evaluate, predict
-from .finite import REEXTRACT, NonFiniteStatesError, check_split_stats
-from .fitting import resolve_solver
-from .head_ensembles import check_seed_count, fit_seeds, member_ensemble, seed_ensemble
-from .model import HeadModel
-from .normalize import resolve_normalize
-from .persistence import (
+from .data.finite import REEXTRACT, NonFiniteStatesError, check_split_stats
+from .data.source import pooled_note, resolve_source
+from .data.validation import validation_slice
+from .ensembles.members import check_seed_count, fit_seeds, member_ensemble, seed_ensemble
+from .ensembles.model import model_from_config
+from .network.attention import SelfAttention
+from .network.model import HeadModel
+from .network.normalize import resolve_normalize
+from .run_folders.persistence import (
     damaged,
     error_detail,
     jsonable,
@@ -76,11 +73,14 @@ from .persistence import (
     run_files,
     write_run,
 )
-from .provenance import cache_identity, cache_mean_skip_first, check_backbone_matches, check_cache_matches
-from .selection import Selection, default_selection, requested_metrics, resolve_selection
-from .source import pooled_note, resolve_source
-from .trainer import TrainConfig, TrainHistory, seed_everything, train_model
-from .validation import validation_slice
+from .run_folders.provenance import cache_identity, cache_mean_skip_first, check_backbone_matches, check_cache_matches
+from .scoring.evaluation import PassResult, evaluate, predict
+from .scoring.selection import Selection, default_selection, requested_metrics, resolve_selection
+from .training.class_weights import BALANCED, class_weight_values, label_counts, parse_class_weight
+from .training.collapse import collapse_warning
+from .training.convex import convergence_warnings, fit_convex, resolved_c_grid
+from .training.fitting import resolve_solver
+from .training.trainer import TrainConfig, TrainHistory, seed_everything, train_model
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +97,7 @@ class LayerHead(BaseEstimator):
         source: ``tokens``, ``pooled:<mode>``, or ``auto``: the cache's mean-pooled vectors when they
             give identical results (linear mixer, mean-pooling linear head), else token states. On a
             pooled-only cache ``auto`` refuses a model that needs token states (see
-            :func:`~.source.needs_tokens`); an explicit ``pooled:<mode>`` runs it on one vector per example, with
+            :func:`~.data.source.needs_tokens`); an explicit ``pooled:<mode>`` runs it on one vector per example, with
             a warning that is also kept in the run's ``data.source_note``.
         mixer_options, head_options, share_mixer: see :class:`HeadModel`.
         normalize: input normalisation of the states before mixing: ``standardize`` (per state and
@@ -105,7 +105,7 @@ class LayerHead(BaseEstimator):
             states), ``none``, or ``auto``: ``standardize`` when the cache comes from a pre-LN model
             (its manifest's ``final_norm`` is not ``none``: GPT-2, Llama, T5), else ``none``.
         metric: the validation metric that selects the epoch and stops training early: a name from
-            :data:`~.selection.SELECTION_METRICS` for every task, or ``{task: name}``; tasks left out
+            :data:`~.scoring.selection.SELECTION_METRICS` for every task, or ``{task: name}``; tasks left out
             (all, with ``None``) take their default: ``accuracy`` for a sequence task (``mcc`` when its
             training classes are imbalanced), ``span_f1`` for IOB tags, else ``macro_f1``, and
             ``pearson`` for regression. A joint head selects on the loss-weighted mean.
@@ -115,7 +115,7 @@ class LayerHead(BaseEstimator):
             index; the one classification task) or ``{task: "balanced" | {class: weight}}``. The
             resolved weights are kept in the model config. The convex fit honours them as
             scikit-learn's ``class_weight`` does (each example's loss weighed by its class's weight).
-        solver: how the weights are fitted (:data:`~.fitting.SOLVERS`): ``lbfgs``, the convex full-batch
+        solver: how the weights are fitted (:data:`~.training.fitting.SOLVERS`): ``lbfgs``, the convex full-batch
             fit of a linear head on fixed features (``last`` / ``layer:<i>`` mixers; sequence heads with
             ``mean``, ``first`` or ``last`` pooling, no attention and no hidden layer; token heads without
             encoder layers, one example per word's first sub-token): L-BFGS for classification, ridge in
@@ -126,12 +126,12 @@ class LayerHead(BaseEstimator):
             apply to ``lbfgs``. A fitted head's ``fit_`` says which solver fitted it (and, for ``lbfgs``,
             each task's ``C``).
         C_grid: the inverse L2 strengths (scikit-learn's ``C``) the convex fit tries, on features
-            standardised per dimension (default :data:`~.convex.DEFAULT_C_GRID`).
+            standardised per dimension (default :data:`~.training.convex.DEFAULT_C_GRID`).
         epochs, batch_size, lr, weight_decay, schedule, warmup, patience, max_grad_norm, seed: see
             :class:`TrainConfig`. ``lr=None`` picks 1e-3 for heads with attention or a projection
             (``adaptive``) and 1e-2 for linear heads, which learn too slowly at 1e-3.
         seeds: train this many heads, with seeds ``seed``, ``seed + 1`` ..., on one validation slice,
-            and predict with their average (a seed ensemble, :mod:`.ensemble_model`): steadier and
+            and predict with their average (a seed ensemble, :mod:`.ensembles.model`): steadier and
             usually better than one seed, for ``seeds`` times the training. ``fit_["seeds"]`` lists
             the members' seeds. The convex fit is deterministic, so it refuses ``seeds > 1``.
         val_fraction: size of the seeded stratified validation slice of the training split, used
@@ -191,7 +191,7 @@ class LayerHead(BaseEstimator):
         ``feeds``: a :class:`~layercache.store.feed_pool.FeedPool` of ``cache`` to take the feeds from, so that many
         fits of one cache share them (``layercache sweep``); by default each fit builds its own.
         ``deadline``: a :func:`time.perf_counter` value after which minibatch training starts no new
-        epoch (see :func:`~.trainer.train_model`); the convex fit ignores it (it takes a fraction of
+        epoch (see :func:`~.training.trainer.train_model`); the convex fit ignores it (it takes a fraction of
         an epoch's time).
         """
         if feeds is not None and feeds.cache is not cache:
@@ -328,12 +328,12 @@ class LayerHead(BaseEstimator):
             return pool.feed(split, tasks=names, rows=rows, layers=layer_names, source=source, batch_size=size)
         return CacheFeed(cache, split, tasks=names, rows=rows, layers=layer_names, source=source, batch_size=size)
 
-    # --- ensembles (:mod:`.head_ensembles`) --------------------------------------------------
+    # --- ensembles (:mod:`.ensembles.members`) --------------------------------------------------
     @classmethod
     def from_seeds(cls, members: list["LayerHead"], cache: LayerCache, split: str = "train",
                    val_split: str | None = None, *, feeds: FeedPool | None = None) -> "LayerHead":
         """One head that predicts with the average of ``members``, heads that differ only in their seed (fitted on
-        ``cache``'s ``split`` and ``val_split`` with the same settings): :func:`~.head_ensembles.seed_ensemble`."""
+        ``cache``'s ``split`` and ``val_split`` with the same settings): :func:`~.ensembles.members.seed_ensemble`."""
         return seed_ensemble(cls, members, cache, split, val_split, feeds=feeds)
 
     @classmethod
@@ -341,7 +341,7 @@ class LayerHead(BaseEstimator):
                      val_split: str | None = None, *, feeds: FeedPool | None = None,
                      labels: list[str] | None = None) -> "LayerHead":
         """One head that predicts with the average of ``members``, any heads fitted on ``cache`` for the same tasks
-        from the same states and validated alike (``labels`` name them): :func:`~.head_ensembles.member_ensemble`."""
+        from the same states and validated alike (``labels`` name them): :func:`~.ensembles.members.member_ensemble`."""
         return member_ensemble(cls, members, cache, split, val_split, feeds=feeds, labels=labels)
 
     # --- using a fitted head ------------------------------------------------------------
@@ -391,7 +391,8 @@ class LayerHead(BaseEstimator):
     # --- persistence ------------------------------------------------------------------------
     def save(self, path, **extra_json) -> Path:
         """Write ``config.json`` and ``weights.safetensors`` (plus ``extra_json`` files) as the run folder ``path``
-        (a folder written whole, or a staged :class:`~.run_folder.StagedRun`; :func:`~.persistence.write_run`)."""
+        (a folder written whole, or a staged :class:`~.run_folders.run_folder.StagedRun`;
+        :func:`~.run_folders.persistence.write_run`)."""
         self._check_fitted()
         state = {k: v.detach().cpu().contiguous() for k, v in self.model_.state_dict().items()}
         config = {

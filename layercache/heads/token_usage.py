@@ -13,8 +13,8 @@ import torch
 
 from ..errors import ConfigError
 from ..store.reader import LayerCache
+from .data.finite import check_split_stats
 from .estimator import LayerHead
-from .finite import check_split_stats
 
 
 def per_token_usage(head: LayerHead, cache: LayerCache, split: str, key: str = "depth") -> dict[str, np.ndarray]:

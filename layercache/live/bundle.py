@@ -36,8 +36,8 @@ from ..core.files import write_text_atomic
 from ..errors import CacheMismatchError, ConfigError
 from ..extraction.forward import pad_windows, token_index
 from ..heads.estimator import LayerHead
-from ..heads.persistence import CONFIG_FILE, WEIGHTS_FILE
-from ..heads.provenance import short_digest
+from ..heads.run_folders.persistence import CONFIG_FILE, WEIGHTS_FILE
+from ..heads.run_folders.provenance import short_digest
 from ..store.batches import consecutive_starts, padded_positions
 from .forward import PartialForward
 from .head import LiveHead, recorded_cache, text_settings

@@ -23,8 +23,8 @@ import torch
 from ..errors import ConfigError
 from ..extraction.forward import pool
 from ..heads.estimator import LayerHead
-from ..heads.evaluation import word_labels
-from ..heads.run_files import RecordedCache
+from ..heads.run_folders.run_files import RecordedCache
+from ..heads.scoring.evaluation import word_labels
 from ..store.batches import PaddedPositions
 from ..store.codecs import codec, codec_names
 from ..store.feature_source import parse_source

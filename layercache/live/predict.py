@@ -25,7 +25,7 @@ from pathlib import Path
 
 from ..core.confine import NAME_MAX, kind_of
 from ..errors import ConfigError
-from ..heads.run_folder import CONFIG_FILE, WEIGHTS_FILE
+from ..heads.run_folders.run_folder import CONFIG_FILE, WEIGHTS_FILE
 from ..progress import counting_progress
 from .bundle import LiveBundle
 from .inputs import Input, read_inputs

@@ -1,6 +1,6 @@
 """What a live bundle returns: each head's predictions per task, in input order, with label names.
 
-:class:`BundlePredictions` holds, per head, the :class:`~layercache.heads.evaluation.Predictions` of
+:class:`BundlePredictions` holds, per head, the :class:`~layercache.heads.scoring.evaluation.Predictions` of
 each of its tasks (the type a cache evaluation returns: class ids and probabilities, per-word class
 ids, or values), and :meth:`BundlePredictions.rows` turns them into one JSON-ready dict per input.
 """
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..core.tasks import LabelTask
-from ..heads.evaluation import Predictions
+from ..heads.scoring.evaluation import Predictions
 
 
 @dataclass

@@ -24,7 +24,7 @@ from ..backbone.loader import Backbone
 from ..errors import ConfigError
 from ..extraction.forward import pool
 from ..heads.estimator import LayerHead
-from ..heads.runs import TrainResult, train_head
+from ..heads.workflow import TrainResult, train_head
 from ..store.batches import CacheBatch
 from ..store.codecs import codec
 from ..store.feature_source import parse_source
@@ -77,7 +77,7 @@ class LiveLayerHead(LayerHead):
 
 def train_head_live(cache: str | os.PathLike | LayerCache | None = None, mixer: str = "adaptive", *,
                     backbone: Backbone | None = None, allow_pickle: bool = False, **kwargs) -> TrainResult:
-    """:func:`~layercache.heads.runs.train_head` with the backbone in the loop (see the module docstring).
+    """:func:`~layercache.heads.workflow.train_head` with the backbone in the loop (see the module docstring).
 
     ``backbone``: one already loaded (checked against the cache's fingerprints); default: the
     model the manifest names, on ``device`` (``allow_pickle``: one that has only pickle weights, as

@@ -58,7 +58,7 @@ from ..backbone.loader import Backbone, load_backbone, tokenizer_fingerprint
 from ..backbone.words import word_prefix
 from ..errors import CacheMismatchError, ConfigError
 from ..extraction.forward import pad_windows, pool, token_index
-from ..heads.provenance import short_digest
+from ..heads.run_folders.provenance import short_digest
 from ..store.codecs import codec
 from ..store.reader import LayerCache, using_cache
 from .cached_inputs import cached_examples

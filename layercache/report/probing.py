@@ -45,7 +45,7 @@ from ..core.version import __version__
 from ..depth import expected_layer, layer_similarity
 from ..errors import CacheError, ConfigError
 from ..heads.mixers.registry import per_token_depth_mixers
-from ..heads.run_files import RunConfig, RunFiles, RunMetrics, find_runs, reported_metric
+from ..heads.run_folders.run_files import RunConfig, RunFiles, RunMetrics, find_runs, reported_metric
 from ..probes.selection import DEFAULT_MAX_TRAIN, check_max_train
 from ..store.reader import TEST_NAMES, VALIDATION_NAMES, LayerCache, using_cache
 from .model import ProbeReport, ReportPaths
@@ -312,7 +312,7 @@ def _label_quick_act(report: ProbeReport, run: Path, epochs: int) -> None:
 def _train_act(cache: LayerCache, run: Path, epochs: int, seed: int, progress: bool) -> Path:
     """A head on every task of ``cache`` whose mixer has a per-token depth (the registry's first such: ``act``),
     for that depth (the run lands in ``run``)."""
-    from ..heads.runs import train_head
+    from ..heads.workflow import train_head
 
     train_head(cache, per_token_depth_mixers()[0], out=run, overwrite=True, epochs=epochs, seed=seed,
                source="tokens", progress=progress)

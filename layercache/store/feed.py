@@ -3,7 +3,7 @@
 Two feeds satisfy it: :class:`~layercache.store.cache_feed.CacheFeed` reads the batches from a cache,
 :class:`~layercache.live.feed.LiveFeed` computes them with the backbone in the loop. Both serve
 batches of the shared layout (:class:`~layercache.store.batches.CacheBatch`), so
-:func:`~layercache.heads.trainer.train_model` and :func:`~layercache.heads.evaluation.evaluate`
+:func:`~layercache.heads.training.trainer.train_model` and :func:`~layercache.heads.scoring.evaluation.evaluate`
 take either, and a head trained on one can be scored on the other.
 """
 

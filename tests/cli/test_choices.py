@@ -11,12 +11,12 @@ from layercache.cli import app
 from layercache.cli.choices import OPTION_CHOICES, choices
 from layercache.core.devices import FORWARD_DTYPE_NAMES
 from layercache.core.tasks import TASK_KINDS, LabelTask
-from layercache.heads.fitting import SOLVERS
 from layercache.heads.mixers import MIXERS, make_mixer
-from layercache.heads.normalize import NORMALIZATIONS, resolve_normalize
-from layercache.heads.selection import SELECTION_METRICS, requested_metrics
-from layercache.heads.sweep import PICKS
-from layercache.heads.trainer import SCHEDULES
+from layercache.heads.network.normalize import NORMALIZATIONS, resolve_normalize
+from layercache.heads.scoring.selection import SELECTION_METRICS, requested_metrics
+from layercache.heads.sweeps.sweep import PICKS
+from layercache.heads.training.fitting import SOLVERS
+from layercache.heads.training.trainer import SCHEDULES
 from layercache.sources.registry import FILE_SOURCES, SUPPORTED_FILES
 from layercache.store.codecs import codec_names
 from layercache.store.schema import POOLING_MODES, STORE_MODES
@@ -52,7 +52,10 @@ EXTEND_REGISTRIES = f"""
 import importlib, json, sys
 import typer.main
 from layercache.core import devices, tasks
-from layercache.heads import fitting, normalize, selection, trainer
+from layercache.heads.network import normalize
+from layercache.heads.scoring import selection
+from layercache.heads.sweeps import sweep as sweeps
+from layercache.heads.training import fitting, trainer
 from layercache.heads.mixers import registry as mixers
 from layercache.store import codecs, feature_source, schema
 
@@ -62,7 +65,7 @@ for module, name in [(schema, "STORE_MODES"), (schema, "POOLING_MODES"), (featur
                      (normalize, "NORMALIZATIONS"), (trainer, "SCHEDULES")]:
     setattr(module, name, (*getattr(module, name), {NEW!r}))
 mixers.MIXERS[{NEW!r}] = type("NewMixer", (), {{"spec_form": classmethod(lambda cls: {NEW!r})}})
-for table in (selection.SELECTION_METRICS, fitting.SOLVERS, importlib.import_module("layercache.heads.sweep").PICKS):
+for table in (selection.SELECTION_METRICS, fitting.SOLVERS, sweeps.PICKS):
     table[{NEW!r}] = None
 
 from layercache.cli import app  # the help texts are written now, from the extended registries

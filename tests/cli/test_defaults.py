@@ -14,7 +14,7 @@ import pytest
 
 from layercache.cli.parsing import parse_size
 from layercache.heads import LayerHead, sweep
-from layercache.heads.runs import train_head
+from layercache.heads.workflow import train_head
 
 from .test_choices import command_options
 

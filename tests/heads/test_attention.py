@@ -4,7 +4,7 @@ import pytest
 import torch
 from torch import nn
 
-from layercache.heads.attention import EncoderLayer, SelfAttention, fit_heads
+from layercache.heads.network.attention import EncoderLayer, SelfAttention, fit_heads
 
 
 def _batch(B=4, T=7, D=16, seed=0):

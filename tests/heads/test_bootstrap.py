@@ -5,9 +5,9 @@ import pytest
 
 from layercache.core.tasks import LabelTask
 from layercache.errors import ConfigError
-from layercache.heads.bootstrap import paired_bootstrap
-from layercache.heads.evaluation import Predictions, score
-from layercache.heads.selection import Selection
+from layercache.heads.scoring.bootstrap import paired_bootstrap
+from layercache.heads.scoring.evaluation import Predictions, score
+from layercache.heads.scoring.selection import Selection
 
 SENTIMENT = LabelTask("sentiment", "sequence", ("neg", "neu", "pos"))
 NER = LabelTask("ner", "token", ("O", "B-PER", "I-PER", "B-LOC", "I-LOC"))

@@ -14,8 +14,13 @@ import layercache as lc
 from layercache.core.tasks import IGNORE_INDEX, LabelTask
 from layercache.errors import ConfigError
 from layercache.heads import HeadModel, LayerHead, train_head
-from layercache.heads.class_weights import balanced_weights, class_weight_values, label_counts, parse_class_weight
-from layercache.heads.model import HeadOutput
+from layercache.heads.network.model import HeadOutput
+from layercache.heads.training.class_weights import (
+    balanced_weights,
+    class_weight_values,
+    label_counts,
+    parse_class_weight,
+)
 from layercache.store.cache_feed import CacheFeed
 
 SENTIMENT = LabelTask("sentiment", "sequence", ("neg", "pos"))

@@ -11,7 +11,7 @@ from conftest import tiny_builtin_cache
 import layercache as lc
 from layercache.core.tasks import LabelTask
 from layercache.heads import LayerHead, train_head
-from layercache.heads.collapse import collapse_warning, find_collapse
+from layercache.heads.training.collapse import collapse_warning, find_collapse
 
 SENTIMENT = LabelTask("sentiment", "sequence", ("neg", "pos"))
 NER = LabelTask("ner", "token", ("O", "B-PER", "I-PER"))

@@ -29,8 +29,8 @@ from sklearn.preprocessing import StandardScaler
 import layercache as lc
 from layercache.errors import ConfigError
 from layercache.heads import HeadModel, LayerHead, train_head
-from layercache.heads.convex import DEFAULT_C_GRID
-from layercache.heads.fitting import convex_obstacle, resolve_solver
+from layercache.heads.training.convex import DEFAULT_C_GRID
+from layercache.heads.training.fitting import convex_obstacle, resolve_solver
 
 SIGNAL = 1  # layer_1
 QUICK = {"progress": False, "device": "cpu"}

@@ -17,7 +17,7 @@ from conftest import tiny_builtin_cache
 import layercache as lc
 from layercache.errors import ConfigError
 from layercache.heads import LayerHead
-from layercache.heads.ensemble_model import EnsembleModel
+from layercache.heads.ensembles.model import EnsembleModel
 
 QUICK = {"epochs": 2, "patience": 0, "device": "cpu", "progress": False, "batch_size": 16}
 
@@ -77,7 +77,7 @@ def test_its_validation_metrics_are_what_its_model_scores(ensemble, cache):
     """The metrics combined from the members' validation passes equal a pass of the ensemble's own model."""
     _, val_feed, _ = ensemble._validation(cache, "train", None, ensemble.tasks_, ensemble.layer_names_,
                                           ensemble.source_, None)
-    metrics, _ = lc.heads.evaluation.evaluate(ensemble.model_, val_feed)
+    metrics, _ = lc.heads.scoring.evaluation.evaluate(ensemble.model_, val_feed)
     for task, values in metrics.items():
         for key, value in values.items():
             if isinstance(value, float):

@@ -25,7 +25,7 @@ import layercache as lc
 from layercache.errors import CacheMismatchError, ConfigError
 from layercache.heads import HeadModel, LayerHead
 from layercache.heads.mixers import GumbelMix
-from layercache.heads.tasks import SequenceHead
+from layercache.heads.network.tasks import SequenceHead
 
 FAST = {"tasks": ["sentiment"], "epochs": 6, "patience": 0, "progress": False, "device": "cpu"}
 SCALES = (1.0, 4.0, 16.0, 64.0)  # per state: embeddings, layer_1..layer_3
@@ -324,7 +324,7 @@ def test_damaged_statistics_are_refused_before_training(massive, monkeypatch):
 
 
 def test_standardize_never_amplifies_what_the_statistics_cannot_resolve():
-    from layercache.heads.normalize import StateNorm
+    from layercache.heads.network.normalize import StateNorm
 
     norm = StateNorm("standardize", 1, 3)
     norm.set_stats(np.array([[1e4, 0.0, 5.0]]), np.array([[1e-2, 0.0, 2.0]]))

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from layercache.heads.metrics import (
+from layercache.heads.scoring.metrics import (
     accuracy,
     classification_report,
     entity_spans,

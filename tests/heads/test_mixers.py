@@ -28,7 +28,7 @@ from layercache.heads.mixers import (
     register_mixer,
     usage_labels,
 )
-from layercache.heads.tasks import make_task_head
+from layercache.heads.network.tasks import make_task_head
 from layercache.report.heads import render_layer_weights
 
 B, T, S, D = 4, 6, 5, 8

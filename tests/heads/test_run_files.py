@@ -1,4 +1,4 @@
-"""Issue 27: a run folder's JSON files read as typed sections, in one module (heads/run_files.py)."""
+"""Issue 27: a run folder's JSON files read as typed sections, in one module (heads/run_folders/run_files.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from layercache.errors import ConfigError
-from layercache.heads.run_files import (
+from layercache.heads.run_folders.run_files import (
     LayerWeights,
     RecordedCache,
     RunConfig,
@@ -19,7 +19,7 @@ from layercache.heads.run_files import (
     reported_metric,
     run_belongs_to,
 )
-from layercache.heads.runs import read_run
+from layercache.heads.workflow import read_run
 
 CACHE = {"model": "tiny", "model_fingerprint": "fp", "tokenizer_fingerprint": "tfp", "hidden_size": 8,
          "config_hash": "hash", "max_length": 64, "stride": None, "storage_dtype": "float16"}

@@ -140,7 +140,7 @@ def test_a_folder_holding_only_a_lock_file_counts_as_empty_and_a_run_with_one_lo
 # --- 3. interrupted or failed runs leave nothing half-written ---------------------------------------------
 def _interrupt_plot(monkeypatch):
     """Ctrl-C while the run's last file is written (weights and config are staged by then)."""
-    import layercache.heads.runs as runs
+    import layercache.heads.workflow as runs
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
@@ -201,7 +201,7 @@ def test_ctrl_c_during_a_sweep_leaves_no_partial_best(cache, tmp_path, monkeypat
 
 
 def test_a_full_disk_leaves_no_run_folder_and_one_sentence(cache, tmp_path, monkeypatch):
-    import layercache.heads.persistence as persistence
+    import layercache.heads.run_folders.persistence as persistence
 
     def full(*args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device")

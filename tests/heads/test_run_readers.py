@@ -87,7 +87,7 @@ def _without_timestamp(file: Path) -> dict:
 
 @pytest.mark.parametrize("mixer", ["last", "adaptive"])
 def test_a_loaded_run_saves_the_same_config_it_was_read_from(cache, tmp_path, mixer):
-    """Issue 27: LayerHead.load reads config.json through its typed section (heads/run_files.py); saving the
+    """Issue 27: LayerHead.load reads config.json through its typed section (heads/run_folders/run_files.py); saving the
     loaded head writes the same config.json, byte for byte but for its timestamp, and the same weights."""
     run = train_head(cache, mixer, out=tmp_path / "run", **QUICK).run
     again = LayerHead.load(run).save(tmp_path / "again")

@@ -13,7 +13,7 @@ import layercache as lc
 from layercache.core.tasks import LabelTask
 from layercache.errors import ConfigError
 from layercache.heads import LayerHead, evaluate_run, train_head
-from layercache.heads.selection import (
+from layercache.heads.scoring.selection import (
     SELECTION_METRICS,
     Selection,
     best_epoch,

@@ -23,15 +23,15 @@ from layercache.cli.sweep import render_leaderboard
 from layercache.core.units import human_seconds, parse_duration
 from layercache.errors import ConfigError
 from layercache.heads import LayerHead, SweepResult, candidate_grid, sweep
-from layercache.heads.ensemble_model import EnsembleModel
+from layercache.heads.ensembles.model import EnsembleModel
 from layercache.heads.mixers import MIXERS
-from layercache.heads.model import HeadModel
-from layercache.heads.selection import Selection
-from layercache.heads.sweep import LR_FACTORS, Candidate
-from layercache.heads.trainer import TrainConfig, train_model
+from layercache.heads.network.model import HeadModel
+from layercache.heads.scoring.selection import Selection
+from layercache.heads.sweeps.sweep import LR_FACTORS, Candidate
+from layercache.heads.training.trainer import TrainConfig, train_model
 from layercache.store.feed_pool import FeedPool
 
-sweep_module = importlib.import_module("layercache.heads.sweep")  # layercache.heads.sweep is the function
+sweep_module = importlib.import_module("layercache.heads.sweeps.sweep")  # the module, not the function
 SIGNAL = 1  # layer_1
 POOLED = ["last", "layer", "scalar"]  # the mixers that read the planted pooled vectors
 QUICK = {"epochs": 2, "patience": 0, "device": "cpu", "progress": False}
@@ -251,7 +251,7 @@ def test_a_budget_too_small_for_anything_is_refused_in_one_sentence(planted, tmp
     with pytest.raises(ConfigError, match=r"^The budget of .* ran out while the sweep opened and checked the cache .*; "
                                           r"give a budget of at least \d+s\.$"):
         sweep(planted, out=tmp_path / "a", tasks="topic", budget=1e-6, **QUICK)
-    module = importlib.import_module("layercache.heads.sweep")  # layercache.heads.sweep is the function
+    module = importlib.import_module("layercache.heads.sweeps.sweep")  # the module, not the function
     fit = module._Sweep._fit
 
     def slow_fit(self, *args):
@@ -285,7 +285,7 @@ def test_a_variant_that_beats_its_default_beyond_noise_is_kept(planted, tmp_path
 
 def make_doubtful(monkeypatch) -> None:
     """Every paired comparison keeps its difference but is won in only 60 % of the resamples."""
-    ranking = importlib.import_module("layercache.heads.sweep_ranking")  # where variants meet their defaults
+    ranking = importlib.import_module("layercache.heads.sweeps.ranking")  # where variants meet their defaults
     real = ranking.paired_bootstrap
 
     def doubtful(*args, **kwargs):
@@ -362,7 +362,7 @@ def test_single_states_that_prove_dear_wait_behind_the_learning_mixers(planted, 
     sweep(planted, out=tmp_path / "cheap", tasks="topic", candidates=plan, seeds=1, budget="10m", **QUICK)
     assert order == plan  # fractions of a second: the registry order
     order.clear()
-    monkeypatch.setattr(importlib.import_module("layercache.heads.sweep_budget"), "DEFER_SHARE", 0.0)  # all too dear
+    monkeypatch.setattr(importlib.import_module("layercache.heads.sweeps.budget"), "DEFER_SHARE", 0.0)  # all too dear
     result = sweep(planted, out=tmp_path / "dear", tasks="topic", candidates=plan, seeds=1, budget="10m", **QUICK)
     assert order == ["last", "scalar", "layer:0", "layer:1"]
     assert {c.candidate for c in result.leaderboard} == set(plan)  # deferred, not dropped

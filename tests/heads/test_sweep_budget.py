@@ -18,7 +18,7 @@ from rich.console import Console
 
 from layercache.heads import LayerHead, sweep
 
-sweep_module = importlib.import_module("layercache.heads.sweep")  # the package's `sweep` is the function
+sweep_module = importlib.import_module("layercache.heads.sweeps.sweep")  # the module, not the function
 
 FIT_SECONDS = 10.0
 

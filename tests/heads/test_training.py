@@ -17,10 +17,10 @@ import torch
 import layercache as lc
 from layercache.errors import CacheMismatchError, ConfigError
 from layercache.heads import HeadModel, LayerHead, train_head
-from layercache.heads.evaluation import predict
+from layercache.heads.data.validation import validation_slice
 from layercache.heads.mixers import MIXERS
-from layercache.heads.trainer import clip_gradients
-from layercache.heads.validation import validation_slice
+from layercache.heads.scoring.evaluation import predict
+from layercache.heads.training.trainer import clip_gradients
 from layercache.store.cache_feed import CacheFeed
 
 FAST = {"epochs": 6, "patience": 0, "progress": False, "device": "cpu"}

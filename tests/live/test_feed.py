@@ -11,7 +11,7 @@ import layercache as lc
 from layercache.backbone.loader import load_backbone
 from layercache.errors import CacheMismatchError, ConfigError, DatasetError
 from layercache.heads import HeadModel, TrainConfig, train_model
-from layercache.heads.evaluation import evaluate, primary_metric
+from layercache.heads.scoring.evaluation import evaluate, primary_metric
 from layercache.live.feed import LiveFeed
 from layercache.sources.builtin import load_builtin
 from layercache.store.cache_feed import CacheFeed

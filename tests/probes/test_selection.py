@@ -7,7 +7,7 @@ import pytest
 
 from layercache.core.holdout import stratified_holdout
 from layercache.errors import ConfigError
-from layercache.heads.validation import validation_slice
+from layercache.heads.data.validation import validation_slice
 from layercache.probes import CumulativeProbes, LinearProbes
 from layercache.probes.selection import choose_c, sample_rows
 

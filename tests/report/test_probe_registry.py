@@ -126,7 +126,7 @@ def test_the_report_finds_per_token_depth_mixers_in_the_registry():
 
 
 def test_runs_show_the_metric_they_selected_on(built_report):
-    from layercache.heads.run_files import RunFiles
+    from layercache.heads.run_folders.run_files import RunFiles
 
     report, _ = built_report
     (run,) = report.runs

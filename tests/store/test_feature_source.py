@@ -7,7 +7,7 @@ from conftest import tiny_builtin_cache
 
 from layercache.depth.similarity import layer_similarity
 from layercache.errors import CacheError, ConfigError
-from layercache.heads.source import resolve_source as head_source
+from layercache.heads.data.source import resolve_source as head_source
 from layercache.probes.features import resolve_source as probe_source
 from layercache.store.feature_source import FeatureSource, parse_source, require_source, source_spellings
 from layercache.store.reader import LayerCache

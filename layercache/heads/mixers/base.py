@@ -24,7 +24,7 @@ from torch import Tensor, nn
 
 from layercache.core.registry import Registry
 from layercache.errors import ConfigError
-from layercache.heads.normalize import standardized
+from layercache.heads.network.normalize import standardized
 
 
 @dataclass
@@ -88,7 +88,7 @@ class LayerMixer(nn.Module):
     #: already in their parameters' dtype.
     widens_own_inputs: ClassVar[bool] = False
     #: Token means leave out each example's first token (a model-wide setting that
-    #: :class:`~layercache.heads.model.HeadModel` sets from the cache, not a mixer option).
+    #: :class:`~layercache.heads.network.model.HeadModel` sets from the cache, not a mixer option).
     mean_skip_first: bool = False
     #: Placeholder of the argument a spec gives after a colon (``"<i>"`` for ``layer:<i>``), parsed by
     #: :meth:`spec_options`; None for mixers whose spec is their name alone.
@@ -104,7 +104,7 @@ class LayerMixer(nn.Module):
     pooled_form: ClassVar[str | None] = None
     #: Variants of this mixer's options that ``layercache sweep`` tries besides its defaults, each merged
     #: over them: a width and a temperature below and above the default, where the mixer has them
-    #: (:mod:`layercache.heads.sweep`). Empty: the defaults only.
+    #: (:mod:`layercache.heads.sweeps.sweep`). Empty: the defaults only.
     sweep_options: ClassVar[tuple[dict, ...]] = ()
     #: True for mixers that decide per token how many states it reads (adaptive computation time): a
     #: trained head's per-token depth (:mod:`layercache.heads.token_usage`), which the probe report breaks
@@ -194,7 +194,7 @@ class LayerMixer(nn.Module):
         """Whether this mixer learns nothing: a map of the states that no training changes.
 
         A linear head on a fixed map is a convex problem, which a full-batch solver fits exactly
-        (:mod:`~layercache.heads.convex`) where minibatches only approach it. True for a mixer
+        (:mod:`~layercache.heads.training.convex`) where minibatches only approach it. True for a mixer
         without parameters (``last``, ``layer:<i>``); a mixer with parameters that are not trained
         would override it.
         """
@@ -244,7 +244,7 @@ class LayerMixer(nn.Module):
         """Mix ``states (B, T, S, D)`` under ``mask (B, T)`` (None = every token is real).
 
         ``standardize``: ``(shift, scale)``, each ``(S, D)``: mix ``h · scale + shift`` instead of ``h``
-        (:func:`~layercache.heads.normalize.standardized`). A mixer that widens its own inputs applies
+        (:func:`~layercache.heads.network.normalize.standardized`). A mixer that widens its own inputs applies
         it in that pass, to the states it reads.
         """
         states, mask = self._check_inputs(states, mask)

@@ -9,7 +9,7 @@ from torch import Tensor
 
 from layercache.errors import ConfigError
 from layercache.heads.mixers.base import LayerMixer, MixOutput, register_mixer
-from layercache.heads.normalize import standardized
+from layercache.heads.network.normalize import standardized
 
 
 class SelectLayer(LayerMixer):

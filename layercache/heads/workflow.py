@@ -1,0 +1,208 @@
+"""A head's run folder end to end: ``train_head`` trains a head on a cache and writes everything about it to one
+folder; ``evaluate_run`` scores a saved run and ``read_run`` reads its JSON files (the folder on disk:
+:mod:`.run_folders`).
+
+A run folder holds
+
+- ``config.json``: estimator parameters, model config, the states read, and the identity of the
+  cache it was trained on (backbone and tokenizer fingerprints, dataset, storage);
+- ``weights.safetensors``: the weights (no pickle anywhere);
+- ``metrics.json``: validation and test metrics, training history and times, which metric
+  selected the epoch (``selection``), how the weights were fitted (``fit``: the solver, and the
+  convex fit's ``C`` per task) and any ``warnings`` about the trained head (a collapse onto one
+  class);
+- ``layer_weights.json`` and ``layer_weights.png``: each mixer's weight per state (and per-token
+  depth / per-example usage for ``act`` / ``gumbel``).
+
+The folder is claimed (locked against a second writer) before training and appears complete or not
+at all (:mod:`.run_folders.run_folder`): a run that fails or is interrupted leaves nothing behind.
+
+``train_head`` and ``evaluate_run`` are what the ``train-head`` and ``eval`` commands call.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..core.files import write_file_atomic
+from ..core.plotting import pyplot
+from ..errors import ConfigError
+from ..store.reader import TEST_NAMES, LayerCache, using_cache
+from .data.finite import check_split_stats
+from .estimator import LayerHead
+from .run_folders.persistence import unwritable
+from .run_folders.run_files import RunFiles
+from .run_folders.run_folder import IGNORED, STAGING_PREFIX, RunFolder, StagedRun
+from .scoring.evaluation import PassResult
+
+
+@dataclass
+class TrainResult:
+    """What :func:`train_head` produced."""
+
+    run: Path
+    head: LayerHead
+    metrics: dict
+    """``{"validation": {task: metrics}, "test": {...} or absent, "selection": ..., "warnings": [...], ...}``."""
+    layer_weights: dict
+
+
+def runs_root(cache_path: str | os.PathLike) -> Path:
+    """Where a cache's runs go by default: ``<cache>.runs`` beside the real cache folder.
+
+    The cache path is resolved first, so ``.`` inside a cache or ``..`` from a split folder name the
+    cache itself, never a ``.runs`` folder inside it.
+    """
+    root = Path(cache_path).resolve()
+    return root.parent / f"{root.name}.runs"
+
+
+def claim_run_folder(cache_path: str | os.PathLike, out: str | os.PathLike | None, name: str, overwrite: bool,
+                     what: str = "run folder") -> RunFolder:
+    """Lock ``out``, or a new ``<cache>.runs/<name>-NNN`` (claimed atomically), for writing a run; use with ``with``."""
+    if out is not None:
+        return RunFolder.claim(out, overwrite=overwrite, what=what)
+    return RunFolder.claim_new(runs_root(cache_path), name.replace(":", ""), what=what)
+
+
+def check_run_folder(run: Path, overwrite: bool = False) -> None:
+    """Refuse a run folder that cannot be written, before any training.
+
+    ``run`` may not exist yet: then its nearest existing ancestor must be a writable folder (not a
+    file, as in ``--out notes.txt/run``). An existing ``run`` must be a writable folder, empty
+    unless ``overwrite`` (a lock file, or what a killed run left staged, does not count).
+    """
+    probe = run
+    while not probe.exists() and not probe.is_symlink() and probe != probe.parent:
+        probe = probe.parent
+    if probe.exists() and not probe.is_dir():
+        if probe == run:
+            raise ConfigError(f"--out {run} is a file; give a folder for the run.")
+        raise ConfigError(f"--out {run} lies below {probe}, which is a file, not a folder; give a folder path "
+                          "for the run.")
+    if not probe.exists():  # a dangling link, or nothing of the path exists at all
+        raise ConfigError(f"--out {run} cannot be created ({probe} is a broken link or missing); give another "
+                          "folder for the run.")
+    try:
+        occupied = probe == run and any(p.name not in IGNORED and not p.name.startswith(STAGING_PREFIX)
+                                        for p in run.iterdir())
+    except OSError as err:
+        raise ConfigError(f"The run folder {run} cannot be read ({err.strerror or err}); choose another "
+                          "--out.") from None
+    if occupied and not overwrite:
+        raise ConfigError(f"The run folder {run} is not empty; choose another --out or pass --overwrite.")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise ConfigError(f"The run folder {run} cannot be written: {probe} is not writable (permissions, or a "
+                          "read-only disk); choose another --out.")
+
+
+def train_head(cache: str | os.PathLike | LayerCache | None = None, mixer: str = "adaptive", *,
+               out: str | os.PathLike | None = None, split: str = "train", val_split: str | None = None,
+               test_split: str | None = None, overwrite: bool = False,
+               estimator: Callable[..., LayerHead] = LayerHead, **params) -> TrainResult:
+    """Train a head on a cache and write a run folder.
+
+    Args:
+        cache: a cache folder or an open :class:`LayerCache` (default: the most recent cache).
+        mixer: the layer mixer (see :func:`layercache.heads.make_mixer`).
+        out: the run folder (default: a new folder beside the cache).
+        split: the training split.
+        val_split: the validation split (default: the cache's validation split, or a seeded
+            stratified slice of ``split``).
+        test_split: a split to report on (default: ``test`` when the cache has one).
+        overwrite: allow writing into a non-empty ``out``.
+        estimator: builds the head from ``(mixer, **params)``; default :class:`LayerHead`
+            (:func:`layercache.live.training.train_head_live` passes one whose feeds run the backbone).
+        **params: :class:`LayerHead` parameters (``epochs``, ``lr``, ``tasks``, ``mixer_options`` ...).
+    """
+    with using_cache(cache) as handle:
+        if out is not None:
+            check_run_folder(Path(out), overwrite)  # before training: a bad --out should not cost a training run
+        test_name = handle.report_split(test_split, names=TEST_NAMES, exclude=split)
+        if test_name is not None:
+            read = [handle.layer_names[i] for i in handle.layer_index(params.get("layers"))]
+            check_split_stats(handle, test_name, read)  # refuse a damaged test split before training
+        head = estimator(mixer, **params)
+        with claim_run_folder(handle.path, out, mixer, overwrite) as folder:  # locked until written, or removed
+            started = time.perf_counter()
+            head.fit(handle, split=split, val_split=val_split)
+            train_seconds = time.perf_counter() - started
+            test = None if test_name is None else (test_name, *head.evaluate(handle, test_name))
+            result = write_trained_run(folder.run(), head, handle, train_seconds=train_seconds, test=test)
+            folder.commit()
+            return result
+
+
+def write_trained_run(run: str | os.PathLike | StagedRun, head: LayerHead, cache: LayerCache, *,
+                      train_seconds: float, test: tuple[str, dict, PassResult] | None = None) -> TrainResult:
+    """Write the run folder of a head just fitted on ``cache``: what :func:`train_head` writes.
+
+    ``run`` is a folder (claimed, written and committed here; a run there is replaced) or a
+    :class:`~.run_folders.run_folder.StagedRun` whose owner commits it. ``test`` is ``(split, metrics, pass)`` of
+    the head scored on a test split, or None. The layer weights' usage summaries come from that pass
+    when given, else from the validation pass.
+    """
+    if not isinstance(run, StagedRun):
+        with RunFolder.claim(run, overwrite=True) as folder:
+            result = write_trained_run(folder.run(), head, cache, train_seconds=train_seconds, test=test)
+            folder.commit()
+            return result
+    mixer = head.mixer
+    metrics: dict = {"mixer": mixer, "normalize": head.normalize_, "fit": head.fit_, "train_seconds": train_seconds,
+                     "data": head.data_, "selection": head.selection_.to_json(),
+                     "warnings": list(head.warnings_), "validation": head.validation_metrics_,
+                     "history": head.history_.to_json()}
+    result = head.validation_pass_
+    if test is not None:
+        metrics["test_split"], metrics["test"], result = test
+    weights = {"layer_names": head.layer_names_, "mixers": head.layer_weights(), "usage": result.usage}
+    head.save(run, metrics=metrics, layer_weights=weights)
+    try:
+        plot_layer_weights(weights, run.file("layer_weights.png"), title=f"{mixer} on {cache.manifest.model.name}")
+    except OSError as err:
+        raise unwritable(run.final, err) from None
+    return TrainResult(run=run.final, head=head, metrics=metrics, layer_weights=weights)
+
+
+def evaluate_run(run: str | os.PathLike, cache: str | os.PathLike | LayerCache | None = None,
+                 split: str = "test") -> dict:
+    """Score a saved run on a split of a cache (refusing a cache from another backbone)."""
+    head = LayerHead.load(run)
+    with using_cache(cache) as handle:
+        metrics, result = head.evaluate(handle, split)
+        return {"split": split, "cache": str(handle.path), "metrics": metrics, "usage": result.usage,
+                "layer_names": head.layer_names_, "layer_weights": head.layer_weights(),
+                "primary": dict(head.selection_.metrics)}
+
+
+def read_run(run: str | os.PathLike) -> dict:
+    """The JSON files of a run folder as plain dicts: ``config``, ``metrics`` and ``layer_weights``, each one
+    the folder has (:meth:`RunFiles.to_json <.run_files.RunFiles.to_json>` of the typed sections)."""
+    return RunFiles.read(run).to_json()
+
+
+def plot_layer_weights(weights: dict, path: Path, title: str = "") -> Path:
+    """Bar chart of each mixer's weight per state, written atomically as a PNG with the mode of any new file."""
+    plt = pyplot()
+    names = weights["layer_names"]
+    mixers = {k: v for k, v in weights["mixers"].items() if v is not None}
+    fig, ax = plt.subplots(figsize=(max(4, 0.6 * len(names) + 2), 3))
+    width = 0.8 / max(1, len(mixers))
+    for i, (key, values) in enumerate(mixers.items()):
+        ax.bar([x + i * width for x in range(len(names))], values, width=width, label=key)
+    ax.set_xticks([x + width * (len(mixers) - 1) / 2 for x in range(len(names))])
+    ax.set_xticklabels(names, rotation=45, ha="right")
+    ax.set_ylabel("weight")
+    ax.set_title(title)
+    if len(mixers) > 1:
+        ax.legend()
+    fig.tight_layout()
+    try:
+        write_file_atomic(path, lambda tmp: fig.savefig(tmp, dpi=100, format="png"))
+    finally:
+        plt.close(fig)
+    return path
