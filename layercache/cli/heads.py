@@ -112,6 +112,7 @@ def train_head(
         from ..live.training import train_head_live as run_train_head
     else:
         from ..heads.workflow import train_head as run_train_head
+    from ..heads.run_folders.run_files import RunMetrics
     from ..report.heads import render_layer_weights, render_metrics
 
     weights = parse_loss_weights(loss_weight)
@@ -126,15 +127,15 @@ def train_head(
         metric=parse_metric(metric), class_weight=parse_class_weight(class_weight), solver=solver,
         **({"allow_pickle": allow_pickle} if live else {}),
     )
-    m = result.metrics
-    shown = {"validation": m["validation"]}
-    if "test" in m:
-        shown[m["test_split"]] = m["test"]
+    m = RunMetrics.from_json(result.metrics)  # what metrics.json holds, read as its typed section
+    shown = {"validation": m.validation}
+    if m.test is not None:
+        shown[m.test_split] = m.test
     selection = result.head.selection_
     render_metrics(shown, base.out_console, primary=dict(selection.metrics),
-                   title=f"{mixer}{LIVE_NOTE if live else ''} (normalize {m['normalize']}): "
+                   title=f"{mixer}{LIVE_NOTE if live else ''} (normalize {m.normalize}): "
                          f"{result.head.history_.summary(selection.describe())}, "
-                         f"{m['train_seconds']:.1f} s; validation = {m['data']['validation']}")
+                         f"{m.train_seconds:.1f} s; validation = {m.validated_on}")
     render_layer_weights(result.layer_weights, base.out_console)
     base.out_console.print(f"Run written: [bold]{result.run}[/]", soft_wrap=True)
 

@@ -96,3 +96,12 @@ def test_runs_are_found_beside_their_cache_and_checked_against_it(tmp_path):
         find_runs(cache, [other])
     with pytest.raises(ConfigError, match="is not a run folder"):
         find_runs(cache, [tmp_path / "nothing"])
+
+
+def test_metrics_sections_name_what_train_head_prints():
+    metrics = RunMetrics.from_json({**METRICS, "normalize": "none", "train_seconds": 1.5,
+                                    "data": {"validation": "train (seeded stratified 10% slice, seed 0)"}})
+    assert metrics.validation == METRICS["validation"] and metrics.test == METRICS["test"]
+    assert (metrics.normalize, metrics.train_seconds) == ("none", 1.5)
+    assert metrics.validated_on == "train (seeded stratified 10% slice, seed 0)"
+    assert RunMetrics().test is None and RunMetrics().validated_on is None

@@ -174,11 +174,40 @@ class RunConfig(JsonSection):
 class RunMetrics(JsonSection):
     """A run's ``metrics.json``: its scores on validation (and a test split), and how it chose its epoch."""
 
-
     @property
     def mixer(self) -> str | None:
         """The mixer the run trained (None in a file without it)."""
         return self.raw.get("mixer")
+
+    @property
+    def validation(self) -> dict[str, dict]:
+        """``{task: metrics}`` on validation."""
+        return dict(self.raw.get("validation") or {})
+
+    @property
+    def test(self) -> dict[str, dict] | None:
+        """``{task: metrics}`` on :attr:`test_split`, or None for a run without a test split."""
+        return self.raw.get("test")
+
+    @property
+    def normalize(self) -> str | None:
+        """How the states were normalised before mixing."""
+        return self.raw.get("normalize")
+
+    @property
+    def train_seconds(self) -> float | None:
+        """Wall time of the fit."""
+        return self.raw.get("train_seconds")
+
+    @property
+    def data(self) -> dict:
+        """What the run trained and validated on: the cache, splits and sizes."""
+        return _section(self.raw, "data")
+
+    @property
+    def validated_on(self) -> str | None:
+        """The validation data in words: a split, or the seeded slice of the training split."""
+        return self.data.get("validation")
 
     @property
     def test_split(self) -> str | None:
@@ -217,7 +246,6 @@ def reported_metric(values: Mapping) -> str | None:
 @dataclass(frozen=True)
 class LayerWeights(JsonSection):
     """A run's ``layer_weights.json``: each mixer's weight per state, and per-token or per-example usage."""
-
 
     @property
     def layer_names(self) -> list[str] | None:
