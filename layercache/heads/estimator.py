@@ -84,6 +84,9 @@ from .training.trainer import TrainConfig, TrainHistory, seed_everything, train_
 
 log = logging.getLogger(__name__)
 
+SCORING_BATCH = 128
+"""Examples per batch when a trained head scores or predicts a split (no gradients: larger than training's)."""
+
 
 class LayerHead(BaseEstimator):
     """Learn how to combine a frozen model's cached layers for one or several label tasks.
@@ -351,11 +354,7 @@ class LayerHead(BaseEstimator):
 
     def predict(self, cache: LayerCache, split: str) -> PassResult:
         """Predictions of every task over ``split`` (row order), plus the mixers' usage."""
-        self._check_fitted()
-        self.check_cache(cache)
-        cache.require_split(split)
-        check_split_stats(cache, split, self.layer_names_)
-        feed = self.make_feed(cache, split, self.tasks_, self.layer_names_, self.source_, batch_size=128)
+        feed = self._scoring_feed(cache, split)  # first: it refuses an unfitted head in one sentence
         return predict(self.model_, feed)
 
     def score(self, cache: LayerCache, split: str) -> dict[str, dict]:
@@ -364,12 +363,16 @@ class LayerHead(BaseEstimator):
 
     def evaluate(self, cache: LayerCache, split: str) -> tuple[dict[str, dict], PassResult]:
         """Metrics and predictions of every task on ``split``."""
+        feed = self._scoring_feed(cache, split)
+        return evaluate(self.model_, feed)
+
+    def _scoring_feed(self, cache: LayerCache, split: str) -> Feed:
+        """The feed a trained head scores ``split`` through, once the head, the cache and the split are checked."""
         self._check_fitted()
         self.check_cache(cache)
         cache.require_split(split)
         check_split_stats(cache, split, self.layer_names_)
-        feed = self.make_feed(cache, split, self.tasks_, self.layer_names_, self.source_, batch_size=128)
-        return evaluate(self.model_, feed)
+        return self.make_feed(cache, split, self.tasks_, self.layer_names_, self.source_, batch_size=SCORING_BATCH)
 
     def layer_weights(self) -> dict[str, list[float] | None]:
         """Each mixer's weight per state (after the last evaluation pass for input-dependent mixers)."""
