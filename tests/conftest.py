@@ -13,6 +13,7 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 import pytest  # noqa: E402
+from planted_support import plant_massive_activations  # noqa: E402
 from tiny_models import KINDS, huge_llama, make_model, pickle_only_copy  # noqa: E402
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
@@ -77,6 +78,49 @@ def tiny_builtin_cache(tiny_models, tmp_path_factory, name: str, limit: int) -> 
         mp.setenv("LAYERCACHE_HOME", str(out.parent / "home"))
         layercache.extract(str(tiny_models["bert"]), "builtin", out, limit=limit, progress=False)
     return out
+
+
+@pytest.fixture(scope="module")
+def planted_path(request, tiny_models, tmp_path_factory):
+    """A module's planted cache: the built-in task set through the tiny BERT, ``PLANTED = (name, limit)``
+    of the module, with the module's ``plant(path)`` applied to it (plantings: planted_support.py)."""
+    name, limit = request.module.PLANTED
+    path = tiny_builtin_cache(tiny_models, tmp_path_factory, name, limit)
+    request.module.plant(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def cache(tiny_models, tmp_path_factory):
+    """A module's own small cache (the built-in task set through the tiny BERT, 60 examples) to write runs beside."""
+    return tiny_builtin_cache(tiny_models, tmp_path_factory, "runs", 60)
+
+
+@pytest.fixture(scope="module")
+def pooled_cache(tiny_models, tmp_path_factory):
+    """The built-in task set through the tiny BERT, 60 examples, stored as pooled vectors only."""
+    import layercache as lc
+
+    out = tmp_path_factory.mktemp("trust-pooled") / "pooled"
+    return lc.extract(str(tiny_models["bert"]), "builtin", out, progress=False, limit=60, store="pooled").path
+
+
+@pytest.fixture(scope="module")
+def massive_paths(tiny_models, tmp_path_factory):
+    """{"plain": pooled means over every token, "skip": means without the first token}: the tiny Llama's cache with
+    pre-LN-like massive activations planted (see tests/heads/test_massive_activations.py)."""
+    import shutil
+
+    import layercache as lc
+
+    root = tmp_path_factory.mktemp("massive")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("LAYERCACHE_HOME", str(root / "home"))
+        extracted = lc.extract(str(tiny_models["llama"]), "builtin", root / "plain", progress=False, limit=300).path
+    shutil.copytree(extracted, root / "skip")
+    plant_massive_activations(root / "plain", skip_first=False)
+    plant_massive_activations(root / "skip", skip_first=True)  # same seed: the same states
+    return {"plain": root / "plain", "skip": root / "skip"}
 
 
 @pytest.fixture(autouse=True)

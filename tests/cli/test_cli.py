@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from cli_support import assert_refused, invoke
@@ -159,3 +160,22 @@ def test_parse_size():
     assert parse_size("256MiB") == 256 * 2**20
     assert parse_size("1.5GB") == 1_500_000_000
     assert parse_size("4096") == 4096
+
+
+@pytest.mark.parametrize("command, defaults", [
+    ("train-head", ["the most recent one", "a new folder beside the cache", "every task in the cache",
+                    "the mixer's and head's default"]),
+    ("eval", ["the most recent one"]),
+    ("info", ["the most recent one"]),
+    ("extract", ["under $LAYERCACHE_HOME", "the model's"]),
+    ("list", []),
+])
+def test_help_has_no_stray_spaces_and_keeps_its_defaults(command, defaults):
+    result = invoke(command, "--help")
+    assert result.exit_code == 0, result.output
+    lines = [line.strip(" │╭╮╰╯─") for line in result.output.splitlines()]
+    text = re.sub(r"\s+", " ", " ".join(line for line in lines if line))
+    for stray in (" .", " ;", " ,"):
+        assert stray not in text, (stray, text)
+    for default in defaults:
+        assert default in text, (default, text)

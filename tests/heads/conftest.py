@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from conftest import tiny_builtin_cache
 
 import layercache as lc
+from layercache.heads import train_head
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -14,17 +14,14 @@ def one_thread(one_torch_thread):
 
 
 @pytest.fixture(scope="module")
-def planted_path(request, tiny_models, tmp_path_factory):
-    """A module's planted cache: the built-in task set through the tiny BERT, ``PLANTED = (name, limit)``
-    of the module, with the module's ``plant(path)`` applied to it."""
-    name, limit = request.module.PLANTED
-    path = tiny_builtin_cache(tiny_models, tmp_path_factory, name, limit)
-    request.module.plant(path)
-    return path
-
-
-@pytest.fixture(scope="module")
 def planted(planted_path):
     """The module's planted cache, open."""
     with lc.LayerCache.open(planted_path) as cache:
         yield cache
+
+
+@pytest.fixture(scope="module")
+def good_run(cache, tmp_path_factory):
+    """A one-epoch ``last`` run on the module's small ``cache`` (see the root conftest)."""
+    return train_head(cache, "last", out=tmp_path_factory.mktemp("good") / "run", tasks=["sentiment"], epochs=1,
+                      progress=False, device="cpu").run

@@ -16,10 +16,9 @@ from __future__ import annotations
 
 import json
 
-import h5py
 import numpy as np
 import pytest
-from cli_support import assert_refused, invoke
+from planted_support import plant_linear_signals
 from scipy.stats import pearsonr
 from sklearn.linear_model import LogisticRegression, Ridge
 from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
@@ -34,29 +33,8 @@ from layercache.heads.training.fitting import convex_obstacle, resolve_solver
 
 SIGNAL = 1  # layer_1
 QUICK = {"progress": False, "device": "cpu"}
-PLANTED = ("convex", 400)  # the planted cache of tests/heads/conftest.py: its name and examples per split
-
-
-def plant(path, seed: int = 0) -> None:
-    """Replace every split's pooled means and sequence labels by planted ones (see the module docstring)."""
-    manifest = json.loads((path / "manifest.json").read_text())
-    rng = np.random.default_rng(seed)
-    directions = np.random.default_rng(7).standard_normal((8, 32))  # the same for every split
-    for info in manifest["splits"].values():
-        for shard in info["shards"]:
-            with h5py.File(path / shard["file"], "r+") as h:
-                n, S, D = h["pooled/mean"].shape
-                x = rng.standard_normal((n, S, D)) * 0.8 + 0.3  # neither centred nor of unit scale
-                sentiment = (rng.random(n) < 0.3).astype(np.int64)  # 70/30: selected on mcc
-                topic = rng.integers(0, 6, n)
-                x[:, SIGNAL] += 0.06 * (2 * sentiment - 1)[:, None] * directions[0]  # weak
-                x[:, SIGNAL] += 0.5 * directions[2 + topic]
-                stored = x.astype(np.float16)
-                intensity = stored[:, SIGNAL].astype(np.float64) @ directions[1] * 0.3 + rng.standard_normal(n)
-                h["pooled/mean"][...] = stored
-                h["labels/sentiment"][...] = sentiment
-                h["labels/topic"][...] = topic
-                h["labels/intensity"][...] = intensity.astype(h["labels/intensity"].dtype)
+PLANTED = ("convex", 400)  # the planted cache of the root conftest: its name and examples per split
+plant = plant_linear_signals  # and what it plants (tests/cli/test_heads.py plants the same)
 
 
 def vectors(cache, split: str) -> np.ndarray:
@@ -206,21 +184,6 @@ def test_lbfgs_on_a_head_that_is_not_convex_is_refused_in_one_sentence(planted, 
 def test_bad_solver_settings_are_refused(planted, params, fragment):
     with pytest.raises(ConfigError, match=fragment.replace("(", r"\(").replace(")", r"\)")):
         LayerHead("last", tasks=["sentiment"], **params, **QUICK).fit(planted)
-
-
-def test_cli_solver_option(planted_path, tmp_path):
-    refused = invoke("train-head", planted_path, "--mixer", "adaptive", "--solver", "lbfgs", "--task", "sentiment",
-                     "-q", "--out", tmp_path / "no")
-    assert_refused(refused, "--solver lbfgs fits a linear head on fixed features, but the mixer 'adaptive' learns",
-                   "use --solver adamw")
-    assert not (tmp_path / "no").exists()
-    done = invoke("train-head", planted_path, "--mixer", f"layer:{SIGNAL}", "--solver", "lbfgs", "--task", "topic",
-                  "-q", "--out", tmp_path / "run")
-    assert done.exit_code == 0, done.output
-    text = " ".join(done.output.split())
-    assert "fitted by L-BFGS, C=" in text and "chosen on validation by accuracy" in text
-    assert json.loads((tmp_path / "run" / "metrics.json").read_text())["fit"]["solver"] == "lbfgs"
-
 
 
 def test_each_task_is_its_own_problem_with_shared_or_separate_mixers(planted):

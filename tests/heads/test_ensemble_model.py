@@ -7,8 +7,6 @@ tiny BERT; the seed members are ``scalar`` heads of two epochs, which differ by 
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 from cli_support import assert_refused, invoke
@@ -20,11 +18,6 @@ from layercache.heads import LayerHead
 from layercache.heads.ensembles.model import EnsembleModel
 
 QUICK = {"epochs": 2, "patience": 0, "device": "cpu", "progress": False, "batch_size": 16}
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread(one_torch_thread):
-    """One torch thread (see the root conftest)."""
 
 
 @pytest.fixture(scope="module")
@@ -97,7 +90,7 @@ def test_seeds_trains_the_same_ensemble_as_from_seeds(ensemble, cache):
             np.testing.assert_allclose(p.labels, q.labels, rtol=1e-6)
 
 
-def test_save_load_and_the_run_folder(ensemble, cache, cache_path, tmp_path):
+def test_save_and_load(ensemble, cache, tmp_path):
     loaded = LayerHead.load(ensemble.save(tmp_path / "saved"))
     assert isinstance(loaded.model_, EnsembleModel) and loaded.seeds == 2
     for task, p in loaded.predict(cache, "test").predictions.items():
@@ -106,18 +99,6 @@ def test_save_load_and_the_run_folder(ensemble, cache, cache_path, tmp_path):
             assert all(np.array_equal(x, y) for x, y in zip(p.labels, q.labels))
         else:
             np.testing.assert_array_equal(p.labels, q.labels)
-    # train-head --seeds writes a run that eval reads; its layer weights name every member's mixer.
-    run = tmp_path / "run"
-    result = invoke("train-head", cache_path, "--mixer", "scalar", "--seeds", 2, "--epochs", 2, "--patience", 0,
-                    "--out", run, "--quiet")
-    assert result.exit_code == 0, result.output
-    assert "2 seeds averaged" in result.output
-    weights = json.loads((run / "layer_weights.json").read_text())
-    assert set(weights["mixers"]) == {"shared[0]", "shared[1]"}
-    metrics = json.loads((run / "metrics.json").read_text())
-    assert metrics["fit"]["seeds"] == [0, 1] and len(metrics["history"]["members"]) == 2
-    evaluated = invoke("eval", run, cache_path, "--json")
-    assert evaluated.exit_code == 0, evaluated.output
 
 
 def test_refusals(members, cache, cache_path):

@@ -12,13 +12,10 @@ statistics and the ``sentiment`` labels are rewritten to match.
 from __future__ import annotations
 
 import json
-import shutil
 
-import h5py
 import numpy as np
 import pytest
 import torch
-from cli_support import assert_refused, invoke
 from safetensors.torch import load_file
 
 import layercache as lc
@@ -28,58 +25,6 @@ from layercache.heads.mixers import GumbelMix
 from layercache.heads.network.tasks import SequenceHead
 
 FAST = {"tasks": ["sentiment"], "epochs": 6, "patience": 0, "progress": False, "device": "cpu"}
-SCALES = (1.0, 4.0, 16.0, 64.0)  # per state: embeddings, layer_1..layer_3
-SIGNAL_STATE, SIGNAL_DIMS = 1, slice(4, 12)
-SINK_DIMS = (0, 1)  # huge on each example's first token
-MASSIVE_DIM = 2  # large on every token
-
-
-def plant_massive_activations(path, skip_first: bool, seed: int = 0) -> None:
-    """Replace a cache's states by synthetic pre-LN-like ones (see the module docstring)."""
-    manifest = json.loads((path / "manifest.json").read_text())
-    rng = np.random.default_rng(seed)
-    for info in manifest["splits"].values():
-        for shard in info["shards"]:
-            with h5py.File(path / shard["file"], "r+") as h:
-                offsets = h["offsets"][:]
-                n, (t, S, D) = len(offsets) - 1, h["hidden"].shape
-                lengths = np.diff(offsets)  # (n,)
-                owner = np.repeat(np.arange(n), lengths)  # (t,) example of each token
-                first = offsets[:-1]  # (n,) first token of each example
-                y = rng.integers(0, 2, n)  # (n,)
-                x = rng.standard_normal((t, S, D)) * np.asarray(SCALES)[None, :, None]  # (t, S, D)
-                x[:, SIGNAL_STATE, SIGNAL_DIMS] += (2 * y[owner] - 1)[:, None] * 0.5 * SCALES[SIGNAL_STATE]
-                x[:, 1:, MASSIVE_DIM] += 1.08e4 * (1 + 0.01 * rng.standard_normal((t, 1)))
-                for d in SINK_DIMS:
-                    x[first, 1:, d] = 2.0e4 * (1 + 0.01 * rng.standard_normal((n, S - 1)))
-                stored = x.astype(np.float16).astype(np.float64)
-                h["hidden"][...] = stored.astype(np.float16)
-                h["labels/sentiment"][...] = y
-                h["stats/sum"][...] = stored.sum(0)
-                h["stats/sumsq"][...] = (stored**2).sum(0)
-                weight = np.ones(t)
-                if skip_first:
-                    weight[first[lengths > 1]] = 0.0
-                sums = np.zeros((n, S, D))
-                np.add.at(sums, owner, stored * weight[:, None, None])
-                count = np.bincount(owner, weights=weight, minlength=n)  # (n,)
-                h["pooled/mean"][...] = (sums / count[:, None, None]).astype(np.float16)
-    if skip_first:  # what the extraction side records for such caches
-        manifest["storage"]["mean_skip_first"] = True
-    (path / "manifest.json").write_text(json.dumps(manifest, indent=2))
-
-
-@pytest.fixture(scope="module")
-def massive_paths(tiny_models, tmp_path_factory):
-    """{"plain": pooled means over every token, "skip": means without the first token}."""
-    root = tmp_path_factory.mktemp("massive")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("LAYERCACHE_HOME", str(root / "home"))
-        extracted = lc.extract(str(tiny_models["llama"]), "builtin", root / "plain", progress=False, limit=300).path
-    shutil.copytree(extracted, root / "skip")
-    plant_massive_activations(root / "plain", skip_first=False)
-    plant_massive_activations(root / "skip", skip_first=True)  # same seed: the same states
-    return {"plain": root / "plain", "skip": root / "skip"}
 
 
 @pytest.fixture(scope="module")
@@ -188,21 +133,6 @@ def test_runs_saved_before_normalisation_load_as_raw_heads(bert, tmp_path):
 def test_bad_normalize_is_one_sentence(massive):
     with pytest.raises(ConfigError, match="Unknown normalize 'zscore'"):
         LayerHead("scalar", normalize="zscore", **FAST).fit(massive)
-
-
-def test_train_head_command_takes_and_prints_normalize(massive_paths, tmp_path):
-    cache = massive_paths["plain"]
-    result = invoke("train-head", cache, "--mixer", "scalar", "--task", "sentiment", "--epochs", "1", "-q",
-                    "--out", tmp_path / "auto")
-    assert result.exit_code == 0, result.output
-    assert "normalize standardize" in " ".join(result.output.split())
-    assert json.loads((tmp_path / "auto" / "metrics.json").read_text())["normalize"] == "standardize"
-    result = invoke("train-head", cache, "--mixer", "scalar", "--task", "sentiment", "--epochs", "1", "-q",
-                    "--normalize", "none", "--out", tmp_path / "none")
-    assert result.exit_code == 0, result.output
-    assert "normalize none" in " ".join(result.output.split())
-    assert_refused(invoke("train-head", cache, "--normalize", "zscore", "-q"), "Unknown normalize 'zscore'",
-                   "standardize")
 
 
 # --- 2. means without the first token ----------------------------------------------------------

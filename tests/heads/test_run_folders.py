@@ -6,7 +6,6 @@
 - Ctrl-C or a full disk leaves nothing half-written and says so truthfully; the same command then
   runs again. ``--overwrite`` replaces layercache's own files only.
 - Every file a run writes lands with ``0666`` less the umask (``weights.safetensors`` was ``0600``).
-- ``train-head .`` inside a cache and ``train-head ..`` from a split folder name the runs beside the cache.
 """
 
 from __future__ import annotations
@@ -20,7 +19,6 @@ from pathlib import Path
 
 import pytest
 from cli_support import assert_refused, invoke
-from conftest import tiny_builtin_cache
 
 import layercache as lc
 from layercache.errors import CacheLockedError, ConfigError
@@ -29,16 +27,6 @@ from layercache.heads import LayerHead, sweep, train_head
 QUICK = {"tasks": ["sentiment"], "epochs": 1, "progress": False, "device": "cpu"}
 CLI_QUICK = ("--mixer", "last", "--task", "sentiment", "-q")
 RUN_FILES = {"config.json", "weights.safetensors", "metrics.json", "layer_weights.json", "layer_weights.png"}
-
-
-@pytest.fixture(scope="module")
-def cache(tiny_models, tmp_path_factory):
-    return tiny_builtin_cache(tiny_models, tmp_path_factory, "run-folders", 60)
-
-
-@pytest.fixture(scope="module")
-def good_run(cache, tmp_path_factory):
-    return train_head(cache, "last", out=tmp_path_factory.mktemp("good") / "run", **QUICK).run
 
 
 def in_thread(call):
@@ -148,24 +136,6 @@ def _interrupt_plot(monkeypatch):
     monkeypatch.setattr(runs, "plot_layer_weights", interrupted)
 
 
-def test_ctrl_c_during_train_head_keeps_nothing_and_says_so(cache, tmp_path, monkeypatch):
-    out = tmp_path / "run"
-    runs_beside = cache.parent / "cache.runs"
-    before = _visible(runs_beside)
-    with monkeypatch.context() as patched:
-        _interrupt_plot(patched)
-        for args in (("--out", out), ()):
-            result = invoke("train-head", cache, *CLI_QUICK, *args)
-            assert result.exit_code == 130, result.output
-            text = " ".join(result.output.split())
-            assert "shards" not in text and "nothing of it was written" in text, text
-            assert "run the same command again" in text
-    assert not out.exists() and _visible(runs_beside) == before  # no folder, not even an empty one
-    again = invoke("train-head", cache, *CLI_QUICK, "--out", out)  # the same command runs again
-    assert again.exit_code == 0, again.output
-    assert _visible(out) == RUN_FILES
-
-
 def test_ctrl_c_during_an_overwrite_leaves_the_old_run_as_it_was(cache, good_run, tmp_path, monkeypatch):
     run = shutil.copytree(good_run, tmp_path / "run")
     before = {p.name: p.read_bytes() for p in run.iterdir()}
@@ -250,17 +220,6 @@ def test_every_run_file_follows_the_umask(cache, tmp_path, mask):
         os.umask(previous)
     modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in run.iterdir()}
     assert modes == dict.fromkeys(RUN_FILES, 0o666 & ~mask)
-
-
-# --- 5. the runs of `.` and `..` go beside the cache -------------------------------------------------------
-@pytest.mark.parametrize("where, given", [(".", "."), ("train", "..")])
-def test_relative_cache_paths_name_the_runs_beside_the_cache(cache, monkeypatch, where, given):
-    monkeypatch.chdir(cache / where if where != "." else cache)
-    result = invoke("train-head", given, *CLI_QUICK)
-    assert result.exit_code == 0, result.output
-    assert not (cache / ".runs").exists() and not (cache / "train" / "...runs").exists()
-    assert not any(p.name.endswith(".runs") for p in cache.rglob("*"))
-    assert f"Run written: {cache.parent / 'cache.runs'}" in " ".join(result.output.split())
 
 
 def test_the_lock_and_staging_never_outlive_a_finished_run(cache, tmp_path):

@@ -16,23 +16,12 @@ from pathlib import Path
 import pytest
 import torch
 from cli_support import assert_refused, invoke
-from conftest import tiny_builtin_cache
 from safetensors.torch import load_file, save_file
 
 from layercache.errors import ConfigError
 from layercache.heads import LayerHead, train_head
 
 QUICK = {"tasks": ["sentiment"], "epochs": 1, "progress": False, "device": "cpu"}
-
-
-@pytest.fixture(scope="module")
-def cache(tiny_models, tmp_path_factory):
-    return tiny_builtin_cache(tiny_models, tmp_path_factory, "run-readers", 60)
-
-
-@pytest.fixture(scope="module")
-def good_run(cache, tmp_path_factory):
-    return train_head(cache, "last", out=tmp_path_factory.mktemp("good") / "run", **QUICK).run
 
 
 def _edit(run: Path, change) -> None:

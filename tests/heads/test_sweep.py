@@ -12,10 +12,9 @@ import importlib
 import json
 import time
 
-import h5py
 import numpy as np
 import pytest
-from cli_support import assert_refused, invoke
+from planted_support import plant_topic_means
 from rich.console import Console
 
 import layercache as lc
@@ -35,22 +34,8 @@ sweep_module = importlib.import_module("layercache.heads.sweeps.sweep")  # the m
 SIGNAL = 1  # layer_1
 POOLED = ["last", "layer", "scalar"]  # the mixers that read the planted pooled vectors
 QUICK = {"epochs": 2, "patience": 0, "device": "cpu", "progress": False}
-PLANTED = ("sweep", 300)  # the planted cache of tests/heads/conftest.py: its name and examples per split
-
-
-def plant(path, seed: int = 0) -> None:
-    """Replace every split's pooled means by noise, with the topic classes' means added to ``layer_1``."""
-    manifest = json.loads((path / "manifest.json").read_text())
-    rng = np.random.default_rng(seed)
-    directions = np.random.default_rng(7).standard_normal((6, 32))
-    for info in manifest["splits"].values():
-        for shard in info["shards"]:
-            with h5py.File(path / shard["file"], "r+") as h:
-                n, S, D = h["pooled/mean"].shape
-                topic = h["labels/topic"][:]
-                x = rng.standard_normal((n, S, D))
-                x[:, SIGNAL] += 0.8 * directions[topic]
-                h["pooled/mean"][...] = x.astype(np.float16)
+PLANTED = ("sweep", 300)  # the planted cache of the root conftest: its name and examples per split
+plant = plant_topic_means  # and what it plants (tests/cli/test_sweep.py plants the same)
 
 
 @pytest.fixture(scope="module")
@@ -369,34 +354,3 @@ def test_single_states_that_prove_dear_wait_behind_the_learning_mixers(planted, 
     order.clear()
     sweep(planted, out=tmp_path / "none", tasks="topic", candidates=plan, seeds=1, budget=None, **QUICK)
     assert order == plan  # without a budget nothing is dear
-
-
-# --- the command ------------------------------------------------------------------------------------
-def test_cli_sweep_prints_the_leaderboard_and_keeps_an_evaluable_run(planted_path):
-    done = invoke("sweep", planted_path, "--budget", "2m", "--task", "topic", "--mixer", "layer", "--mixer", "scalar",
-                  "--no-grid", "--seeds", "2", "--epochs", "1", "--ensemble", "2", "-q")
-    assert done.exit_code == 0, done.output
-    text = " ".join(done.output.split())
-    out = planted_path.parent / f"{planted_path.name}.runs" / "sweep-001"  # beside the cache, as train-head's runs
-    for fact in ("layer:1", "scalar", "1*", "fitted by the convex solver: deterministic, so one seed", "±",
-                 "ensemble of 2", "written to", "ranked by mcc on validation", "test", "best/: ",
-                 "averaged as one model",
-                 f"Best run written: {out / 'best'}"):
-        assert fact in text, fact
-    result = SweepResult.read(out / "sweep.json")
-    assert result.leader.candidate == result.winner.candidate  # no grid, so no variant to doubt
-    scored = invoke("eval", out / "best", planted_path, "--split", "test", "--json")
-    assert scored.exit_code == 0, scored.output
-    kept = json.loads((out / "best" / "metrics.json").read_text())["test"]["topic"]["accuracy"]
-    assert json.loads(scored.stdout)["metrics"]["topic"]["accuracy"] == pytest.approx(kept)
-
-
-def test_cli_sweep_refuses_bad_input_in_one_sentence(planted_path, tmp_path):
-    assert_refused(invoke("sweep", planted_path, "--budget", "5 parsecs"), "The --budget '5 parsecs' is not a duration",
-                   "5m")
-    assert_refused(invoke("sweep", planted_path, "--budget", "0.000001", "--out", tmp_path / "s"),
-                   "ran out while the sweep opened and checked the cache", "give a budget of at least")
-    assert_refused(invoke("sweep", planted_path, "--task", "genre", "--out", tmp_path / "s"), "no task 'genre'")
-    assert_refused(invoke("sweep", planted_path, "--mixer", "mean", "--out", tmp_path / "s"), "Unknown mixer 'mean'")
-    assert_refused(invoke("sweep", planted_path, "--confidence", "1.5", "--out", tmp_path / "s"),
-                   "confidence is a share of resamples from 0")

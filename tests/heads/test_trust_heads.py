@@ -6,15 +6,13 @@
   types) is refused by ``eval`` and ``LayerHead.load``.
 - ``--out`` below a file, or in a place that cannot be written, is refused before training.
 - A mixer or head that needs token states is refused on a pooled-only cache, unless
-  ``--source pooled:<mode>`` asks for it explicitly (then a warning says so).
-- ``--help`` keeps its descriptive defaults (rich markup used to swallow ``[default: ...]``).
+  ``--source pooled:<mode>`` asks for it explicitly (then a warning says so: tests/cli/test_heads.py).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 
 import h5py
@@ -37,12 +35,6 @@ def clean_cache(tiny_models, tmp_path_factory):
     """A small token cache (with mean-pooled vectors too), never modified: tests damage copies."""
     out = tmp_path_factory.mktemp("trust") / "cache"
     return lc.extract(str(tiny_models["bert"]), "builtin", out, progress=False, limit=120).path
-
-
-@pytest.fixture(scope="module")
-def pooled_cache(tiny_models, tmp_path_factory):
-    out = tmp_path_factory.mktemp("trust-pooled") / "pooled"
-    return lc.extract(str(tiny_models["bert"]), "builtin", out, progress=False, limit=60, store="pooled").path
 
 
 @pytest.fixture
@@ -252,39 +244,6 @@ def test_token_models_on_pooled_only_cache_are_refused(pooled_cache, tmp_path, a
     result = invoke("train-head", pooled_cache, *args, *QUICK, "--out", tmp_path / "run")
     assert_refused(result, what, "needs token states but the cache holds pooled vectors only",
                    "--store tokens", "(last, layer:<i>, or scalar", "--source pooled:mean")
-
-
-def test_explicit_pooled_source_runs_with_a_warning(pooled_cache, tmp_path):
-    run = tmp_path / "run"
-    result = invoke("train-head", pooled_cache, "--mixer", "attention", "--source", "pooled:mean", *QUICK,
-                    "--out", run)
-    assert result.exit_code == 0, result.output
-    text = " ".join(result.output.split())
-    assert "runs on one pooled vector per example" in text
-    note = json.loads((run / "metrics.json").read_text())["data"]["source_note"]
-    assert "attention" in note and "one pooled vector per example" in note
-    linear = invoke("train-head", pooled_cache, "--mixer", "scalar", *QUICK, "--out", tmp_path / "linear")
-    assert linear.exit_code == 0 and "pooled vector per example" not in linear.output
-
-
-# --- 5. help texts -----------------------------------------------------------------------------------
-@pytest.mark.parametrize("command, defaults", [
-    ("train-head", ["the most recent one", "a new folder beside the cache", "every task in the cache",
-                    "the mixer's and head's default"]),
-    ("eval", ["the most recent one"]),
-    ("info", ["the most recent one"]),
-    ("extract", ["under $LAYERCACHE_HOME", "the model's"]),
-    ("list", []),
-])
-def test_help_has_no_stray_spaces_and_keeps_its_defaults(command, defaults):
-    result = invoke(command, "--help")
-    assert result.exit_code == 0, result.output
-    lines = [line.strip(" │╭╮╰╯─") for line in result.output.splitlines()]
-    text = re.sub(r"\s+", " ", " ".join(line for line in lines if line))
-    for stray in (" .", " ;", " ,"):
-        assert stray not in text, (stray, text)
-    for default in defaults:
-        assert default in text, (default, text)
 
 
 def test_nan_at_a_token_the_loss_ignores_is_still_named(cache_copy, tmp_path):
