@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from ..core.holdout import holdout_strata, stratified_holdout
+from ..core.memory import available_bytes
 from ..core.tasks import find_task, labelled_tasks
 from ..errors import CacheError, ConfigError
 from ..solvers import check_c_grid
@@ -242,16 +243,27 @@ def _read_words(cache: LayerCache, split: str, spec: LabelTask, index: list[int]
     return [part for _, part in parts]
 
 
+SHARE_FRACTION = 0.125
+"""Most of the available memory (at the block's start) that shared word features may hold; a split beyond it
+is read again by each probe, as without sharing, so sharing never costs more memory than it is worth."""
+
+
 class SharedWordFeatures:
     """Word features of whole splits, read once and handed out, as copies, to every probe that asks.
 
     A part of a split (a training part, a validation slice) is the words of its rows, taken from the
     whole split's words in cache order: the same values, labels, rows and types as reading the part
-    itself. Each probe gets its own copy (probes standardise their features in place).
+    itself. Each probe gets its own copy (probes standardise their features in place). Splits are
+    kept while they fit ``budget`` bytes together (default: :data:`SHARE_FRACTION` of the memory
+    available); a split that may not fit is not read whole: each probe reads its own parts, as without sharing.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, budget: int | None = None) -> None:
         self._splits: dict[tuple, ProbeInputs] = {}
+        available = available_bytes()
+        self.budget = budget if budget is not None else int(SHARE_FRACTION * available) if available else 0
+        self.kept = 0
+        """Bytes of word features held."""
 
     def parts(self, cache: LayerCache, split: str, spec: LabelTask, index: list[int], row_sets: list[np.ndarray],
               want_types: bool) -> list[ProbeInputs]:
@@ -259,8 +271,13 @@ class SharedWordFeatures:
         key = (id(cache), str(cache.path), split, spec.name, tuple(index))
         every = self._splits.get(key)
         if every is None:
+            # At most one word per stored token: the split's words cannot take more than this.
+            bound = int(np.sum(cache.lengths(split))) * len(index) * cache.hidden_size * 4
+            if self.kept + bound > self.budget:  # beyond the budget: each probe reads its own parts
+                return _read_words(cache, split, spec, index, row_sets, want_types)
             every = _read_words(cache, split, spec, index, [np.arange(cache.num_examples(split))], True)[0]
             self._splits[key] = every
+            self.kept += every.X.nbytes
         out = []
         for rows in row_sets:
             pick = np.flatnonzero(np.isin(every.rows, rows))  # the rows' words, in cache order
@@ -273,13 +290,14 @@ _SHARED: ContextVar[SharedWordFeatures | None] = ContextVar("shared_word_feature
 
 
 @contextmanager
-def sharing_word_features() -> Iterator[SharedWordFeatures]:
+def sharing_word_features(budget: int | None = None) -> Iterator[SharedWordFeatures]:
     """Within the block, every probe reads a token task's word features of a split once, not once per probe.
 
     The probe report wraps each task in it (the word states of a large token split take seconds to
-    gather); the scores are the same as without it. The features are freed when the block ends.
+    gather); the scores are the same as without it. The features are freed when the block ends. They
+    hold at most ``budget`` bytes (default: a share of the memory available, :class:`SharedWordFeatures`).
     """
-    shared = SharedWordFeatures()
+    shared = SharedWordFeatures(budget)
     token = _SHARED.set(shared)
     try:
         yield shared

@@ -117,6 +117,13 @@ def test_a_tasks_probes_share_one_read_of_its_word_features(report_cache, monkey
     for a, b in zip(alone, shared):
         np.testing.assert_array_equal(a, b)
 
+    reads[:] = []
+    with LayerCache.open(report_cache) as cache, features.sharing_word_features(budget=0) as none_kept:
+        bounded = fit_all(cache)  # nothing fits: every probe reads its own parts, as without sharing
+    assert none_kept.kept == 0 and len(reads) == n_alone
+    for a, b in zip(alone, bounded):
+        np.testing.assert_array_equal(a, b)
+
 
 def test_the_report_finds_per_token_depth_mixers_in_the_registry():
     from layercache.heads.mixers.registry import MIXERS, per_token_depth_mixers
