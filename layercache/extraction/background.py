@@ -30,6 +30,8 @@ from collections.abc import Callable
 
 import torch
 
+from .packing import StorageBuffer
+
 POLL_SECONDS = 0.05
 """How often a blocked caller looks for an error on the writer thread."""
 WRITER_NICENESS = 5
@@ -123,12 +125,12 @@ class BufferPool:
     touch, and memory the allocator may keep); their number bounds how many batches are in flight.
     """
 
-    def __init__(self, count: int, make: Callable[[], torch.Tensor]):
-        self._free: queue.Queue[torch.Tensor] = queue.Queue()
+    def __init__(self, count: int, make: Callable[[], StorageBuffer]):
+        self._free: queue.Queue[StorageBuffer] = queue.Queue()
         for _ in range(count):
             self._free.put(make())
 
-    def take(self, check: Callable[[], None] = lambda: None) -> torch.Tensor:
+    def take(self, check: Callable[[], None] = lambda: None) -> StorageBuffer:
         """A free buffer, waiting for one; ``check`` runs while waiting (to raise a writer error)."""
         while True:
             check()
@@ -137,7 +139,7 @@ class BufferPool:
             except queue.Empty:
                 continue
 
-    def give_back(self, buffer: torch.Tensor) -> None:
+    def give_back(self, buffer: StorageBuffer) -> None:
         """Return a buffer taken with :meth:`take`, once its data is written."""
         self._free.put(buffer)
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..store.codecs import codec
+from ..store.codecs import SCALE_BYTES, codec
 from ..store.manifest import Manifest
 from ..store.writer import CHUNK_TOKENS, IDS_CHUNK, INDEX_CHUNK, POOLED_CHUNK
 from .housekeeping import nearest_existing
@@ -73,7 +73,7 @@ def _shard_estimates(manifest: Manifest, name: str, plans: dict[str, SplitPlan] 
         n_batches = max(split.n_batches, 1)
         batches = [(split.n_examples / n_batches, split.n_tokens / n_batches)] * split.n_batches
         word_ids = any(task.kind == "token" for task in manifest.tasks)
-    vector = len(storage.layers) * manifest.hidden_size * codec(storage.dtype).bytes_per_value
+    vector = len(storage.layers) * codec(storage.dtype).vector_bytes(manifest.hidden_size)
     per_token = vector if storage.stores_tokens else 0
     per_example = vector * len(storage.pooling)
     sizes, n, t = [], 0, 0
@@ -94,7 +94,8 @@ def _shard_file_bytes(manifest: Manifest, n: int, t: int, word_ids: bool) -> int
     """
     storage = manifest.storage
     S, D = len(storage.layers), manifest.hidden_size
-    vector = S * D * codec(storage.dtype).bytes_per_value
+    stored_as = codec(storage.dtype)
+    vector = S * D * stored_as.bytes_per_value
     token_tasks = any(task.kind == "token" for task in manifest.tasks)
     chunks = {  # dataset -> (chunks, bytes per chunk)
         "offsets": (_n_chunks(n + 1, INDEX_CHUNK), 8 * INDEX_CHUNK),
@@ -102,9 +103,13 @@ def _shard_file_bytes(manifest: Manifest, n: int, t: int, word_ids: bool) -> int
         "example_index": (_n_chunks(n, INDEX_CHUNK), 8 * INDEX_CHUNK),
     }
     if storage.stores_tokens:
-        chunks["hidden"] = (S * _n_chunks(t, CHUNK_TOKENS), CHUNK_TOKENS * D * codec(storage.dtype).bytes_per_value)
+        chunks["hidden"] = (S * _n_chunks(t, CHUNK_TOKENS), CHUNK_TOKENS * D * stored_as.bytes_per_value)
+        if stored_as.scaled:  # (t, S, 1) float32, a chunk holds every state of CHUNK_TOKENS tokens
+            chunks["scales/hidden"] = (_n_chunks(t, CHUNK_TOKENS), CHUNK_TOKENS * S * SCALE_BYTES)
     for mode in storage.pooling:
         chunks[f"pooled/{mode}"] = (S * _n_chunks(n, POOLED_CHUNK), POOLED_CHUNK * vector // S)
+        if stored_as.scaled:
+            chunks[f"scales/pooled/{mode}"] = (_n_chunks(n, POOLED_CHUNK), POOLED_CHUNK * S * SCALE_BYTES)
     if word_ids:
         chunks["word_ids"] = (_n_chunks(t, IDS_CHUNK), 4 * IDS_CHUNK)
     if token_tasks:

@@ -17,7 +17,7 @@ from ..backbone.loader import Backbone
 from ..errors import NonFiniteStatesError
 from ..sources.records import LabelTask, SplitRecords
 from ..store.writer import ExtractedBatch
-from .packing import NonFiniteStates, StatePacker, storage_array
+from .packing import NonFiniteStates, StatePacker, StorageBuffer, storage_array
 from .tokenize import EncodedExample
 
 
@@ -79,12 +79,12 @@ def pool(flat: torch.Tensor, lengths: torch.Tensor, modes: Sequence[str],
 
 def run_batch(backbone: Backbone, examples: Sequence[EncodedExample], records: SplitRecords, *,
               keep: Sequence[int], tasks: Sequence[LabelTask], packer: StatePacker,
-              out: torch.Tensor | None, split: str | None = None, first_row: int | None = None,
+              out: StorageBuffer | None, split: str | None = None, first_row: int | None = None,
               hidden: Sequence[torch.Tensor] | None = None) -> ExtractedBatch:
     """Forward one planned batch and return it unpadded, pooled and cast, ready for a shard.
 
-    ``out``: an (S, T, D) host tensor of the storage dtype with room for the batch's T >= t tokens,
-    which receives the token states (the returned batch's ``hidden`` is a view of it); None stores
+    ``out``: a host buffer with room for the batch's T >= t tokens, which receives the token states
+    (and a scaled codec's scales; the returned batch's ``hidden`` is a view of it); None stores
     pooled only. A NaN or inf among the states raises :class:`~layercache.errors.NonFiniteStatesError`,
     whose sentence names ``split`` and the cache row (``first_row``: the batch's first) when given.
     ``hidden``: this batch's states from an earlier forward pass (the storage-dtype probe's), so
@@ -97,20 +97,23 @@ def run_batch(backbone: Backbone, examples: Sequence[EncodedExample], records: S
     index = token_index(examples, mask).to(device)  # (t,)
     lengths_np = np.fromiter((ex.n_tokens for ex in examples), np.int64, len(examples))  # (b,)
     n_tokens = int(lengths_np.sum())
-    tokens = None if out is None else out[:, :n_tokens]  # (S, t, D)
+    tokens = None if out is None else out.head(n_tokens)  # (S, t, D) values, (S, t, 1) scales
     try:
-        packed = packer.pack(hidden, keep, index, torch.from_numpy(lengths_np).to(device), tokens)
+        packed = packer.pack(hidden, keep, index, torch.from_numpy(lengths_np).to(device),
+                             None if tokens is None else tokens.values, None if tokens is None else tokens.scales)
     except NonFiniteStates as bad:
         raise _non_finite_error(bad, backbone, examples, records, keep, split, first_row) from None
     word_ids = None
     if all(ex.word_ids is not None for ex in examples):
         word_ids = np.concatenate([ex.word_ids for ex in examples])
     return ExtractedBatch(
-        hidden=None if tokens is None else storage_array(tokens, packer.storage_dtype),
+        hidden=None if tokens is None else storage_array(tokens.values, packer.storage_dtype),
+        hidden_scales=None if tokens is None or tokens.scales is None else tokens.scales.numpy(),
         lengths=lengths_np,
         input_ids=np.concatenate([ex.stitched_ids() for ex in examples]).astype(np.int32, copy=False),
         word_ids=word_ids,
         pooled=packed.pooled,
+        pooled_scales=packed.pooled_scales,
         labels={task.name: [records.labels[task.name][ex.row] for ex in examples] for task in tasks},
         example_index=np.array([records.source_index[ex.row] for ex in examples], np.int64),
         stat_sum=packed.stat_sum,

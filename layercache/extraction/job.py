@@ -36,7 +36,7 @@ from .housekeeping import (
     remove_cache_files,
     write_errors,
 )
-from .packing import StatePacker, storage_tensor
+from .packing import StatePacker, storage_buffer
 from .plan import SplitPlan, plan_split
 from .repair import reextract_shard, verify_shards
 from .side_files import ensure_side_files
@@ -269,7 +269,7 @@ def _storage_buffers(plans: dict[str, SplitPlan], n_states: int, dim: int, stora
     """
     most = max((sum(plan.examples[i].n_tokens for i in batch) for plan in plans.values() for batch in plan.batches),
                default=1)
-    return BufferPool(count, lambda: storage_tensor(most, n_states, dim, storage_dtype))
+    return BufferPool(count, lambda: storage_buffer(most, n_states, dim, storage_dtype))
 
 
 def _done_text(manifest: Manifest) -> str:

@@ -30,6 +30,10 @@ pooled vectors alone (token values that are never stored are not counted). When 
 such values the batch's stored tokens are clamped in place, turning those infs into +-FP16_MAX;
 pooled vectors are clamped by :meth:`~layercache.store.codecs.StorageCodec.encode`.
 
+A scaled codec (int8) quantises each stored token's state from the same float32 block, on the
+forward's device, and writes its scale beside it (``scales``, (S, t, 1)); pooled vectors are
+quantised by the codec's ``encode``. It has no range to overflow, so nothing is clamped or counted.
+
 ``mean_skip_first`` leaves each example's first stored token out of its mean (a decoder's BOS or
 attention sink, whose states can be thousands of times larger than the rest) unless it is the only
 one. The first tokens are routed to one extra, discarded row of the per-example sums rather than
@@ -52,11 +56,27 @@ BLOCK_BYTES = 16 * 2**20
 
 
 @dataclass
+class StorageBuffer:
+    """A reused host buffer for one batch's token states, state-major, in the storage form."""
+
+    values: torch.Tensor
+    """(S, T, D) in the storage precision."""
+    scales: torch.Tensor | None
+    """(S, T, 1) float32 scales of a scaled codec (int8); None otherwise."""
+
+    def head(self, n_tokens: int) -> StorageBuffer:
+        """Views of the first ``n_tokens`` tokens."""
+        return StorageBuffer(self.values[:, :n_tokens], None if self.scales is None else self.scales[:, :n_tokens])
+
+
+@dataclass
 class PackedStates:
     """One batch's states in the form a shard stores them."""
 
     pooled: dict[str, np.ndarray]
     """mode -> (b, S, D) in storage form."""
+    pooled_scales: dict[str, np.ndarray]
+    """mode -> (b, S, 1) float32 scales of a scaled codec; empty otherwise."""
     stat_sum: np.ndarray
     """(S, D) float64 sum over the batch's real tokens."""
     stat_sumsq: np.ndarray
@@ -102,16 +122,19 @@ class StatePacker:
         return self._scratch[:n]
 
     def pack(self, hidden: Sequence[torch.Tensor], keep: Sequence[int], index: torch.Tensor,
-             lengths: torch.Tensor, out: torch.Tensor | None) -> PackedStates:
+             lengths: torch.Tensor, out: torch.Tensor | None, scales: torch.Tensor | None = None) -> PackedStates:
         """Pack one batch.
 
         ``hidden``: every state of the forward pass, (R, W, D) each; ``keep``: the S states to
         store; ``index``: (t,) positions of the stored tokens in the flattened (R * W) rows,
         example after example; ``lengths``: (b,) stored tokens per example; ``out``: (S, t, D)
         host tensor of the storage dtype that receives the token states, state-major, as
-        :class:`~layercache.store.writer.ShardWriter` takes them (None: pooled only).
+        :class:`~layercache.store.writer.ShardWriter` takes them (None: pooled only); ``scales``:
+        (S, t, 1) float32 host tensor for a scaled codec's scales (required with ``out`` then).
         """
         S, D = self.n_states, self.dim
+        if out is not None and self.codec.scaled and scales is None:
+            raise ValueError(f"{self.storage_dtype} token states need a tensor for their scales")
         states = [hidden[i].reshape(-1, D) for i in keep]  # S x (R * W, D), views
         t, b = int(index.shape[0]), int(lengths.shape[0])
         segment = torch.repeat_interleave(torch.arange(b, device=index.device), lengths)  # (t,) example of each token
@@ -132,7 +155,12 @@ class StatePacker:
                 else:  # a half-precision forward: index_select cannot widen into its out, so gather, then widen
                     block = self._block(stop - start).copy_(state.index_select(0, index[start:stop]))  # (n, D)
                 sums[j].index_add_(0, segment[start:stop], block)  # adds tokens in order, like one index_add_
-                if out is not None:
+                if out is not None and self.codec.scaled:
+                    # Quantised where the block is: only int8 values and one scale per token cross the bus.
+                    stored, scale = self.codec.quantize(block)  # (n, D), (n, 1)
+                    out[j, start:stop].copy_(stored)
+                    scales[j, start:stop].copy_(scale)
+                elif out is not None:
                     # Cast on the device first when there is one: only storage-sized values cross the bus.
                     out[j, start:stop].copy_(block.to(out.dtype) if cast_on_device else block)
                 # Squared in place, last: a separate product would be one more batch-sized temporary.
@@ -151,7 +179,9 @@ class StatePacker:
         if overflow and out is not None:
             # (S, t, D): the cast's infs become +-limit (see the module docstring)
             out.clamp_(-self.codec.limit, self.codec.limit)
-        return PackedStates(pooled={m: self.codec.encode(v) for m, v in pooled.items()},
+        encoded = {m: self.codec.encode(v) for m, v in pooled.items()}  # mode -> (values, scales or None)
+        return PackedStates(pooled={m: values for m, (values, _) in encoded.items()},
+                            pooled_scales={m: sc for m, (_, sc) in encoded.items() if sc is not None},
                             stat_sum=stat_sum.cpu().numpy(), stat_sumsq=stat_sumsq, overflow=overflow)
 
     def _pool(self, states: list[torch.Tensor], index: torch.Tensor, lengths: torch.Tensor,
@@ -215,6 +245,12 @@ def _gather_tokens(states: list[torch.Tensor], positions: torch.Tensor) -> torch
 def storage_tensor(n_tokens: int, n_states: int, dim: int, storage_dtype: str) -> torch.Tensor:
     """A host (S, t, D) tensor in the storage dtype, for :meth:`StatePacker.pack` to fill."""
     return codec(storage_dtype).empty(n_states, n_tokens, dim)
+
+
+def storage_buffer(n_tokens: int, n_states: int, dim: int, storage_dtype: str) -> StorageBuffer:
+    """A host buffer for ``n_tokens`` tokens' states: the (S, t, D) values, and (S, t, 1) scales for a scaled codec."""
+    scales = torch.empty((n_states, n_tokens, 1), dtype=torch.float32) if codec(storage_dtype).scaled else None
+    return StorageBuffer(storage_tensor(n_tokens, n_states, dim, storage_dtype), scales)
 
 
 def storage_array(values: torch.Tensor, storage_dtype: str) -> np.ndarray:

@@ -92,15 +92,16 @@ class LiveHead:
         probabilities ``(B, C)`` for sequence classification, else None.
         """
         model = self.head.model_
-        dtype = codec(self.storage_dtype).torch_dtype if self.storage_dtype in codec_names() else torch.float32
+        # As the cache served them: rounded to its storage precision (an int8 cache: quantised and dequantised).
+        as_stored = codec(self.storage_dtype).round if self.storage_dtype in codec_names() else (lambda x: x)
         device = next(model.parameters()).device
         mode = parse_source(self.head.source_, allow_auto=False).mode
         if mode is not None:  # the cache's pooled vectors: pooled in float32, then stored
             pooled = pool(flat.float(), lengths, [mode], mean_skip_first=model.mean_skip_first)[mode]  # (B, S, D)
-            states = pooled.to(dtype).float().unsqueeze(1).to(device)  # (B, 1, S, D)
+            states = as_stored(pooled).float().unsqueeze(1).to(device)  # (B, 1, S, D)
             mask = torch.ones(len(lengths), 1, dtype=torch.bool, device=device)  # (B, 1)
         else:
-            tokens = flat.to(dtype).float()  # (t, S, D) as stored
+            tokens = as_stored(flat.float()).float()  # (t, S, D) as stored
             states = tokens[torch.from_numpy(at.token).to(tokens.device)].to(device)  # (B, T, S, D)
             mask = at.mask.to(device)  # (B, T)
         out = model(states, mask).outputs

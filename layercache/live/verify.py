@@ -29,7 +29,10 @@ Its size scales with the state's magnitude, so the second term is a multiple of 
 forward dtype (about 1e-5 for float32; 0.1 for float16 and 0.8 for bfloat16, whose recomputation in
 other batches is genuinely that loose). A float16 cache is thus held to ~1e-3 of each value, a
 bfloat16 one to ~8e-3, a float32 one to float32 noise. Values beyond the float16 range are compared
-after the clamp extraction applies. A state of another model revision, tokenizer or forward
+after the clamp extraction applies. An int8 cache stores each vector (a token's state, a pooled
+vector) in steps of its own largest magnitude / 127, so rounding moves a value by at most half a
+step, and the ulp term becomes one step of that vector (``max|fresh| / 127``): about 1 % of the
+largest value, the quantisation itself. A state of another model revision, tokenizer or forward
 dtype differs by a sizeable fraction of its rms and fails by orders of magnitude.
 
 **Clamping.** float16 cannot hold values beyond ±65,504 (a large decoder's massive activations), and
@@ -77,8 +80,11 @@ def ulp(dtype: str, magnitude: torch.Tensor) -> torch.Tensor:
 
 
 def tolerance(dtype: str, forward_dtype: str, fresh: torch.Tensor, rms: torch.Tensor | float) -> torch.Tensor:
-    """The largest difference a stored value may have from ``fresh`` (see the module docstring)."""
-    return ulp(dtype, fresh) + FORWARD_NOISE.get(forward_dtype, FORWARD_NOISE["float32"]) * rms
+    """The largest difference a stored value may have from ``fresh (n, D)`` (see the module docstring)."""
+    stored_as = codec(dtype)
+    # A scaled codec (int8) rounds each vector to a step of its own: one full step, as one ulp above.
+    rounding = 2 * stored_as.error_bound(fresh) if stored_as.scaled else ulp(dtype, fresh)
+    return rounding + FORWARD_NOISE.get(forward_dtype, FORWARD_NOISE["float32"]) * rms
 
 
 @dataclass

@@ -13,7 +13,6 @@ The functions take the open cache as an argument (a :class:`~layercache.store.ca
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterator, Sequence
 
 import numpy as np
@@ -35,8 +34,7 @@ def batch_feed(cache: CacheView, split: str, *, layers=None, source: str = "toke
 
 def float_batch(feed: CacheFeed, rows: Sequence[int]) -> CacheBatch:
     """``feed.batch(rows)`` with its states widened to float32 (the public reads' precision)."""
-    found = feed.batch(rows)
-    return dataclasses.replace(found, states=found.states.float())
+    return feed.batch(rows).float_states()
 
 
 @translate_read_errors

@@ -26,6 +26,7 @@ through the mask.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -53,6 +54,24 @@ class CacheBatch:
     """task -> (B,) for sequence / regression tasks, (B, T) for token tasks (IGNORE_INDEX where no label)."""
     word_ids: torch.Tensor | None = None
     """(B, T) int64 word index per token, -1 for special tokens and padding (token states only)."""
+    scales: torch.Tensor | None = None
+    """(B, T, S, 1) float32 scales of int8 ``states`` (a scaled storage codec), None otherwise: the values a
+    head computes on are ``states * scales`` (:meth:`states_on`)."""
+
+    def states_on(self, device: torch.device | str | None = None) -> torch.Tensor:
+        """(B, T, S, D) states on ``device`` (default: where they are), ready for a mixer.
+
+        The stored precision as is (a mixer widens it), or, with :attr:`scales`, the int8 values
+        dequantised to float32 *on* ``device``: one byte per value crosses the bus, not four.
+        """
+        device = self.states.device if device is None else device
+        if self.scales is None:
+            return self.states.to(device)
+        return self.states.to(device).float().mul_(self.scales.to(device).float())
+
+    def float_states(self) -> CacheBatch:
+        """This batch with its states as float32 where they are (dequantised if scaled), scales dropped."""
+        return dataclasses.replace(self, states=self.states_on().float(), scales=None)
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,9 @@ epoch it
    random batches, while every epoch still sees a different order;
 4. builds each batch by one vectorised gather: ``(B, T, S, D)`` states in the cache's storage
    precision (float16 by default; mixers compute in float32), the mask, word ids and labels
-   (first sub-token of each word for token tasks).
+   (first sub-token of each word for token tasks). An int8 cache's batch carries its scales
+   ``(B, T, S, 1)`` beside the values, gathered by the same positions; the values are dequantised
+   where the head computes (:meth:`~layercache.store.batches.CacheBatch.states_on`).
 
 The gather reads a memory map of the shard's chunks (:mod:`layercache.store.mapped`): nothing is
 copied out of the file but the batch itself, what was read stays in the OS page cache for the
@@ -44,7 +46,7 @@ from ..errors import CacheError, ConfigError
 from .batches import NO_WORD, CacheBatch, example_labels, first_subtoken_labels, padded_positions
 from .buffers import populated_empty
 from .cache_view import CacheView
-from .codecs import codec
+from .codecs import codec, scales_dataset
 from .feature_source import require_source
 from .read_errors import translate_read_errors
 
@@ -69,11 +71,22 @@ class _Slab:
     values: np.ndarray  # (t, S', D) token states or (n, S', D) pooled vectors, stored dtype
     run_starts: np.ndarray  # (k,) shard position of each run read, ascending
     run_bases: np.ndarray  # (k,) where that run starts in ``values``
+    scales: np.ndarray | None = None  # (t or n, S', 1) float32 scales of a scaled codec, laid out like ``values``
 
-    def take(self, positions: np.ndarray) -> np.ndarray:
-        """Values at shard ``positions (...)`` (all inside the runs read) -> ``(..., S', D)``."""
+    @property
+    def nbytes(self) -> int:
+        return self.values.nbytes + (0 if self.scales is None else self.scales.nbytes)
+
+    def take(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        """Values at shard ``positions (...)`` (all inside the runs read) -> ``(..., S', D)``, and their scales
+        ``(..., S', 1)`` (None for an unscaled codec)."""
         run = np.searchsorted(self.run_starts, positions, side="right") - 1
-        return self.values[positions - self.run_starts[run] + self.run_bases[run]]
+        at = positions - self.run_starts[run] + self.run_bases[run]
+        return self.values[at], None if self.scales is None else self.scales[at]
+
+
+Take = Callable[[np.ndarray], "tuple[torch.Tensor, torch.Tensor | None]"]
+"""Shard positions ``(...)`` -> stored values ``(..., S', D)`` and scales ``(..., S', 1)`` or None."""
 
 
 class CacheFeed:
@@ -112,6 +125,7 @@ class CacheFeed:
         self.pooled_mode = parsed.mode  # None for token states
         self.source = source
         self.storage_dtype = cache.manifest.storage.dtype
+        self.codec = codec(self.storage_dtype)
         n = cache.num_examples(split)
         self.rows = np.arange(n) if rows is None else np.unique(np.asarray(rows, dtype=np.int64))
         if len(self.rows) == 0:
@@ -124,9 +138,20 @@ class CacheFeed:
         self._kept: dict[int, _Slab] = {}  # block -> slab
         self._kept_bytes = 0
         self._stream: np.ndarray | None = None  # reused by blocks that are not kept
-        name = "hidden" if self.pooled_mode is None else f"pooled/{self.pooled_mode}"
-        self._maps = [cache.mapped_states(split, shard, name) if memory_map else None
-                      for shard in range(len(self.info.shards))]
+        self._maps = [self._map(shard) if memory_map else None for shard in range(len(self.info.shards))]
+
+    @property
+    def dataset(self) -> str:
+        """The state dataset this feed reads in each shard: ``hidden`` or ``pooled/<mode>``."""
+        return "hidden" if self.pooled_mode is None else f"pooled/{self.pooled_mode}"
+
+    def _map(self, shard: int) -> tuple | None:
+        """(values, scales or None) memory maps of a shard's state dataset; None unless all of it maps."""
+        values = self.cache.mapped_states(self.split, shard, self.dataset)
+        if values is None or not self.codec.scaled:
+            return None if values is None else (values, None)
+        scales = self.cache.mapped_states(self.split, shard, scales_dataset(self.dataset))
+        return None if scales is None else (values, scales)
 
     # --- set-up -----------------------------------------------------------------------
     @translate_read_errors
@@ -163,7 +188,7 @@ class CacheFeed:
         A block is read as runs of nearby rows (see :meth:`_read`), so what it costs is the
         span of those runs, gaps included, over the states this feed serves.
         """
-        per_token = len(self.index) * self.cache.hidden_size * codec(self.storage_dtype).bytes_per_value
+        per_token = len(self.index) * self.codec.vector_bytes(self.cache.hidden_size)
         blocks = []
         shard_of = np.searchsorted(self._starts, self.rows, side="right") - 1
         for shard in np.unique(shard_of):
@@ -229,27 +254,38 @@ class CacheFeed:
             where.append(at)
         return parts[0] if len(parts) == 1 else _joined(parts, np.concatenate(where))
 
-    def _block_source(self, block: _Block) -> Callable[[np.ndarray], torch.Tensor]:
+    def _block_source(self, block: _Block) -> Take:
         """Where the values of a block outside the epoch's plan come from (read now, never kept)."""
-        mapped = self._maps[block.shard]
-        if mapped is not None:
-            return partial(mapped.gather, states=self.index)
-        slab = self._read(block)
-        return lambda positions: codec(self.storage_dtype).as_torch(slab.take(positions))
+        maps = self._maps[block.shard]
+        return self._mapped_take(*maps) if maps is not None else self._slab_take(self._read(block))
 
-    def _source(self, b: int) -> Callable[[np.ndarray], torch.Tensor]:
+    def _source(self, b: int) -> Take:
         """Where block ``b``'s values come from: shard positions ``(...)`` -> stored values ``(..., S', D)``."""
-        mapped = self._maps[self._blocks[b].shard]
-        if mapped is None:
-            slab = self._slab(b)
-            return lambda positions: codec(self.storage_dtype).as_torch(slab.take(positions))
+        maps = self._maps[self._blocks[b].shard]
+        if maps is None:
+            return self._slab_take(self._slab(b))
         local, runs, offsets = self._runs(self._blocks[b])
         spans = [(int(offsets[local[r[0]]]), int(offsets[local[r[-1]] + 1])) for r in runs]
         read = sum(hi - lo for lo, hi in spans)
         if read * 2 >= spans[-1][1] - spans[0][0]:  # dense: worth reading whole chunks ahead
             for lo, hi in spans:
-                mapped.will_need(lo, hi, self.index)
-        return partial(mapped.gather, states=self.index)
+                for mapped in maps:
+                    if mapped is not None:
+                        mapped.will_need(lo, hi, self.index)
+        return self._mapped_take(*maps)
+
+    def _mapped_take(self, values, scales) -> Take:
+        """Gather values (and scales) straight from their shard's memory maps."""
+        if scales is None:
+            return lambda positions: (values.gather(positions, self.index), None)
+        return lambda positions: (values.gather(positions, self.index), scales.gather(positions, self.index))
+
+    def _slab_take(self, slab: _Slab) -> Take:
+        """Gather values (and scales) from a slab read through h5py."""
+        def take(positions: np.ndarray):
+            values, scales = slab.take(positions)
+            return self.codec.as_torch(values), None if scales is None else torch.from_numpy(scales)
+        return take
 
     def _slab(self, b: int) -> _Slab:
         """Block ``b``'s slab: kept from an earlier epoch, or read (and kept if it fits)."""
@@ -260,7 +296,7 @@ class CacheFeed:
         slab = self._read(block, keep=keep)
         if keep:
             self._kept[b] = slab
-            self._kept_bytes += slab.values.nbytes
+            self._kept_bytes += slab.nbytes
         return slab
 
     def _runs(self, block: _Block) -> tuple[np.ndarray, list[np.ndarray], np.ndarray]:
@@ -273,7 +309,7 @@ class CacheFeed:
     def _slab_bytes(self, block: _Block) -> int:
         local, runs, offsets = self._runs(block)
         rows = sum(int(offsets[local[r[-1]] + 1] - offsets[local[r[0]]]) for r in runs)
-        return rows * len(self.index) * self.cache.hidden_size * codec(self.storage_dtype).bytes_per_value
+        return rows * len(self.index) * self.codec.vector_bytes(self.cache.hidden_size)
 
     def _read(self, block: _Block, keep: bool = False) -> _Slab:
         """Stored values of a block's rows, copied out of the shard through h5py.
@@ -285,24 +321,32 @@ class CacheFeed:
         would otherwise be faulted in one by one while it is read); one that will not reuses
         the feed's streaming buffer.
         """
-        name = "hidden" if self.pooled_mode is None else f"pooled/{self.pooled_mode}"
-        ds = self.cache.shard_dataset(self.split, block.shard, name)  # present: the shard's layout was checked
+        ds = self.cache.shard_dataset(self.split, block.shard, self.dataset)  # present: the layout was checked
         local, runs, offsets = self._runs(block)
         spans = [(int(offsets[local[r[0]]]), int(offsets[local[r[-1]] + 1])) for r in runs]
         shape = (sum(hi - lo for lo, hi in spans), len(self.index), ds.shape[2])
         slab = populated_empty(shape, ds.dtype) if keep else self._stream_buffer(shape, ds.dtype)
-        bases, base = [], 0
+        self._read_spans(ds, spans, slab)
+        scales = None
+        if self.codec.scaled:  # small: a fresh array each time
+            scales = np.empty(shape[:2] + (1,), np.float32)
+            self._read_spans(self.cache.shard_dataset(self.split, block.shard, scales_dataset(self.dataset)),
+                             spans, scales)
+        bases = np.concatenate([[0], np.cumsum([hi - lo for lo, hi in spans])[:-1]]).astype(np.int64)
+        return _Slab(slab, np.array([lo for lo, _ in spans], dtype=np.int64), bases, scales)
+
+    def _read_spans(self, ds, spans: list[tuple[int, int]], out: np.ndarray) -> None:
+        """Rows ``lo:hi`` of each span of ``ds``, for this feed's states, one after another into ``out``."""
+        base = 0
         every_state = self.index == list(range(ds.shape[1]))
         for lo, hi in spans:
             if hi > lo:
                 if every_state:
-                    ds.read_direct(slab, np.s_[lo:hi], np.s_[base:base + hi - lo])
+                    ds.read_direct(out, np.s_[lo:hi], np.s_[base:base + hi - lo])
                 else:
                     for i, s in enumerate(self.index):
-                        ds.read_direct(slab, np.s_[lo:hi, s], np.s_[base:base + hi - lo, i])
-            bases.append(base)
+                        ds.read_direct(out, np.s_[lo:hi, s], np.s_[base:base + hi - lo, i])
             base += hi - lo
-        return _Slab(slab, np.array([lo for lo, _ in spans], dtype=np.int64), np.array(bases, dtype=np.int64))
 
     def _stream_buffer(self, shape: tuple[int, ...], dtype) -> np.ndarray:
         """A view of the reused buffer for slabs that are not kept (grown when a block needs more)."""
@@ -326,23 +370,24 @@ class CacheFeed:
             batches.extend(chunk[j:j + size] for j in range(0, len(chunk), size))
         return [batches[i] for i in rng.permutation(len(batches))]
 
-    def _gather(self, block: _Block, take: Callable[[np.ndarray], torch.Tensor], rows: np.ndarray) -> CacheBatch:
+    def _gather(self, block: _Block, take: Take, rows: np.ndarray) -> CacheBatch:
         """One padded batch of ``rows``, whose stored values ``take`` reads by shard position."""
         shard = block.shard
         local = rows - self._starts[shard]  # (B,) rows within the shard
         B = len(rows)
         if self.pooled_mode is not None:
-            data = take(local)  # (B, S, D) stored precision
+            data, scales = take(local)  # (B, S, D) stored precision, (B, S, 1) or None
             states, mask = data.unsqueeze(1), torch.ones(B, 1, dtype=torch.bool)  # (B, 1, S, D), (B, 1)
             labels = {t: self._sequence_labels(t, shard, local) for t in self.tasks}
-            return CacheBatch(states=states, mask=mask, rows=rows, labels=labels)
+            return CacheBatch(states=states, mask=mask, rows=rows, labels=labels,
+                              scales=None if scales is None else scales.unsqueeze(1))
         offsets = self._offsets[shard]
         starts = offsets[local]  # (B,) first token of each row in the shard
         at = padded_positions(starts, offsets[local + 1] - starts)  # (B, T) shard token of each position
         # Padded positions repeat the row's first token; mixers and heads ignore them through the mask.
         # Kept in the stored precision: a mixer widens it to float32 in the same pass as its own
         # re-layout, and a GPU receives half the bytes.
-        states = take(at.token)  # (B, T, S, D)
+        states, scales = take(at.token)  # (B, T, S, D), (B, T, S, 1) or None
         mask = at.mask  # (B, T)
         word_ids = at.word_ids(self._word_ids[shard]) if self._word_ids else None  # (B, T)
         labels = {}
@@ -351,7 +396,7 @@ class CacheFeed:
                 labels[task] = self._token_labels(task, shard, local, word_ids)
             else:
                 labels[task] = self._sequence_labels(task, shard, local)
-        return CacheBatch(states=states, mask=mask, rows=rows, labels=labels, word_ids=word_ids)
+        return CacheBatch(states=states, mask=mask, rows=rows, labels=labels, word_ids=word_ids, scales=scales)
 
     def _sequence_labels(self, task: str, shard: int, local: np.ndarray) -> torch.Tensor:
         """(B,) labels of a sequence or regression task for shard rows ``local (B,)``."""
@@ -412,5 +457,7 @@ def _joined(parts: list[CacheBatch], where: np.ndarray) -> CacheBatch:
 
     labels = {task: join([p.labels[task] for p in parts], IGNORE_INDEX) for task in parts[0].labels}
     word_ids = None if parts[0].word_ids is None else join([p.word_ids for p in parts], NO_WORD)
+    scales = None if parts[0].scales is None else join([p.scales for p in parts], None)
     return CacheBatch(states=join([p.states for p in parts], None), mask=join([p.mask for p in parts], False),
-                      rows=np.concatenate([p.rows for p in parts])[order.numpy()], labels=labels, word_ids=word_ids)
+                      rows=np.concatenate([p.rows for p in parts])[order.numpy()], labels=labels, word_ids=word_ids,
+                      scales=scales)

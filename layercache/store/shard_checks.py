@@ -28,6 +28,7 @@ from ..core.checksum import file_checksum
 from ..core.confine import kind_of
 from ..core.tasks import IGNORE_INDEX
 from ..errors import CacheError
+from .codecs import codec, scales_dataset
 from .manifest import Manifest, ShardInfo
 
 _REFETCH = ("check it with `layercache info --check` and re-extract it with `layercache extract ... --repair`")
@@ -91,6 +92,9 @@ def check_shard_layout(h: h5py.File, info: ShardInfo, manifest: Manifest) -> Non
         expected["hidden"] = (t, S, D)
     for mode in manifest.pooling:
         expected[f"pooled/{mode}"] = (n, S, D)
+    if codec(manifest.storage.dtype).scaled:  # int8: every state dataset has its scales beside it
+        for name in [name for name in expected if name == "hidden" or name.startswith("pooled/")]:
+            expected[scales_dataset(name)] = (expected[name][0], S, 1)
     token_tasks = [task for task in manifest.tasks if task.kind == "token"]
     if token_tasks:
         expected["word_offsets"] = (n + 1,)

@@ -2,7 +2,8 @@
 
 Pooled vectors (``pooled``, ``pooled_stored``), token states (``tokens``, ``layer_tokens``) and the
 per-token integer arrays (``token_arrays``), each read grouped by shard, in as few HDF5 calls as the
-rows allow, and widened to float32 from the stored precision. :class:`StateReads` is a base of
+rows allow, and widened to float32 from the stored precision (an int8 cache's scales are read with the
+same index and applied: :meth:`~layercache.store.codecs.StorageCodec.decode`). :class:`StateReads` is a base of
 ``LayerCache``: it reads through the cache's shard access (``_handle``, ``split_info``, ``shard_offsets``).
 """
 
@@ -16,7 +17,7 @@ import torch
 
 from ..core.layers import LayerSpec
 from ..errors import CacheError
-from .codecs import codec
+from .codecs import codec, scales_dataset
 from .read_errors import translate_read_errors
 
 
@@ -32,37 +33,50 @@ class StateReads:
             raise CacheError(f"The cache has no pooled {mode!r} vectors (it has: {have}); "
                              "re-extract with --pooling " + mode + ".")
         index = self.layer_index(layers)
-        dtype = self.manifest.storage.dtype
+        stored_as = codec(self.manifest.storage.dtype)
         name = f"pooled/{mode}"
         if rows is None:
-            parts = [_read_states(self._handle(s.file)[name], slice(None), index)
+            parts = [stored_as.decode(*self._stored(self._handle(s.file), name, slice(None), index))
                      for s in self.split_info(split).shards]
-            return codec(dtype).decode(np.concatenate(parts))
-        return codec(dtype).decode(self._gather_rows(split, np.asarray(rows), name, index))
+            return np.concatenate(parts)
+        return self._gather_rows(split, np.asarray(rows), name, index)
 
     @translate_read_errors
     def pooled_stored(self, split: str, mode: str = "mean",
                       layers: LayerSpec | Sequence[LayerSpec] | None = None) -> torch.Tensor:
         """Pooled vectors of a whole split, (n, S', D), as a tensor in the stored precision (float16,
         bfloat16 or float32): half the bytes of :meth:`pooled` to gather rows from, for a consumer
-        that widens (and transposes) them in its own single pass."""
+        that widens (and transposes) them in its own single pass. A scaled codec's (int8) vectors
+        come dequantised, as float32."""
         if mode not in self.manifest.pooling:
             have = ", ".join(self.manifest.pooling) or "none"
             raise CacheError(f"The cache has no pooled {mode!r} vectors (it has: {have}); "
                              "re-extract with --pooling " + mode + ".")
         index = self.layer_index(layers)
         name = f"pooled/{mode}"
-        parts = [_read_states(self._handle(s.file)[name], slice(None), index) for s in self.split_info(split).shards]
-        return codec(self.manifest.storage.dtype).as_torch(np.concatenate(parts))
+        stored_as = codec(self.manifest.storage.dtype)
+        parts = [self._stored(self._handle(s.file), name, slice(None), index) for s in self.split_info(split).shards]
+        if stored_as.scaled:
+            return torch.from_numpy(np.concatenate([stored_as.decode(*part) for part in parts]))
+        return stored_as.as_torch(np.concatenate([values for values, _ in parts]))
+
+    def _stored(self, handle: h5py.File, name: str, rows, index: list[int]) -> tuple[np.ndarray, np.ndarray | None]:
+        """``handle[name][rows, index, :]`` as stored, and its scales read the same way (None if unscaled)."""
+        values = _read_states(handle[name], rows, index)
+        if not codec(self.manifest.storage.dtype).scaled:
+            return values, None
+        return values, _read_states(handle[scales_dataset(name)], rows, index)
 
     def _gather_rows(self, split: str, rows: np.ndarray, name: str, index: list[int]) -> np.ndarray:
+        """Float32 ``(len(rows), S', D)`` of state dataset ``name`` at split ``rows`` (any order)."""
         out = None
+        stored_as = codec(self.manifest.storage.dtype)
         for shard, local, where in self._group_by_shard(split, rows):
-            ds = self._handle(self.split_info(split).shards[shard].file)[name]
+            handle = self._handle(self.split_info(split).shards[shard].file)
             order = np.argsort(local)
-            block = _read_states(ds, local[order], index)
+            block = stored_as.decode(*self._stored(handle, name, local[order], index))
             if out is None:
-                out = np.empty((len(rows),) + block.shape[1:], block.dtype)
+                out = np.empty((len(rows),) + block.shape[1:], np.float32)
             out[where[order]] = block
         return out
 
@@ -82,17 +96,17 @@ class StateReads:
         """Token states of the given rows: one float32 array (t_i, S', D) per row."""
         self.require_tokens()
         index = self.layer_index(layers)
-        dtype = self.manifest.storage.dtype
+        stored_as = codec(self.manifest.storage.dtype)
         rows = np.asarray(rows, dtype=np.int64)
         out: list[np.ndarray | None] = [None] * len(rows)
         for shard, local, where in self._group_by_shard(split, rows):
             offsets = self.shard_offsets(split, shard)
-            ds = self._handle(self.split_info(split).shards[shard].file)["hidden"]
+            handle = self._handle(self.split_info(split).shards[shard].file)
             # One read per run of consecutive rows: far fewer HDF5 calls than one per example.
             order = np.argsort(local)
             for run in _consecutive_runs(local[order]):
                 a, b = offsets[run[0]], offsets[run[-1] + 1]
-                block = codec(dtype).decode(_read_states(ds, slice(a, b), index))
+                block = stored_as.decode(*self._stored(handle, "hidden", slice(a, b), index))
                 for r in run:
                     pos = where[order][np.searchsorted(local[order], r)]
                     out[pos] = block[offsets[r] - a: offsets[r + 1] - a]
@@ -103,9 +117,11 @@ class StateReads:
         """Stream one layer across all tokens of a split: yields float32 (t_shard, D) per shard."""
         self.require_tokens()
         (index,) = self.layer_index(layer)
-        dtype = self.manifest.storage.dtype
+        stored_as = codec(self.manifest.storage.dtype)
         for info in self.split_info(split).shards:
-            yield codec(dtype).decode(self._handle(info.file)["hidden"][:, index, :])
+            handle = self._handle(info.file)
+            scales = handle[scales_dataset("hidden")][:, index, :] if stored_as.scaled else None  # (t, 1)
+            yield stored_as.decode(handle["hidden"][:, index, :], scales)
 
     @translate_read_errors
     def token_arrays(self, split: str, name: str, rows: Sequence[int]) -> list[np.ndarray]:

@@ -50,7 +50,7 @@ from ..core.checksum import fsync_and_checksum
 from ..core.confine import lstat_or_none
 from ..core.tasks import LabelTask
 from ..errors import UnsafePathError
-from .codecs import codec
+from .codecs import codec, scales_dataset
 from .manifest import ShardInfo
 
 log = logging.getLogger("layercache")
@@ -89,6 +89,10 @@ class ExtractedBatch:
     stat_count: int
     overflow: int = 0
     """Values beyond the float16 range (clamped to ±65,504 when stored) in this batch; 0 for other dtypes."""
+    hidden_scales: np.ndarray | None = None
+    """(S, t, 1) float32 scales of the token states (a scaled codec: int8); None otherwise."""
+    pooled_scales: dict[str, np.ndarray] = field(default_factory=dict)
+    """mode -> (b, S, 1) float32 scales of the pooled vectors (a scaled codec); empty otherwise."""
 
     @property
     def n_examples(self) -> int:
@@ -149,7 +153,7 @@ class ShardWriter:
     @property
     def payload_bytes(self) -> int:
         """Bytes of state data appended so far (what the shard-size target counts)."""
-        per_vector = self.n_states * self.dim * codec(self.dtype).bytes_per_value
+        per_vector = self.n_states * codec(self.dtype).vector_bytes(self.dim)
         tokens = self._n_tokens if self.store_tokens else 0
         return per_vector * (tokens + self._n_examples * len(self.pooling))
 
@@ -162,12 +166,15 @@ class ShardWriter:
         self._file = f = h5py.File(self.tmp_path, "x", track_order=True)
         S, D = self.n_states, self.dim
         vec_dtype = codec(self.dtype).file_dtype
+        scaled = codec(self.dtype).scaled
         resizable = dict(maxshape=(None,), track_times=False)
         if self.store_tokens:
             f.create_dataset("hidden", shape=(0, S, D), maxshape=(None, S, D), dtype=vec_dtype,
                              chunks=(CHUNK_TOKENS, 1, D), track_times=False)
             f["hidden"].attrs["dtype"] = self.dtype
             self._tokens = _TokenChunks(f["hidden"], vec_dtype)
+            if scaled:  # every state's scales of a run of tokens in one chunk: small, read with the values
+                _scales_dataset(f, "hidden", S, CHUNK_TOKENS)
         f.create_dataset("offsets", data=np.zeros(1, np.int64), chunks=(INDEX_CHUNK,), **resizable)
         f.create_dataset("input_ids", shape=(0,), dtype=np.int32, chunks=(IDS_CHUNK,), **resizable)
         self._has_word_ids = batch.word_ids is not None
@@ -178,6 +185,8 @@ class ShardWriter:
             ds = f.create_dataset(f"pooled/{mode}", shape=(0, S, D), maxshape=(None, S, D), dtype=vec_dtype,
                                   chunks=(POOLED_CHUNK, 1, D), track_times=False)
             ds.attrs["dtype"] = self.dtype
+            if scaled:
+                _scales_dataset(f, f"pooled/{mode}", S, POOLED_CHUNK)
         if any(t.kind == "token" for t in self.tasks):
             f.create_dataset("word_offsets", data=np.zeros(1, np.int64), chunks=(INDEX_CHUNK,), **resizable)
         for task in self.tasks:
@@ -210,9 +219,14 @@ class ShardWriter:
             self._open(batch)
         if (batch.word_ids is not None) != self._has_word_ids:
             raise ValueError("every batch of a shard must agree on having word ids")
+        if codec(self.dtype).scaled and (self.store_tokens and batch.hidden_scales is None
+                                         or any(m not in batch.pooled_scales for m in self.pooling)):
+            raise ValueError(f"{self.dtype} states arrived without their scales")
         ds = self._datasets
         if self.store_tokens:
             self._tokens.append(batch.hidden)
+            if batch.hidden_scales is not None:
+                self._append(ds[scales_dataset("hidden")], batch.hidden_scales.transpose(1, 0, 2))  # (t, S, 1)
         self._append(ds["offsets"], self._n_tokens + np.cumsum(batch.lengths, dtype=np.int64))
         self._append(ds["input_ids"], batch.input_ids)
         if self._has_word_ids:
@@ -220,6 +234,8 @@ class ShardWriter:
         self._append(ds["example_index"], batch.example_index)
         for mode in self.pooling:
             self._append(ds[f"pooled/{mode}"], batch.pooled[mode])
+            if mode in batch.pooled_scales:
+                self._append(ds[scales_dataset(f"pooled/{mode}")], batch.pooled_scales[mode])
         token_tasks = [t for t in self.tasks if t.kind == "token"]
         if token_tasks:
             word_counts = np.array([len(w) for w in batch.labels[token_tasks[0].name]], np.int64)
@@ -344,6 +360,13 @@ class _TokenChunks:
             self._carry[:, self._carried:] = 0
             self._write(self._size - self._carried, self._carry)
             self._carried = 0
+
+
+def _scales_dataset(f: h5py.File, name: str, n_states: int, rows_per_chunk: int) -> None:
+    """The resizable (0, S, 1) float32 dataset for the scales of state dataset ``name``."""
+    ds = f.create_dataset(scales_dataset(name), shape=(0, n_states, 1), maxshape=(None, n_states, 1),
+                          dtype=np.float32, chunks=(rows_per_chunk, n_states, 1), track_times=False)
+    ds.attrs["dtype"] = "float32"
 
 
 def _clear_temp(path: Path) -> None:

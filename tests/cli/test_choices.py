@@ -87,7 +87,7 @@ def test_each_list_follows_its_registry():
     expected = {
         ("extract", "--store"): ("tokens", "pooled", NEW),
         ("extract", "--pooling"): ("mean", "first", "last", NEW),
-        ("extract", "--storage-dtype"): ("auto", "float16", "bfloat16", "float32", NEW),
+        ("extract", "--storage-dtype"): ("auto", "float16", "bfloat16", "float32", "int8", NEW),
         ("extract", "--dtype"): ("auto", "float32", "float16", "bfloat16", NEW),
         ("extract", "--task-kind"): ("sequence", "token", "regression", NEW),
         ("train-head", "--mixer"): (*(m.spec_form() for m in MIXERS.values()), NEW),

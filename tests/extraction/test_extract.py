@@ -135,22 +135,23 @@ def test_stride_windows_keep_every_token(tiny_models, tmp_path, small_builtin, k
     np.testing.assert_allclose(stored[:6], window0[:6], atol=2e-3 * np.abs(window0).max())
 
 
-@pytest.mark.parametrize("storage_dtype", ["bfloat16", "float32"])
+@pytest.mark.parametrize("storage_dtype", ["bfloat16", "float32", "int8"])
 def test_other_storage_dtypes_round_trip(tiny_models, tmp_path, small_builtin, storage_dtype):
     half = lc.extract(str(tiny_models["bert"]), "builtin", tmp_path / "f16", progress=False)
     other = lc.extract(str(tiny_models["bert"]), "builtin", tmp_path / storage_dtype, progress=False,
                        storage_dtype=storage_dtype)
     a = lc.LayerCache.open(half.path).tokens("train", [0, 5])
     b = lc.LayerCache.open(other.path).tokens("train", [0, 5])
-    tol = 1e-2 if storage_dtype == "bfloat16" else 2e-3
+    tol = {"bfloat16": 1e-2, "float32": 2e-3, "int8": 1 / 127}[storage_dtype]
     for x, y in zip(a, b):
         assert y.dtype == np.float32
         np.testing.assert_allclose(x, y, atol=tol * np.abs(y).max())
     import h5py
 
     with h5py.File(other.path / other.manifest.splits["train"].shards[0].file) as h:
-        on_disk = {"bfloat16": np.uint16, "float32": np.float32}[storage_dtype]  # bf16 kept as raw bits
+        on_disk = {"bfloat16": np.uint16, "float32": np.float32, "int8": np.int8}[storage_dtype]  # bf16: raw bits
         assert h["hidden"].dtype == on_disk and h["hidden"].attrs["dtype"] == storage_dtype
+        assert ("scales" in h) == (storage_dtype == "int8")
 
 
 def test_layer_subset_and_pooled_only(tiny_models, tmp_path, small_builtin):
@@ -269,7 +270,7 @@ def test_bfloat16_bits_round_trip_exactly():
     from layercache.store.codecs import codec
 
     values = torch.randn(100) * 1e4
-    stored = codec("bfloat16").encode(values)
+    stored, _ = codec("bfloat16").encode(values)
     assert stored.dtype == np.uint16
     np.testing.assert_array_equal(codec("bfloat16").decode(stored), values.to(torch.bfloat16).float().numpy())
 
@@ -280,7 +281,7 @@ def _reference_pack(hidden, keep, index, lengths, modes, storage_dtype):
     from layercache.store.codecs import codec
     from layercache.store.codecs.float16 import FP16_MAX
 
-    encode = codec(storage_dtype).encode
+    encode = codec(storage_dtype).encode  # -> (values, scales or None)
     flat = torch.stack([hidden[i].reshape(-1, hidden[i].shape[-1])[index] for i in keep], dim=1)  # (t, S, D)
     pooled = {m: encode(v) for m, v in pool(flat, lengths, modes).items()}
     overflow = int((flat.abs() > FP16_MAX).sum()) if storage_dtype == "float16" else 0
@@ -288,11 +289,11 @@ def _reference_pack(hidden, keep, index, lengths, modes, storage_dtype):
             (flat.double() ** 2).sum(0).numpy(), overflow)
 
 
-@pytest.mark.parametrize("storage_dtype", ["float16", "bfloat16", "float32"])
+@pytest.mark.parametrize("storage_dtype", ["float16", "bfloat16", "float32", "int8"])
 @pytest.mark.parametrize("block_tokens", [1, 7, None])
 def test_packer_matches_the_whole_batch_computation(storage_dtype, block_tokens):
     from layercache.extraction.forward import token_index
-    from layercache.extraction.packing import StatePacker, storage_array, storage_tensor
+    from layercache.extraction.packing import StatePacker, storage_array, storage_buffer
     from layercache.extraction.tokenize import EncodedExample
 
     gen = torch.Generator().manual_seed(0)
@@ -316,13 +317,20 @@ def test_packer_matches_the_whole_batch_computation(storage_dtype, block_tokens)
     modes = ["mean", "first", "last"]
     packer = StatePacker(len(keep), D, storage_dtype=storage_dtype, pooling=modes, device=torch.device("cpu"))
     packer.block_tokens = block_tokens or packer.block_tokens
-    out = storage_tensor(int(lengths.sum()) + 3, len(keep), D, storage_dtype)[:, : int(lengths.sum())]
-    packed = packer.pack(hidden, keep, index, lengths, out)
-    tokens, pooled, stat_sum, stat_sumsq, overflow = _reference_pack(hidden, keep, index, lengths, modes,
-                                                                      storage_dtype)
-    np.testing.assert_array_equal(storage_array(out, storage_dtype), tokens.transpose(1, 0, 2))  # bit for bit
+    t = int(lengths.sum())
+    buffer = storage_buffer(t + 3, len(keep), D, storage_dtype).head(t)
+    packed = packer.pack(hidden, keep, index, lengths, buffer.values, buffer.scales)
+    (tokens, token_scales), pooled, stat_sum, stat_sumsq, overflow = _reference_pack(hidden, keep, index, lengths,
+                                                                                      modes, storage_dtype)
+    np.testing.assert_array_equal(storage_array(buffer.values, storage_dtype), tokens.transpose(1, 0, 2))  # bit for bit
+    if token_scales is None:
+        assert buffer.scales is None and packed.pooled_scales == {}
+    else:  # int8: the scales too, (S, t, 1)
+        np.testing.assert_array_equal(buffer.scales.numpy(), token_scales.transpose(1, 0, 2))
     for mode in modes:
-        np.testing.assert_array_equal(packed.pooled[mode], pooled[mode])
+        np.testing.assert_array_equal(packed.pooled[mode], pooled[mode][0])
+        if token_scales is not None:
+            np.testing.assert_array_equal(packed.pooled_scales[mode], pooled[mode][1])
     np.testing.assert_allclose(packed.stat_sum, stat_sum, rtol=1e-6, atol=1e-3)
     np.testing.assert_allclose(packed.stat_sumsq, stat_sumsq, rtol=1e-6)
     assert packed.overflow == overflow == (2 if storage_dtype == "float16" else 0)

@@ -243,6 +243,7 @@ def spy_estimate(monkeypatch) -> list[int]:
 @pytest.mark.parametrize("shard_bytes, options", [
     (12_000, {}), (run.DEFAULT_SHARD_BYTES, {}), (12_000, {"store": "pooled", "pooling": ["mean", "first"]}),
     (200_000, {"layers": [-1], "storage_dtype": "float32"}),
+    (12_000, {"storage_dtype": "int8"}), (12_000, {"store": "pooled", "storage_dtype": "int8"}),
 ])
 def test_size_estimate_matches_what_is_written(tiny_models, tmp_path, monkeypatch, small_builtin, shard_bytes,
                                                options):

@@ -138,7 +138,7 @@ def test_a_folder_with_a_foreign_manifest_is_refused_and_never_cleared(tiny_mode
 
 def test_overwrite_of_a_damaged_cache_deletes_only_layercache_files(tiny_models, data, sandbox):
     cache = sandbox.cache
-    sandbox.edit_manifest(lambda m: m["storage"].__setitem__("dtype", "int8"))  # damaged, still layercache's
+    sandbox.edit_manifest(lambda m: m["storage"].__setitem__("dtype", "int4"))  # damaged, still layercache's
     keep = {"notes.txt": "mine", "train/notes.txt": "mine too", "train/shard-00001.h5.bak": "a backup",
             "extra/shard-00000.h5": "not a split of this cache", "validation/sub/x.txt": "deep"}
     for name, text in keep.items():

@@ -67,7 +67,7 @@ def non_finite_input(feed, batch) -> NonFiniteStatesError | None:
     padded positions repeat a real token, so only real positions are looked at. Among several
     bad values the lowest split row, then the first state, is named.
     """
-    states, mask = batch.states, batch.mask
+    states, mask = batch.states_on(), batch.mask  # int8: dequantised, so a non-finite scale shows
     bad = ~torch.isfinite(states).all(dim=-1)  # (B, T, S)
     bad &= mask.to(bad.device).unsqueeze(-1)
     names = getattr(feed, "layer_names", None)

@@ -76,7 +76,7 @@ def predict(model: HeadModel, feed: Feed, device: str | torch.device = "cpu") ->
     rows_seen, per_task = [], {t.name: [] for t in model.tasks}
     totals: dict[str, dict[str, list]] = {}  # mixer key -> summary key -> [sum, count]
     for batch in feed.epoch(shuffle=False):
-        states, mask = batch.states.to(device), batch.mask.to(device)
+        states, mask = batch.states_on(device), batch.mask.to(device)
         out = model(states, mask)
         check_outputs(out.outputs, feed, batch)  # a NaN state would otherwise become a silent wrong label
         rows_seen.append(batch.rows)

@@ -7,6 +7,17 @@ values asks the codec of its cache (:func:`codec`): the extraction's packer and 
 memory-mapped reads, the cache feed, the live feed's rounding, ``verify``'s comparison.
 """
 
-from .base import AUTO, CODECS, StorageCodec, check_storage_dtype, codec, codec_names, register_codec
+from .base import (
+    AUTO,
+    CODECS,
+    SCALE_BYTES,
+    StorageCodec,
+    check_storage_dtype,
+    codec,
+    codec_names,
+    register_codec,
+    scales_dataset,
+)
 
-__all__ = ["AUTO", "CODECS", "StorageCodec", "check_storage_dtype", "codec", "codec_names", "register_codec"]
+__all__ = ["AUTO", "CODECS", "SCALE_BYTES", "StorageCodec", "check_storage_dtype", "codec", "codec_names",
+           "register_codec", "scales_dataset"]

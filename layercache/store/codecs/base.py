@@ -12,8 +12,15 @@ A codec fixes four things about a storage dtype:
   :meth:`~StorageCodec.as_torch`, :meth:`~StorageCodec.decode`, :meth:`~StorageCodec.widen`).
 
 The defaults are those of a dtype numpy and HDF5 know (float16, float32); a codec overrides what
-differs. A codec that stores values beside the states (an int8 codec's scales) would add them
-here, as methods every writer and reader calls.
+differs.
+
+A *scaled* codec (int8) stores one float32 scale per vector beside the values: per token and state
+for token states, per example and state for pooled vectors. In a shard the scales of dataset
+``X`` (``hidden``, ``pooled/mean``) are the dataset :func:`scales_dataset` ``(X)`` of shape
+``(N, S, 1)``, so that a read indexed like the values, ``[rows, states, :]``, returns scales
+``(..., S', 1)`` that broadcast over the values ``(..., S', D)``. Everything that writes or reads
+states passes the scales along (``None`` for an unscaled codec) and widens through
+:meth:`~StorageCodec.decode` or :meth:`~StorageCodec.dequantize`, which apply them.
 """
 
 from __future__ import annotations
@@ -25,6 +32,9 @@ import torch
 
 from ...core.registry import Registry
 from ...errors import ConfigError
+
+SCALE_BYTES = 4
+"""Bytes of one stored scale (float32)."""
 
 AUTO = "auto"
 """What extraction resolves before writing: float16, or bfloat16 when a probe batch's states exceed the
@@ -42,11 +52,35 @@ class StorageCodec:
     """The HDF5 dataset's dtype."""
     limit: ClassVar[float | None] = None
     """Largest magnitude stored as is; larger finite values are clamped to +-limit and counted. None: no limit."""
+    scaled: ClassVar[bool] = False
+    """Whether a float32 scale per vector is stored beside the values (see the module docstring)."""
 
     @property
     def bytes_per_value(self) -> int:
         """Bytes one stored value takes on disk."""
         return int(np.dtype(self.file_dtype).itemsize)
+
+    def vector_bytes(self, dim: int) -> int:
+        """Bytes one stored vector of ``dim`` values takes on disk, its scale included."""
+        return dim * self.bytes_per_value + (SCALE_BYTES if self.scaled else 0)
+
+    def quantize(self, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Float ``values (..., D)`` as stored, on their device: the storage precision ``(..., D)`` and the
+        float32 scales ``(..., 1)`` (``None`` for an unscaled codec)."""
+        return self.clamp(values).to(self.torch_dtype), None
+
+    def dequantize(self, stored: torch.Tensor, scales: torch.Tensor | None) -> torch.Tensor:
+        """Stored values ``(..., D)`` (and their scales ``(..., 1)``) as float32, on their device."""
+        return stored.float()
+
+    def error_bound(self, values: torch.Tensor) -> torch.Tensor:
+        """Most a stored value of each vector of float ``values (..., D)`` may differ from it: ``(..., 1)``.
+
+        Half a unit in the last place of the storage precision at each vector's largest magnitude
+        (a bound on rounding to nearest; values clamped at :attr:`limit` differ by more, and are counted).
+        """
+        finfo = torch.finfo(self.torch_dtype)
+        return values.abs().amax(-1, keepdim=True).float() * finfo.eps / 2
 
     def empty(self, *shape: int) -> torch.Tensor:
         """A host tensor of ``shape`` in the storage precision (for the extraction's packer to fill)."""
@@ -60,31 +94,39 @@ class StorageCodec:
         """The numpy array written to disk for a host tensor already in the storage precision (no copy)."""
         return values.numpy()
 
-    def encode(self, values: torch.Tensor) -> np.ndarray:
-        """A float tensor (any device) as the array written to disk: clamped, cast, on the host."""
-        return self.file_view(self.clamp(values).to(self.torch_dtype).cpu().contiguous())
+    def encode(self, values: torch.Tensor) -> tuple[np.ndarray, np.ndarray | None]:
+        """A float tensor ``(..., D)`` (any device) as written to disk, on the host: the values array, and the
+        float32 scales ``(..., 1)`` or ``None`` (see :meth:`quantize`)."""
+        stored, scales = self.quantize(values)
+        return self.file_view(stored.cpu().contiguous()), None if scales is None else scales.cpu().numpy()
 
     def as_torch(self, array: np.ndarray) -> torch.Tensor:
         """An array read from a shard as a tensor in the storage precision, sharing its memory."""
         return torch.from_numpy(np.ascontiguousarray(array))
 
-    def decode(self, array: np.ndarray) -> np.ndarray:
-        """An array read from a shard as float32 numpy."""
+    def decode(self, array: np.ndarray, scales: np.ndarray | None = None) -> np.ndarray:
+        """An array read from a shard (and its scales, read with the same index) as float32 numpy."""
         return array.astype(np.float32, copy=False)
 
-    def widen(self, array: np.ndarray) -> torch.Tensor:
+    def widen(self, array: np.ndarray, scales: np.ndarray | None = None) -> torch.Tensor:
         """Like :meth:`decode`, as a torch tensor, widened by torch (whose cast uses every core, numpy's one)."""
-        return self.as_torch(array).float()
+        return self.dequantize(self.as_torch(array), None if scales is None else torch.from_numpy(scales))
 
     def round(self, values: torch.Tensor) -> torch.Tensor:
-        """``values`` in the storage precision, as a cache would serve them (what a live feed computes on)."""
+        """``values`` as a cache would serve them (what a live feed computes on): the storage precision, or
+        for a scaled codec the dequantised float32 of what it would store."""
         return values.to(self.torch_dtype)
 
 
 CODECS: Registry[type[StorageCodec]] = Registry("storage dtype", "layercache.store.codecs",
-                                                first=("float16", "bfloat16", "float32"), skip=("base",))
+                                                first=("float16", "bfloat16", "float32", "int8"), skip=("base",))
 """Every storage codec, by name (the modules of this package register themselves)."""
 _INSTANCES: dict[str, StorageCodec] = {}
+
+
+def scales_dataset(name: str) -> str:
+    """Where a shard stores the scales of state dataset ``name``: ``scales/hidden``, ``scales/pooled/mean``."""
+    return f"scales/{name}"
 
 
 def register_codec(cls: type[StorageCodec]) -> type[StorageCodec]:

@@ -29,6 +29,6 @@ class BFloat16(StorageCodec):
         """uint16 bit patterns as a bf16 tensor sharing their memory."""
         return torch.from_numpy(np.ascontiguousarray(array).view(np.int16)).view(torch.bfloat16)
 
-    def decode(self, array: np.ndarray) -> np.ndarray:
+    def decode(self, array: np.ndarray, scales: np.ndarray | None = None) -> np.ndarray:
         """Bit patterns shifted into the top half of float32 (exact)."""
         return (array.astype(np.uint32) << 16).view(np.float32)
