@@ -1,6 +1,6 @@
 """The ``layercache`` command line: parse options, make one library call, render the result.
 
-One module per group of commands (:mod:`.cache`: extract, info, list; :mod:`.heads`: train-head,
+One module per group of commands (:mod:`.cache`: extract, info, list; :mod:`.plan`: plan; :mod:`.heads`: train-head,
 eval; :mod:`.sweep`: sweep; :mod:`.report`: probe-report;
 :mod:`.live`: predict), each a thin typer wrapper over a public library call;
 :mod:`.parsing` turns option text into arguments, :mod:`.choices` gives every fixed list of values from its registry
@@ -13,7 +13,7 @@ from __future__ import annotations
 from . import cache, live  # noqa: F401
 
 # isort: split
-from . import heads, report, sweep  # noqa: F401
+from . import heads, plan, report, sweep  # noqa: F401
 from .base import app, err_console, friendly, out_console
 from .parsing import parse_assignments, parse_size, parse_splits, split_list
 

@@ -41,6 +41,7 @@ from .plan import SplitPlan, plan_split
 from .repair import reextract_shard, verify_shards
 from .side_files import ensure_side_files
 from .specs import BatchSpec, DataSpec, StorageSpec
+from .storage_choices import recommend, size_choices, sizes_text, standard_choices, your_choice
 
 log = logging.getLogger("layercache")
 
@@ -239,17 +240,26 @@ def _writer_job(out: Path, inputs: JobInputs, manifest: Manifest, probe: ProbeSt
 
 
 def check_disk(out: Path, manifest: Manifest, plans: dict[str, SplitPlan] | None = None) -> None:
-    """Refuse, before any forward pass, a run whose remaining shards do not fit the free space at ``out``."""
+    """Refuse, before any forward pass, a run whose remaining shards do not fit the free space at ``out``.
+
+    The refusal carries the sizes of every storage choice (:mod:`.storage_choices`, as ``layercache plan``
+    prints them) and which would fit; the run's own choice is never changed.
+    """
     need = estimate_bytes(manifest, plans)
     remaining = remaining_bytes(manifest, plans)
     free = free_disk_bytes(out)
     log.info("Estimated cache size: %s (%s still to write); %s free at %s.", human_bytes(need),
              human_bytes(remaining), human_bytes(free), nearest_existing(out))
     if remaining * DISK_MARGIN > free:
+        # The same rows as `layercache plan` (sizes only): which other choice would fit. Nothing is changed.
+        yours = your_choice(manifest)
+        rows = size_choices(manifest, plans, free, standard_choices(manifest, yours), yours)
+        _, recommendation = recommend(rows, free, preferred16=manifest.storage.dtype)
         raise InsufficientDiskError(
             f"The cache needs about {human_bytes(remaining * DISK_MARGIN)} but only {human_bytes(free)} is free "
             f"at {nearest_existing(out)}; free space, choose another --out, keep fewer --layers, "
-            "or use --store pooled."
+            f"or store less per token (--storage-dtype int8, or --store pooled) as below.\n"
+            f"{sizes_text(rows, free)}\n{recommendation}"
         )
 
 
