@@ -58,6 +58,9 @@ def extract(
         "extract", "--storage-dtype", "On disk.",
         "auto: float16, or bfloat16 when the first batch's states exceed the float16 range; "
         "float16 clamps to ±65,504.")),
+    project: Optional[int] = typer.Option(
+        None, "--project", help="Store each state as its coordinates in K principal directions, fitted on a sample "
+                                "of the first split (K below the model's width; `info` shows the variance kept)."),
     mean_skip_first: bool = typer.Option(
         False, "--mean-skip-first",
         help="Leave each example's first token (a decoder's BOS / attention sink) out of mean pooling, here and "
@@ -94,7 +97,7 @@ def extract(
                     limit=limit)
     storage = StorageSpec(layers=layer_specs(layers) or None, store=store,
                           pooling=split_list(pooling) or list(DEFAULT_POOLING), storage_dtype=storage_dtype,
-                          mean_skip_first=mean_skip_first, shard_bytes=parse_size(shard_size))
+                          mean_skip_first=mean_skip_first, shard_bytes=parse_size(shard_size), project=project)
     batching = BatchSpec(batch_tokens=batch_tokens, batch_size=batch_size, max_length=max_length, stride=stride,
                          dtype=dtype, device=device)
     result = run_extract(model, out=out, data=data, storage=storage, batching=batching, overwrite=overwrite,

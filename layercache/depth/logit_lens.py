@@ -99,7 +99,7 @@ def layer_logits(cache: LayerCache, split: str, rows: Sequence[int], layer: Laye
     (position,) = cache.layer_index(layer)
     normed = cache.manifest.storage.layers[position] == final and lens.normed_last
     per_row = cache.tokens(split, rows, [position])  # (t_i, 1, D) each
-    return [lens_logits(h[:, 0], lens, normed=normed).numpy() for h in per_row]
+    return [lens_logits(_model_space(cache, h, [position])[:, 0], lens, normed=normed).numpy() for h in per_row]
 
 
 def logit_lens(cache: LayerCache, split: str | None = None, *, layers: LayerSpec | Sequence[LayerSpec] | None = None,
@@ -139,7 +139,7 @@ def logit_lens(cache: LayerCache, split: str | None = None, *, layers: LayerSpec
     lengths = cache.lengths(split)  # (n,)
     all_ids, starts = _split_ids(cache, split)  # (t,), (n,)
 
-    V, D = lens.vocab_size, cache.hidden_size
+    V, D = lens.vocab_size, cache.manifest.model.hidden_size
     read_tokens = max(1, chunk_bytes // (len(read) * D * 4))
     logit_tokens = max(1, chunk_bytes // (_LOGIT_BUFFERS * V * 4))
     kl = np.zeros(len(positions))  # (S,) sums
@@ -147,7 +147,7 @@ def logit_lens(cache: LayerCache, split: str | None = None, *, layers: LayerSpec
     agree = np.zeros(len(positions))
     n_tokens = n_predictions = 0
     for group in _row_groups(rows, lengths, read_tokens):
-        states = np.concatenate(cache.tokens(split, group, read))  # (t, R, D) float32
+        states = _model_space(cache, np.concatenate(cache.tokens(split, group, read)), read)  # (t, R, D) float32
         targets = np.concatenate([_next_tokens(all_ids[starts[r]:starts[r] + lengths[r]]) for r in group])  # (t,)
         for a in range(0, len(states), logit_tokens):
             block = torch.from_numpy(states[a:a + logit_tokens])  # (b, R, D)
@@ -179,6 +179,15 @@ def logit_lens(cache: LayerCache, split: str | None = None, *, layers: LayerSpec
 def _mean(sums: np.ndarray, count: int) -> np.ndarray:
     """(S,) sums / count, NaN when there was nothing to average."""
     return sums / count if count else np.full(len(sums), np.nan)
+
+
+def _model_space(cache: LayerCache, states: np.ndarray, read: list[int]) -> np.ndarray:
+    """Stored states ``(t, R, W)`` of kept states ``read`` in the model's space ``(t, R, D)``: as they are, or for a
+    projected cache mapped back through its basis (``mu + W^T z``: the lens then sees the variance it kept)."""
+    projection = cache.projection()
+    if projection is None:
+        return states
+    return projection.subset(list(read)).reconstruct(torch.from_numpy(states)).numpy()
 
 
 def _lens_and_final(cache: LayerCache) -> tuple[LensWeights, int]:

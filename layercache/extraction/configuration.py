@@ -16,7 +16,7 @@ from .batching import PLANNER
 
 def new_manifest(backbone, records: DatasetRecords, plans, *, keep, store, pooling, storage_dtype, stride,
                  batch_tokens, batch_size, shard_bytes, limit, mean_skip_first: bool = False,
-                 dtype_choice: str | None = None) -> Manifest:
+                 dtype_choice: str | None = None, project: int | None = None) -> Manifest:
     """The manifest of a new cache: every option the run was given, and the hash of those that shape its states."""
     names = backbone.layer_names
     model = ModelSection.from_json(backbone.describe())
@@ -26,7 +26,7 @@ def new_manifest(backbone, records: DatasetRecords, plans, *, keep, store, pooli
                              files=records.files)
     storage = StorageSection(dtype=storage_dtype, layers=keep, layer_names=[names[i] for i in keep],
                              all_layer_names=names, store=store, pooling=pooling, shard_bytes=shard_bytes,
-                             final_norm=backbone.final_norm, mean_skip_first=mean_skip_first)
+                             final_norm=backbone.final_norm, mean_skip_first=mean_skip_first, project=project)
     # storage_dtype_auto is not hashed: auto and the explicit dtype it resolved to are one configuration
     extraction = ExtractionSection(batch_tokens=batch_tokens, batch_size=batch_size, planner=PLANNER,
                                    device=str(backbone.device), forward_dtype=model.forward_dtype,
@@ -50,7 +50,7 @@ def difference(old: Manifest, new: Manifest) -> str:
               ("tokenizer or max length", old.tokenizer.to_json(), new.tokenizer.to_json()),
               ("dataset", old.dataset.to_json(), new.dataset.to_json()),
               ("set of splits", list(old.splits), list(new.splits)),
-              ("storage (layers, dtype, store, pooling, --mean-skip-first or shard size)",
+              ("storage (layers, dtype, store, pooling, --mean-skip-first, --project or shard size)",
                old.storage.hashed(), new.storage.hashed()),
               ("forward dtype", old.model.forward_dtype, new.model.forward_dtype),
               ("batching (--batch-tokens, --batch-size)",

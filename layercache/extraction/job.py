@@ -23,6 +23,7 @@ from ..sources.datasets import DatasetRecords, load_dataset_records
 from ..store.manifest import Manifest, read_manifest, write_manifest
 from ..store.parts import merge_parts, remove_parts
 from ..store.paths import record_latest
+from ..store.projection import read_projection, write_projection
 from .background import BufferPool, writer_thread_helps
 from .configuration import difference, new_manifest
 from .dtype_probe import ProbeStates, resolve_storage_dtype
@@ -38,6 +39,7 @@ from .housekeeping import (
 )
 from .packing import StatePacker, storage_buffer
 from .plan import SplitPlan, plan_split
+from .projection_fit import fit_projection
 from .repair import reextract_shard, verify_shards
 from .side_files import ensure_side_files
 from .specs import BatchSpec, DataSpec, StorageSpec
@@ -122,7 +124,7 @@ def _configured(inputs: JobInputs, data: DataSpec, storage: StorageSpec, batchin
                             pooling=pooling, storage_dtype=storage_dtype, mean_skip_first=storage.mean_skip_first,
                             stride=batching.stride, batch_tokens=batching.batch_tokens,
                             batch_size=batching.batch_size, shard_bytes=storage.shard_bytes, limit=data.limit,
-                            dtype_choice=dtype_choice)
+                            dtype_choice=dtype_choice, project=storage.project)
     return manifest, probe
 
 
@@ -201,6 +203,8 @@ def prepare_job(model: str, data: DataSpec, storage: StorageSpec, batching: Batc
                         "(use --stride to keep every token).", name, plan.n_truncated, len(plan.examples),
                         backbone.max_length)
     check_disk(out, manifest, plans)
+    if manifest.storage.project and not resumed:  # fitted once, before the first shard; never refitted
+        _fit_projection(out, manifest, inputs)
 
     for name in damaged:  # the cache is not complete until every damaged shard is rewritten
         manifest.splits[name].complete = False
@@ -226,13 +230,25 @@ def prepare_job(model: str, data: DataSpec, storage: StorageSpec, batching: Batc
     return job
 
 
+def _fit_projection(out: Path, manifest: Manifest, inputs: JobInputs) -> None:
+    """Fit the ``--project K`` basis on the first split, write ``projection.safetensors`` and record it."""
+    split = next(iter(inputs.plans))
+    projection = fit_projection(inputs.backbone, inputs.plans[split], inputs.keep, manifest.storage.project,
+                                split=split)
+    with write_errors(out):
+        manifest.side_files["projection"] = write_projection(out, projection)
+    manifest.extraction.projection_variance = [round(float(v), 6) for v in projection.variance_kept]
+    manifest.extraction.projection_tokens = projection.tokens
+
+
 def _writer_job(out: Path, inputs: JobInputs, manifest: Manifest, probe: ProbeStates | None) -> ExtractionJob:
     """The job around loaded inputs and a manifest: the state packer and the host buffers a writer reuses."""
     stored, backbone = manifest.storage, inputs.backbone
     packer = StatePacker(len(inputs.keep), backbone.hidden_size, storage_dtype=stored.dtype, pooling=stored.pooling,
-                         device=backbone.device, mean_skip_first=stored.skips_first_in_mean)
+                         device=backbone.device, mean_skip_first=stored.skips_first_in_mean,
+                         projection=read_projection(out, manifest))  # checked against its checksum
     threaded = writer_thread_helps(backbone.device)
-    buffers = (_storage_buffers(inputs.plans, len(inputs.keep), backbone.hidden_size, stored.dtype,
+    buffers = (_storage_buffers(inputs.plans, len(inputs.keep), manifest.hidden_size, stored.dtype,
                                 IN_FLIGHT_BATCHES if threaded else 1)
                if stored.stores_tokens else None)
     return ExtractionJob(out, backbone, inputs.records, inputs.plans, manifest, inputs.keep, packer, buffers,

@@ -34,6 +34,12 @@ A scaled codec (int8) quantises each stored token's state from the same float32 
 forward's device, and writes its scale beside it (``scales``, (S, t, 1)); pooled vectors are
 quantised by the codec's ``encode``. It has no range to overflow, so nothing is clamped or counted.
 
+With a projection (``--project K``, :mod:`layercache.store.projection`) each state's block is
+projected to its K coordinates right after the gather, and everything after (the stored values,
+pooling, sums, the overflow count) works on those: the shard holds K-wide states and their
+statistics. First and last tokens are projected after they are gathered; the mean of projected
+tokens is the projection of the mean.
+
 ``mean_skip_first`` leaves each example's first stored token out of its mean (a decoder's BOS or
 attention sink, whose states can be thousands of times larger than the rest) unless it is the only
 one. The first tokens are routed to one extra, discarded row of the per-example sums rather than
@@ -50,6 +56,7 @@ import numpy as np
 import torch
 
 from ..store.codecs import codec
+from ..store.projection import Projection
 
 BLOCK_BYTES = 16 * 2**20
 """Most float32 scratch for one state's tokens; longer batches go through it in several blocks."""
@@ -105,8 +112,10 @@ class StatePacker:
     """
 
     def __init__(self, n_states: int, dim: int, *, storage_dtype: str, pooling: Sequence[str],
-                 device: torch.device, mean_skip_first: bool = False):
+                 device: torch.device, mean_skip_first: bool = False, projection: Projection | None = None):
         self.n_states, self.dim = n_states, dim
+        self.projection = None if projection is None else projection.to(device)
+        self.out_dim = dim if projection is None else projection.dim  # width of what is stored
         self.storage_dtype = storage_dtype
         self.codec = codec(storage_dtype)
         self.pooling = list(pooling)
@@ -132,10 +141,10 @@ class StatePacker:
         :class:`~layercache.store.writer.ShardWriter` takes them (None: pooled only); ``scales``:
         (S, t, 1) float32 host tensor for a scaled codec's scales (required with ``out`` then).
         """
-        S, D = self.n_states, self.dim
+        S, D = self.n_states, self.out_dim
         if out is not None and self.codec.scaled and scales is None:
             raise ValueError(f"{self.storage_dtype} token states need a tensor for their scales")
-        states = [hidden[i].reshape(-1, D) for i in keep]  # S x (R * W, D), views
+        states = [hidden[i].reshape(-1, self.dim) for i in keep]  # S x (R * W, D model), views
         t, b = int(index.shape[0]), int(lengths.shape[0])
         segment = torch.repeat_interleave(torch.arange(b, device=index.device), lengths)  # (t,) example of each token
         counts = lengths  # (b,) tokens in each example's mean
@@ -147,6 +156,7 @@ class StatePacker:
         sums = torch.zeros((S, b + self.mean_skip_first, D), dtype=torch.float32, device=self.device)
         sumsq = torch.zeros((S, D), dtype=torch.float64, device=self.device)
         cast_on_device = out is not None and out.device != self.device
+        projected_overflow = 0
         for j, state in enumerate(states):
             for start in range(0, t, self.block_tokens):
                 stop = min(start + self.block_tokens, t)
@@ -154,6 +164,10 @@ class StatePacker:
                     block = torch.index_select(state, 0, index[start:stop], out=self._block(stop - start))  # (n, D)
                 else:  # a half-precision forward: index_select cannot widen into its out, so gather, then widen
                     block = self._block(stop - start).copy_(state.index_select(0, index[start:stop]))  # (n, D)
+                if self.projection is not None:
+                    block = self.projection.state(j, block)  # (n, K): what is stored from here on
+                    if self.codec.limit is not None:
+                        projected_overflow += int((block.abs() > self.codec.limit).sum())
                 sums[j].index_add_(0, segment[start:stop], block)  # adds tokens in order, like one index_add_
                 if out is not None and self.codec.scaled:
                     # Quantised where the block is: only int8 values and one scale per token cross the bus.
@@ -174,6 +188,8 @@ class StatePacker:
         # which are all a pooled cache clamps. A packer with neither (the storage-dtype probe) counts tokens.
         if out is None and self.pooling:
             overflow = self._pooled_overflow(pooled)
+        elif self.projection is not None:
+            overflow = projected_overflow
         else:
             overflow = self._overflow(states, index, sumsq)
         if overflow and out is not None:
@@ -195,10 +211,14 @@ class StatePacker:
         if "mean" in self.pooling:
             out["mean"] = (sums / counts.to(sums.dtype)[None, :, None]).transpose(0, 1).contiguous()
         if "first" in self.pooling:
-            out["first"] = _gather_tokens(states, index[ends - lengths])
+            out["first"] = self._projected(_gather_tokens(states, index[ends - lengths]))
         if "last" in self.pooling:
-            out["last"] = _gather_tokens(states, index[ends - 1])
+            out["last"] = self._projected(_gather_tokens(states, index[ends - 1]))
         return out
+
+    def _projected(self, vectors: torch.Tensor) -> torch.Tensor:
+        """(b, S, D) gathered model states as stored: projected to (b, S, K) when the cache is."""
+        return vectors if self.projection is None else self.projection.apply(vectors)
 
     def _overflow(self, states: list[torch.Tensor], index: torch.Tensor, sumsq: torch.Tensor) -> int:
         """Values whose magnitude exceeds the codec's limit (stored clamped), counted only when one may.

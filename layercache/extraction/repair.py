@@ -55,7 +55,7 @@ def reextract_shard(backbone, records, name: str, plan: SplitPlan, manifest: Man
     st = lstat_or_none(owner.path(split, file))
     if st is not None and not stat.S_ISREG(st.st_mode) and not stat.S_ISDIR(st.st_mode):
         owner.remove(split, file)  # a link or FIFO listed as the shard: it goes (a link's target stays)
-    writer = ShardWriter(owner.file(split, file), n_states=len(keep), dim=backbone.hidden_size,
+    writer = ShardWriter(owner.file(split, file), n_states=len(keep), dim=manifest.hidden_size,
                          dtype=manifest.storage.dtype, store_tokens=manifest.stores_tokens,
                          pooling=manifest.pooling, tasks=manifest.tasks, first_row=old.first_row,
                          first_batch=old.first_batch)

@@ -85,6 +85,7 @@ def extract(
     pooling: Sequence[str] = DEFAULT_POOLING,
     storage_dtype: str = AUTO,
     mean_skip_first: bool = False,
+    project: int | None = None,
     dtype: str = DEFAULT_FORWARD_DTYPE,
     device: str = DEFAULT_DEVICE,
     max_length: int | None = None,
@@ -121,7 +122,9 @@ def extract(
     float16 values beyond the range are clamped to +-65,504 and counted (``extraction.fp16_overflow``).
     ``mean_skip_first`` leaves each example's first token (a decoder's BOS / attention sink) out of
     the mean pooled vector when it has more than one; the manifest records it as
-    ``storage.mean_skip_first`` so heads pool token states the same way.
+    ``storage.mean_skip_first`` so heads pool token states the same way. ``project=K`` stores every state
+    as its coordinates in K principal directions fitted on a seeded sample of the first split's tokens
+    (:mod:`.projection_fit`; the basis is ``projection.safetensors``, ``info`` shows the variance kept).
 
     One process writes a cache folder at a time (:class:`~layercache.store.lock.CacheLock`); a
     second gets :class:`~layercache.errors.CacheLockedError` naming the first.
@@ -131,7 +134,7 @@ def extract(
         label_columns=label_columns, no_labels=no_labels, task_kind=task_kind, limit=limit), "data")
     storage = merged_spec(StorageSpec, storage, dict(
         layers=layers, store=store, pooling=pooling, storage_dtype=storage_dtype, mean_skip_first=mean_skip_first,
-        shard_bytes=shard_bytes), "storage")
+        shard_bytes=shard_bytes, project=project), "storage")
     batching = merged_spec(BatchSpec, batching, dict(
         batch_tokens=batch_tokens, batch_size=batch_size, max_length=max_length, stride=stride, dtype=dtype,
         device=device), "batching")
@@ -210,7 +213,7 @@ def _write_split(job: ExtractionJob, share: Share, part: ManifestPart, name: str
     task = bars.add_task(name, total=info.rows_written + mine, completed=info.rows_written,
                          completed_start=info.rows_written, tokens=0, tokens_start=0)
     shards = SplitShards(job.out, job.manifest, part, name, plan, batches, n_states=len(job.keep),
-                         dim=job.backbone.hidden_size)
+                         dim=job.manifest.hidden_size)
     trimmer = HeapTrimmer()
     buffers = job.buffers
     try:

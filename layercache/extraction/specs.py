@@ -60,6 +60,9 @@ class StorageSpec:
     mean_skip_first: bool = False
     """Leave each example's first token out of mean pooling (a decoder's BOS / attention sink)."""
     shard_bytes: int = DEFAULT_SHARD_BYTES
+    project: int | None = None
+    """Store every state as its coordinates in K principal directions fitted on the first split (``--project K``;
+    :mod:`layercache.store.projection`); None keeps the model's width."""
 
 
 @dataclass(frozen=True)

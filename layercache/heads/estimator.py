@@ -44,6 +44,7 @@ import logging
 from pathlib import Path
 
 import numpy as np
+import torch
 from sklearn.base import BaseEstimator
 
 from ..core.devices import resolve_device
@@ -54,6 +55,7 @@ from ..store.cache_feed import CacheFeed
 from ..store.feed import Feed
 from ..store.feed_pool import FeedPool
 from ..store.manifest import utc_now
+from ..store.projection import Projection
 from ..store.reader import LayerCache
 from .data.finite import REEXTRACT, NonFiniteStatesError, check_split_stats
 from .data.source import pooled_note, resolve_source
@@ -81,6 +83,9 @@ from .training.collapse import collapse_warning
 from .training.convex import convergence_warnings, fit_convex, resolved_c_grid
 from .training.fitting import resolve_solver
 from .training.trainer import TrainConfig, TrainHistory, seed_everything, train_model
+
+PROJECTION_MEAN, PROJECTION_BASIS = "projection.mean", "projection.basis"
+"""Where a head trained on a projected cache keeps the basis of its states, beside its weights."""
 
 log = logging.getLogger(__name__)
 
@@ -272,6 +277,8 @@ class LayerHead(BaseEstimator):
         self.source_ = source
         self.normalize_ = normalize
         self.cache_info_ = cache_identity(cache)
+        projection = cache.projection()  # a projected cache: the live path needs the basis of the states read
+        self.projection_ = None if projection is None else projection.subset(cache.layer_index(layer_names))
         self.data_ = {"cache": str(cache.path), "train_split": split, "validation": val_desc,
                       "n_train": train_feed.n_examples, "n_validation": val_feed.n_examples,
                       "normalize": normalize, "mean_skip_first": model.mean_skip_first}
@@ -398,6 +405,9 @@ class LayerHead(BaseEstimator):
         :func:`~.run_folders.persistence.write_run`)."""
         self._check_fitted()
         state = {k: v.detach().cpu().contiguous() for k, v in self.model_.state_dict().items()}
+        if getattr(self, "projection_", None) is not None:  # saved with the weights: a live head projects with it
+            state[PROJECTION_MEAN] = self.projection_.mean.contiguous()
+            state[PROJECTION_BASIS] = self.projection_.basis.contiguous()
         config = {
             "layercache_version": __version__, "created_at": utc_now(),
             "params": jsonable(self.get_params()), "model": self.model_.get_config(),
@@ -431,7 +441,14 @@ class LayerHead(BaseEstimator):
         if len(names) != head.model_.n_states or width != head.model_.dim:
             raise damaged(config_file, f"it names {len(names)} states of width {width} but its model reads "
                                        f"{head.model_.n_states} of width {head.model_.dim}")
-        load_weights(head.model_, read_weights(weights_file), weights_file)
+        weights = read_weights(weights_file)
+        mean, basis = weights.pop(PROJECTION_MEAN, None), weights.pop(PROJECTION_BASIS, None)
+        if (basis is None) != (not config.cache.raw.get("projection")) or (
+                basis is not None and (mean is None or tuple(basis.shape) != (len(names), width, basis.shape[2]))):
+            raise damaged(weights_file, "its projection basis does not match the projected cache its config names")
+        head.projection_ = None if basis is None else Projection(mean.float(), basis.float(),
+                                                                 torch.ones(len(names), dtype=torch.float64))
+        load_weights(head.model_, weights, weights_file)
         head.model_.eval()
         head.tasks_ = list(head.model_.tasks)
         head.layer_names_ = names

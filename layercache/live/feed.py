@@ -46,6 +46,7 @@ from ..extraction.tokenize import EncodedExample, encode_split
 from ..sources.records import DatasetRecords, LabelTask, SplitRecords
 from ..store.batches import CacheBatch, consecutive_starts, example_labels, first_subtoken_labels, padded_positions
 from ..store.codecs import check_storage_dtype, codec
+from ..store.projection import Projection
 from ..store.reader import LayerCache, state_positions
 
 
@@ -83,7 +84,7 @@ class LiveFeed:
                  tasks: Sequence[str | LabelTask] = (), rows: Sequence[int] | None = None, layers=None,
                  batch_size: int = 32, stride: int | None = None, row_order: Sequence[int] | None = None,
                  storage_dtype: str | None = None, bucket_batches: int = 0,
-                 encoded: Sequence[EncodedExample] | None = None) -> None:
+                 encoded: Sequence[EncodedExample] | None = None, projection: Projection | None = None) -> None:
         if batch_size < 1:
             raise ConfigError(f"batch_size must be at least 1, got {batch_size}.")
         if bucket_batches < 0:
@@ -96,6 +97,7 @@ class LiveFeed:
         self.split_records = records.splits[split]
         self.batch_size, self.bucket_batches = batch_size, bucket_batches
         self.storage_dtype = storage_dtype
+        self.projection = projection  # a projected cache's basis, in this feed's state order
         self.index = state_positions(layers, backbone.layer_names, "the backbone")
         self.layer_names = [backbone.layer_names[i] for i in self.index]
         self.task_specs = [_resolve_task(records, t) for t in tasks]
@@ -192,8 +194,12 @@ class LiveFeed:
                                      source_index=cache.example_index(split).tolist())
         records = DatasetRecords(name=cache.manifest.dataset.name, splits={split: split_records}, tasks=task_specs)
         encoded = cached_examples(cache, split, range(n), backbone.tokenizer, causal=backbone.is_causal)
+        layers = cache.layer_names if layers is None else layers
+        projection = cache.projection()  # a projected cache: its basis, for the states this feed computes
+        if projection is not None:
+            projection = projection.subset(cache.layer_index(layers))
         return cls(backbone, records, split, tasks=[t.name for t in task_specs] if tasks is None else tasks,
-                   layers=cache.layer_names if layers is None else layers, encoded=encoded, **options)
+                   layers=layers, encoded=encoded, projection=projection, **options)
 
     # --- the Feed protocol (layercache.store.feed) --------------------------------------------
     @property
@@ -250,6 +256,8 @@ class LiveFeed:
             device = hidden[0].device
             where = token_index(examples, attn).to(device)[torch.from_numpy(at.token).to(device)]  # (B, T) in R*W
             states = torch.stack([hidden[i].flatten(0, 1)[where] for i in self.index], dim=2)  # (B, T, S, D)
+            if self.projection is not None:  # as a projected cache stores them: (B, T, S, K)
+                states = self.projection.apply(states)
             if self.storage_dtype is not None:
                 states = codec(self.storage_dtype).round(states)
             states = states.float()

@@ -94,6 +94,9 @@ class LiveHead:
         model = self.head.model_
         # As the cache served them: rounded to its storage precision (an int8 cache: quantised and dequantised).
         as_stored = codec(self.storage_dtype).round if self.storage_dtype in codec_names() else (lambda x: x)
+        projection = getattr(self.head, "projection_", None)  # trained on a projected cache: project as it did
+        if projection is not None:
+            flat = projection.apply(flat.float())  # (t, S, K)
         device = next(model.parameters()).device
         mode = parse_source(self.head.source_, allow_auto=False).mode
         if mode is not None:  # the cache's pooled vectors: pooled in float32, then stored

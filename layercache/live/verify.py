@@ -63,6 +63,7 @@ from ..errors import CacheMismatchError, ConfigError
 from ..extraction.forward import pad_windows, pool, token_index
 from ..heads.run_folders.provenance import short_digest
 from ..store.codecs import codec
+from ..store.projection import Projection
 from ..store.reader import LayerCache, using_cache
 from .cached_inputs import cached_examples
 
@@ -257,6 +258,9 @@ def _verify(cache, sample, seed, split, device, dtype, backbone, allow_pickle, p
         check_backbone(cache, backbone)
     storage = m.storage.dtype
     stored_as = codec(storage)
+    projection = cache.projection()  # None unless --project: fresh states are then projected as extraction did
+    if projection is not None:
+        projection = projection.to(backbone.device)
     forward = str(backbone.dtype).replace("torch.", "")
     keep = list(m.storage.layers)  # index of each kept state among the backbone's states
     names = cache.layer_names
@@ -268,7 +272,7 @@ def _verify(cache, sample, seed, split, device, dtype, backbone, allow_pickle, p
         rms = _split_rms(cache, name, names)  # (S,)
         for start in range(0, len(rows[name]), BATCH_EXAMPLES):
             batch = rows[name][start:start + BATCH_EXAMPLES]
-            fresh_tokens, fresh_pooled, lengths = _fresh(cache, name, batch, backbone, keep)
+            fresh_tokens, fresh_pooled, lengths = _fresh(cache, name, batch, backbone, keep, projection)
             if stored_as.limit is not None:  # extraction clamps what the codec cannot hold, and so does the comparison
                 if cache.stores_tokens:
                     for j, state in enumerate(names):
@@ -310,8 +314,10 @@ def _beyond(values: torch.Tensor, limit: float) -> int:
 
 
 @torch.inference_mode()
-def _fresh(cache: LayerCache, split: str, rows: np.ndarray, backbone: Backbone, keep: list[int]):
-    """One forward pass over cached rows: token states (t, S, D) and pooled mode -> (b, S, D), float32 on the CPU."""
+def _fresh(cache: LayerCache, split: str, rows: np.ndarray, backbone: Backbone, keep: list[int],
+           projection: Projection | None = None):
+    """One forward pass over cached rows: token states (t, S, D) and pooled mode -> (b, S, D), float32 on the CPU
+    (D = K, the stored coordinates, with the cache's ``projection``)."""
     m = cache.manifest
     examples = cached_examples(cache, split, rows, backbone.tokenizer, causal=backbone.is_causal)
     ids, attn = pad_windows(examples, backbone.tokenizer.pad_token_id)  # (R, W) each
@@ -321,6 +327,9 @@ def _fresh(cache: LayerCache, split: str, rows: np.ndarray, backbone: Backbone, 
     lengths = np.array([ex.n_tokens for ex in examples], dtype=np.int64)  # (b,)
     pooled = pool(flat, torch.from_numpy(lengths).to(flat.device), list(m.pooling),
                   mean_skip_first=m.storage.skips_first_in_mean)  # mode -> (b, S, D)
+    if projection is not None:  # as extraction stored them: K coordinates, pooled before projecting
+        flat = projection.apply(flat)  # (t, S, K)
+        pooled = {k: projection.apply(v) for k, v in pooled.items()}  # (b, S, K)
     return flat.cpu(), {k: v.cpu() for k, v in pooled.items()}, lengths
 
 

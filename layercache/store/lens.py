@@ -161,9 +161,9 @@ def read_lens(cache_dir: str | os.PathLike, manifest: Manifest) -> LensWeights:
         raise CacheError(f"{path} is not a lens file this layercache can read ({str(err)[:120]}); {rerun}.") from None
     if lens.model_fingerprint != manifest.model.fingerprint:
         raise CacheError(f"{path} was read from another model than the manifest's; {rerun}.")
-    if lens.hidden_size != manifest.hidden_size:
+    if lens.hidden_size != manifest.model.hidden_size:
         raise CacheError(f"{path} has an unembedding of width {lens.hidden_size} for states of width "
-                         f"{manifest.hidden_size}; {rerun}.")
+                         f"{manifest.model.hidden_size}; {rerun}.")
     return lens
 
 

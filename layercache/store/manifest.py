@@ -163,8 +163,9 @@ class Manifest:
 
     @property
     def hidden_size(self) -> int:
-        """Width D of every stored state vector."""
-        return int(self.model.hidden_size)
+        """Width of the stored states: the model's hidden size, or K for a cache projected to K dimensions
+        (``storage.project``; the model's own width is then ``model.hidden_size``)."""
+        return int(self.storage.project or self.model.hidden_size)
 
     @property
     def stores_tokens(self) -> bool:

@@ -38,6 +38,7 @@ from .lens import LensWeights, read_lens
 from .manifest import Manifest, SplitInfo, confined_path, read_manifest
 from .mapped import MappedStates
 from .parts import fold_parts, read_parts
+from .projection import Projection, read_projection
 from .read_errors import translate_read_errors
 from .shard_checks import check_shard_labels, check_shard_layout, open_shard, shard_problem
 from .state_reads import StateReads
@@ -245,6 +246,12 @@ class LayerCache(StateReads):
         Refused with a :class:`CacheError` for an encoder cache and for a cache without the file.
         """
         return read_lens(self.path, self.manifest)
+
+    def projection(self) -> Projection | None:
+        """The ``--project K`` basis every state was stored in (``projection.safetensors``, checked against its
+        checksum); None for a cache stored at the model's width. Only paths that join the cache with the model
+        need it (live heads, ``verify``, the logit lens): everything else reads the K-wide states as they are."""
+        return read_projection(self.path, self.manifest)
 
     # --- shard access -----------------------------------------------------------------
     def _handle(self, file: str) -> h5py.File:

@@ -44,7 +44,7 @@ STORE_MODES = ("tokens", "pooled")
 MODEL_KINDS = ("encoder", "decoder", "encoder-decoder")
 FINAL_NORMS = ("none", "applied", "not-applied")
 SHARD_FILE = re.compile(r"shard-(\d{5,})\.h5")
-SIDE_FILES = {"vocabulary": "vocab.json", "lens": "lens.safetensors"}
+SIDE_FILES = {"vocabulary": "vocab.json", "lens": "lens.safetensors", "projection": "projection.safetensors"}
 """Kind -> the one name a side file of that kind may have in the cache folder (``manifest.side_files``)."""
 OWN_FILES = ("manifest.json", ".layercache.lock", *SIDE_FILES.values())
 """Files a cache keeps beside its split folders: no split may take one of these names."""
@@ -257,10 +257,11 @@ MANIFEST_SCHEMA = Record(
                            "pooling": list_of(text(POOLING_MODES)), "shard_bytes": integer(1)},
                           # mean_skip_first: absent (caches written before it existed) means false.
                           {"all_layer_names": list_of(text()), "final_norm": text(FINAL_NORMS),
-                           "mean_skip_first": boolean()}),
+                           "mean_skip_first": boolean(), "project": integer(1)}),
         "extraction": Record({}, {"batch_tokens": integer(1), "batch_size": integer(1), "planner": text(),
                                   "fp16_overflow": integer(), "fp16_overflow_by_split": dict_of(integer()),
-                                  "storage_dtype_auto": text()}),
+                                  "storage_dtype_auto": text(), "projection_variance": list_of(number()),
+                                  "projection_tokens": integer()}),
         "splits": dict_of(SPLIT, key=_split_name),
         "config_hash": text(),
         "complete": boolean(),
@@ -282,6 +283,12 @@ def check_consistency(data: dict) -> None:
         _fail("storage.layers", f"should be distinct states 0..{model['n_layers']}, found {storage['layers']}")
     if storage["store"] == "pooled" and not storage["pooling"]:
         _fail("storage.pooling", "is empty, but a pooled-only cache needs at least one pooling mode")
+    if "project" in storage:
+        if storage["project"] >= model["hidden_size"]:
+            _fail("storage.project", f"should be below the model's width {model['hidden_size']}, "
+                                     f"found {storage['project']}")
+        if "projection" not in data.get("side_files", {}):
+            _fail("side_files.projection", "is missing, but storage.project says the states are projected")
     names = [t["name"] for t in data["tasks"]]
     if len(set(names)) != len(names):
         _fail("tasks", f"names a task twice ({', '.join(names)})")

@@ -110,6 +110,9 @@ class StorageSection(Section):
     final_norm: str | None = field(default=None, metadata=_OMIT)
     mean_skip_first: bool | None = field(default=None, metadata=_OMIT)
     """Mean pooling left out each example's first token; absent in caches older than the option (false)."""
+    project: int | None = field(default=None, metadata=_OMIT)
+    """K: every state stored as its coordinates in K principal directions (``--project K``,
+    :mod:`layercache.store.projection`); absent: stored at the model's width."""
 
     @property
     def stores_tokens(self) -> bool:
@@ -123,7 +126,7 @@ class StorageSection(Section):
 
     def hashed(self) -> dict[str, Any]:
         """The section as the configuration hash sees it: ``mean_skip_first`` only when set, so caches
-        written before the option existed keep their hash (absent means false)."""
+        written before the option existed keep their hash (absent means false); ``project`` only when set."""
         return {k: v for k, v in self.to_json().items() if k != "mean_skip_first" or v}
 
 
@@ -145,6 +148,10 @@ class ExtractionSection(Section):
     fp16_overflow_by_split: dict[str, int] | None = field(default=None, metadata=_OMIT)
     fp16_overflow: int | None = field(default=None, metadata=_OMIT)
     """State values clamped to ±65,504 over all splits."""
+    projection_variance: list[float] | None = field(default=None, metadata=_OMIT)
+    """Per kept state, the fraction of its variance the ``--project K`` directions keep (on the fitted sample)."""
+    projection_tokens: int | None = field(default=None, metadata=_OMIT)
+    """Tokens of the first split the projection was fitted on."""
 
     @property
     def overflow(self) -> int:

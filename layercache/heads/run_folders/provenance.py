@@ -24,7 +24,8 @@ def cache_identity(cache: LayerCache) -> dict:
             "tokenizer_fingerprint": m.tokenizer.fingerprint, "hidden_size": m.hidden_size,
             "final_norm": m.model.final_norm, "dataset": m.dataset.name,
             "layer_names": m.layer_names, "storage_dtype": m.storage.dtype, "config_hash": m.config_hash,
-            "max_length": m.tokenizer.max_length, "stride": m.tokenizer.stride}
+            "max_length": m.tokenizer.max_length, "stride": m.tokenizer.stride,
+            **({"projection": m.side_files["projection"].checksum} if m.storage.project else {})}
 
 
 def cache_mean_skip_first(cache: LayerCache) -> bool:
@@ -53,6 +54,11 @@ def check_cache_matches(cache: LayerCache, trained_on: dict, layer_names: list[s
                 f"The cache {cache.path} was extracted with {label} ({theirs['model']!r}, "
                 f"{key} {short_digest(theirs[key])}) than this head was trained on ({trained_on['model']!r}, "
                 f"{short_digest(trained_on[key])}); extract the data with the head's backbone.")
+    if trained_on.get("projection") != theirs.get("projection"):
+        raise CacheMismatchError(
+            f"The cache {cache.path} stores its states in {'another' if theirs.get('projection') else 'no'} "
+            f"projection than this head was trained on ({'--project' if trained_on.get('projection') else 'none'}); "
+            "score it on a cache extracted the same way (the same --project on the same data), or retrain.")
     missing = [n for n in layer_names if n not in cache.layer_names]
     if missing:
         raise CacheMismatchError(f"The cache {cache.path} lacks the state(s) {', '.join(missing)} this head "

@@ -1,0 +1,175 @@
+"""A cache's projection of token states to K dimensions (``projection.safetensors``): per state, a mean and a basis.
+
+``layercache extract --project K`` fits, per kept state s, the top K principal directions of that
+state's token vectors on a seeded sample of the first split (:mod:`layercache.extraction.projection_fit`)
+and stores every state as its K coordinates in them:
+
+    z = W_s (x - mu_s)        x: (D,) the model's state, mu_s: (D,) its mean, W_s: (K, D) orthonormal rows
+
+Token states and pooled vectors alike (a mean of projected tokens is the projection of their mean,
+so pooled vectors are pooled first, then projected, as a head pooling projected tokens would get
+them). Everything that reads the cache reads K-wide states and never needs the basis: heads, probes,
+the depth analyses. What needs it are the paths that compare or join the cache with the model: the
+live path and ``verify`` project fresh states with it, and the logit lens maps states back into the
+model's space (``x ~ mu_s + W_s^T z``, keeping the variance the projection kept).
+
+==================== ============ =========================================================
+tensor               shape        what
+==================== ============ =========================================================
+``mean``             (S, D) f32   each state's mean over the fitted tokens
+``basis``            (S, K, D) f32 each state's top-K principal directions, orthonormal rows,
+                                  largest variance first, each row's largest entry positive
+``variance_kept``    (S,) f64     fraction of each state's variance the K directions keep
+==================== ============ =========================================================
+
+plus one metadata key (``layercache_projection``: format, fitted tokens, split and seed). The file
+is written once, before the first shard, and never rewritten: every shard was projected with it,
+so a file that no longer matches its checksum in ``manifest.side_files`` makes the cache
+unreadable (the refusal says to re-extract), unlike the vocabulary and the lens, which extraction
+can always write again from the model.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ..core.checksum import file_checksum, fsync_and_checksum
+from ..core.confine import OwnedFolder
+from ..core.files import write_file_atomic
+from ..errors import CacheError, ConfigError
+from .manifest import Manifest, SideFile, confined_path
+
+PROJECTION_NAME = "projection.safetensors"
+PROJECTION_FORMAT = 1
+_META_KEY = "layercache_projection"
+
+
+@dataclass
+class Projection:
+    """Per state: ``z = basis[s] @ (x - mean[s])``. Shapes: mean (S, D), basis (S, K, D), variance_kept (S,)."""
+
+    mean: torch.Tensor
+    basis: torch.Tensor
+    variance_kept: torch.Tensor
+    tokens: int = 0
+    """Tokens the fit saw."""
+    split: str = ""
+    seed: int = 0
+
+    @property
+    def n_states(self) -> int:
+        """S: the kept states it projects."""
+        return int(self.basis.shape[0])
+
+    @property
+    def dim(self) -> int:
+        """K: the width of the stored states."""
+        return int(self.basis.shape[1])
+
+    @property
+    def width(self) -> int:
+        """D: the model's width."""
+        return int(self.basis.shape[2])
+
+    def to(self, device: torch.device | str) -> Projection:
+        """This projection with its tensors on ``device`` (float32)."""
+        return Projection(self.mean.to(device, torch.float32), self.basis.to(device, torch.float32),
+                          self.variance_kept, self.tokens, self.split, self.seed)
+
+    def subset(self, states: list[int]) -> Projection:
+        """The projection of the kept states ``states`` only, in that order."""
+        index = list(states)
+        return Projection(self.mean[index], self.basis[index], self.variance_kept[index], self.tokens, self.split,
+                          self.seed)
+
+    def state(self, s: int, values: torch.Tensor) -> torch.Tensor:
+        """Kept state ``s``'s vectors ``(n, D)`` projected: ``(n, K)`` float32, on their device."""
+        mean, basis = self.mean[s].to(values.device), self.basis[s].to(values.device)
+        return (values.float() - mean) @ basis.T
+
+    def apply(self, values: torch.Tensor, states: list[int] | None = None) -> torch.Tensor:
+        """Vectors ``(..., S', D)`` of kept states ``states`` (default all, in order) as ``(..., S', K)`` float32."""
+        index = list(range(self.n_states)) if states is None else list(states)
+        mean = self.mean[index].to(values.device)  # (S', D)
+        basis = self.basis[index].to(values.device)  # (S', K, D)
+        return torch.einsum("...sd,skd->...sk", values.float() - mean, basis)
+
+    def reconstruct(self, coordinates: torch.Tensor, states: list[int] | None = None) -> torch.Tensor:
+        """Stored ``(..., S', K)`` back in the model's space ``(..., S', D)``: ``mean + basis^T z`` (lossy)."""
+        index = list(range(self.n_states)) if states is None else list(states)
+        mean = self.mean[index].to(coordinates.device)
+        basis = self.basis[index].to(coordinates.device)
+        return torch.einsum("...sk,skd->...sd", coordinates.float(), basis) + mean
+
+
+def write_projection(cache_dir: str | os.PathLike, projection: Projection) -> SideFile:
+    """Write ``projection.safetensors`` atomically; returns its manifest entry."""
+    from safetensors.torch import save_file
+
+    tensors = {"mean": projection.mean.detach().float().cpu().contiguous(),
+               "basis": projection.basis.detach().float().cpu().contiguous(),
+               "variance_kept": projection.variance_kept.detach().double().cpu().contiguous()}
+    meta = {_META_KEY: json.dumps({"format": PROJECTION_FORMAT, "tokens": int(projection.tokens),
+                                   "split": projection.split, "seed": int(projection.seed)}, sort_keys=True)}
+    path = OwnedFolder.at(cache_dir).file(PROJECTION_NAME)  # never through a link
+    checksum = write_file_atomic(path, lambda tmp: save_file(tensors, str(tmp), metadata=meta),
+                                 after=fsync_and_checksum)
+    return SideFile(file=PROJECTION_NAME, bytes=path.stat().st_size, checksum=str(checksum))
+
+
+def read_projection(cache_dir: str | os.PathLike, manifest: Manifest) -> Projection | None:
+    """The cache's projection, checked against its manifest; None for a cache stored at the model's width.
+
+    Raises :class:`CacheError` when the manifest records a projection whose file is missing, changed
+    since extraction, or does not fit the cache (states, widths).
+    """
+    k = manifest.storage.project
+    if not k:
+        return None
+    entry = manifest.side_files.get("projection")
+    path = confined_path(cache_dir, PROJECTION_NAME, "Side file")
+    again = ("every shard was projected with it, so the cache cannot be read without it: re-extract with "
+             "--overwrite")
+    if entry is None or not Path(path).is_file() or file_checksum(path) != entry.checksum:
+        raise CacheError(f"{path} is missing or has changed since extraction (its checksum differs from the "
+                         f"manifest's); {again}.")
+    try:
+        projection = _load(Path(path))
+    except (OSError, ValueError, KeyError, TypeError, RuntimeError) as err:
+        raise CacheError(f"{path} is not a projection file this layercache can read ({str(err)[:120]}); "
+                         f"{again}.") from None
+    expected = (len(manifest.storage.layers), k, manifest.model.hidden_size)
+    if tuple(projection.basis.shape) != expected:
+        raise CacheError(f"{path} holds a basis of shape {tuple(projection.basis.shape)} where the manifest implies "
+                         f"{expected}; {again}.")
+    return projection
+
+
+def _load(path: Path) -> Projection:
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="pt", device="cpu") as handle:
+        meta = json.loads((handle.metadata() or {}).get(_META_KEY, "{}"))
+        tensors = {name: handle.get_tensor(name) for name in handle.keys()}
+    if not isinstance(meta, dict) or meta.get("format") != PROJECTION_FORMAT:
+        raise ValueError(f"format should be {PROJECTION_FORMAT}")
+    basis, mean, kept = tensors["basis"], tensors["mean"], tensors["variance_kept"]
+    if basis.ndim != 3 or mean.shape != (basis.shape[0], basis.shape[2]) or kept.shape != (basis.shape[0],):
+        raise ValueError("mean, basis and variance_kept should be (S, D), (S, K, D) and (S,)")
+    if not (torch.isfinite(basis).all() and torch.isfinite(mean).all()):
+        raise ValueError("the basis and the means should be finite")
+    return Projection(mean=mean.float(), basis=basis.float(), variance_kept=kept.double(),
+                      tokens=int(meta.get("tokens", 0)), split=str(meta.get("split", "")),
+                      seed=int(meta.get("seed", 0)))
+
+
+def check_projection_size(k: int, width: int) -> None:
+    """Refuse (:class:`ConfigError`) a projection that would keep as many dimensions as the model has, or none."""
+    if k < 1 or k >= width:
+        raise ConfigError(f"--project {k} must lie between 1 and {width - 1} (the model's states are {width} wide; "
+                         "a projection to as many dimensions saves nothing).")
