@@ -107,5 +107,6 @@ def test_a_new_storage_codec_module_is_a_storage_dtype(extra_module, monkeypatch
     assert codecs.check_storage_dtype("float64") == "float64"
     dtype_rule = MANIFEST_SCHEMA.required["storage"].required["dtype"]  # the schema reads the registry
     dtype_rule("float64", "storage.dtype")
-    with pytest.raises(ManifestSchemaError, match="storage.dtype should be one of float16, bfloat16, float32, int8, float64"):
+    with pytest.raises(ManifestSchemaError,
+                       match="storage.dtype should be one of float16, bfloat16, float32, int8, float64"):
         dtype_rule("int3", "storage.dtype")

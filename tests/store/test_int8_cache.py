@@ -7,7 +7,6 @@ read must apply the scales it read with the same index, and nothing may serve in
 
 from __future__ import annotations
 
-
 import h5py
 import numpy as np
 import pytest
