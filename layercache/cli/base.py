@@ -26,9 +26,9 @@ def _flags_show_no_value() -> None:
     """
     from typer.core import TyperOption
 
-    original = TyperOption.display_type_rich
-    if getattr(original, "_layercache_flags", False):
-        return
+    original = getattr(TyperOption, "display_type_rich", None)
+    if original is None or getattr(original, "_layercache_flags", False):
+        return  # a typer whose rich help asks no such method (other versions): nothing to correct
 
     def display_type_rich(self, ctx):
         if self.is_flag or self.count:
