@@ -43,7 +43,15 @@ def estimate_bytes(manifest: Manifest, plans: dict[str, SplitPlan] | None = None
     """
     sizes = [size for name, split in manifest.splits.items()
              for size in _shard_estimates(manifest, name, plans, range(split.n_batches))]
-    return sum(sizes) + MANIFEST_BYTES + MANIFEST_SHARD_BYTES * len(sizes)
+    return sum(sizes) + MANIFEST_BYTES + MANIFEST_SHARD_BYTES * len(sizes) + projection_bytes(manifest)
+
+
+def projection_bytes(manifest: Manifest) -> int:
+    """The ``--project K`` basis file: per kept state a ``K x D`` basis and a ``D`` mean, float32 (0 without one)."""
+    k = manifest.storage.project
+    if not k:
+        return 0
+    return len(manifest.storage.layers) * (k + 1) * manifest.model.hidden_size * 4
 
 
 def remaining_bytes(manifest: Manifest, plans: dict[str, SplitPlan] | None = None) -> int:

@@ -48,6 +48,7 @@ from ..errors import ConfigError
 from ..store.codecs import AUTO, codec
 from ..store.codecs.float16 import FP16_MAX
 from ..store.paths import default_cache_path
+from ..store.projection import check_projection_size
 from .configuration import new_manifest
 from .estimate import DISK_MARGIN, free_disk_bytes
 from .housekeeping import nearest_existing
@@ -137,16 +138,15 @@ def plan_cache(model: str = "minilm", data: DataSpec | None = None, storage: Sto
     """
     data, storage, batching = data or DataSpec(), storage or StorageSpec(), batching or BatchSpec()
     if project is None:
-        project = getattr(storage, "project", None)  # extract's own --project, once it has one
+        project = storage.project  # extract's own --project
     pooling = _check_options(storage.store, storage.pooling, storage.storage_dtype, storage.shard_bytes, data.limit)
     _check_plan_options(project, disk_budget, sample_batches, disk_probe_bytes)
     out = Path(out).expanduser() if out is not None else default_cache_path(model, data.dataset or "files",
                                                                             data.config)
     inputs = load_inputs(model, data, storage, batching, allow_pickle=allow_pickle)
     backbone, plans = inputs.backbone, inputs.plans
-    if project is not None and project > backbone.hidden_size:
-        raise ConfigError(f"--project {project} is wider than the model's {backbone.hidden_size} dimensions; "
-                          f"choose at most {backbone.hidden_size}.")
+    if project is not None:
+        check_projection_size(project, backbone.hidden_size)  # the sentence extract would give
     first = next((n for n, p in plans.items() if p.batches), None)
     forward = forward_speed(backbone, plans[first], inputs.keep, sample_batches) if first and sample_batches else None
     dtype, reason = _storage_dtype(storage.storage_dtype, forward)

@@ -20,14 +20,12 @@ from dataclasses import dataclass, field
 from ..core.units import human_bytes, human_seconds
 from ..store.codecs import codec, codec_names
 from ..store.manifest import Manifest
-from .estimate import DISK_MARGIN, estimate_bytes
+from .estimate import DISK_MARGIN, estimate_bytes, projection_bytes
 from .plan import SplitPlan
-from .specs import StorageSpec
 
 NO_CACHE, TOKENS, POOLED = "none", "tokens", "pooled"
 PROJECTION_DIVISORS = (2, 4, 8)
 """The projection widths always priced: ``D/2``, ``D/4`` and ``D/8`` (a user's ``--project K`` is added)."""
-BASIS_VALUE_BYTES = 4  # float32
 
 
 @dataclass(frozen=True)
@@ -139,7 +137,7 @@ def standard_choices(manifest: Manifest, yours: StorageChoice | None = None,
     """tokens float16, tokens bfloat16, tokens int8, tokens int8 + project K (each of :func:`projection_sizes`),
     pooled float16, no cache; and ``yours`` where it is none of them (after the token rows)."""
     rows = [StorageChoice(TOKENS, "float16"), StorageChoice(TOKENS, "bfloat16"), StorageChoice(TOKENS, "int8")]
-    rows += [StorageChoice(TOKENS, "int8", k) for k in projection_sizes(manifest.hidden_size, project)]
+    rows += [StorageChoice(TOKENS, "int8", k) for k in projection_sizes(manifest.model.hidden_size, project)]
     rows += [StorageChoice(POOLED, "float16"), StorageChoice(NO_CACHE)]
     known = set(codec_names())
     rows = [row for row in rows if row.dtype is None or row.dtype in known]  # a codec this layercache has
@@ -148,34 +146,14 @@ def standard_choices(manifest: Manifest, yours: StorageChoice | None = None,
     return rows
 
 
-def projection_built() -> bool:
-    """Whether extract takes ``--project K`` (its :class:`~.specs.StorageSpec` has ``project``); until then a
-    projection is priced, not offered."""
-    return any(f.name == "project" for f in dataclasses.fields(StorageSpec))
-
-
 def choice_manifest(manifest: Manifest, choice: StorageChoice) -> Manifest:
-    """The manifest ``choice`` would write: the run's, with the store, codec and (projected) width replaced.
-
-    A projection is priced as states ``K`` wide (the model section's width); the basis file is added by
-    :func:`choice_bytes`. Any projection the run's own manifest records is cleared first.
-    """
+    """The manifest ``choice`` would write: the run's, with the store, codec and projection replaced (states
+    ``K`` wide under ``--project K``; the basis file is added by :func:`choice_bytes`)."""
     pooling = list(manifest.storage.pooling) or ["mean"]
-    unprojected = {"project": None} if hasattr(manifest.storage, "project") else {}
     storage = dataclasses.replace(manifest.storage, store=choice.store, dtype=choice.dtype,
                                   pooling=pooling if choice.store == POOLED else list(manifest.storage.pooling),
-                                  **unprojected)
-    model = manifest.model
-    if choice.project:
-        model = dataclasses.replace(model, hidden_size=int(choice.project))
-    return dataclasses.replace(manifest, storage=storage, model=model)
-
-
-def basis_bytes(n_states: int, project: int | None, hidden_size: int) -> int:
-    """The projection's basis file: per kept state a ``K x D`` basis and a ``D`` mean, float32 (0 without one)."""
-    if not project:
-        return 0
-    return n_states * (project * hidden_size + hidden_size) * BASIS_VALUE_BYTES
+                                  project=int(choice.project) if choice.project else None)
+    return dataclasses.replace(manifest, storage=storage)
 
 
 def choice_bytes(manifest: Manifest, plans: dict[str, SplitPlan] | None, choice: StorageChoice,
@@ -187,8 +165,7 @@ def choice_bytes(manifest: Manifest, plans: dict[str, SplitPlan] | None, choice:
     if split is not None:
         priced = dataclasses.replace(priced, splits={split: priced.splits[split]})
         plans = {split: plans[split]} if plans and split in plans else None
-    return estimate_bytes(priced, plans) + basis_bytes(len(manifest.storage.layers), choice.project,
-                                                       manifest.hidden_size)
+    return estimate_bytes(priced, plans)  # a projection's basis file included
 
 
 def epoch_split(manifest: Manifest) -> str | None:
@@ -201,7 +178,7 @@ def epoch_split(manifest: Manifest) -> str | None:
 def your_choice(manifest: Manifest, project: int | None = None) -> StorageChoice:
     """The choice the run's manifest makes (its store, its resolved codec, its projection), or with ``project``."""
     return StorageChoice(manifest.storage.store, manifest.storage.dtype,
-                         project or getattr(manifest.storage, "project", None) or None)
+                         project or manifest.storage.project or None)
 
 
 def size_choices(manifest: Manifest, plans: dict[str, SplitPlan] | None, space: int,
@@ -231,9 +208,9 @@ def _notes(manifest: Manifest, choice: StorageChoice, token_tasks: list[str]) ->
     if choice.dtype == "int8" and not choice.project:
         notes.append("one float32 scale per vector; values within 0.4 % of each vector's largest")
     if choice.project:
-        basis = human_bytes(basis_bytes(len(manifest.storage.layers), choice.project, manifest.hidden_size))
-        notes.append(f"each state projected {manifest.hidden_size} -> {choice.project} (basis file {basis})"
-                     + ("" if projection_built() else "; priced only: extract has no --project yet"))
+        width = manifest.model.hidden_size
+        basis = human_bytes(projection_bytes(choice_manifest(manifest, choice)))
+        notes.append(f"each state projected {width} -> {choice.project} (basis file {basis})")
     return notes
 
 
@@ -251,9 +228,8 @@ def _fidelity(row: PricedChoice, preferred16: str) -> tuple:
 def recommend(rows: Sequence[PricedChoice], space: int, preferred16: str = "float16") -> tuple[PricedChoice, str]:
     """The most faithful row that fits and pays (or is not timed), and the recommendation in words.
 
-    No cache when no row fits, or none that fits pays. A projection (priced, not built yet) is
-    followed by the most faithful choice extract writes today. The user's row (``yours``) is named
-    when it differs, and left as it is.
+    No cache when no row fits, or none that fits pays. The user's row (``yours``) is named when it
+    differs, and left as it is.
     """
     caches = [r for r in rows if r.choice.store != NO_CACHE]
     fitting = [r for r in caches if r.fits]
@@ -262,13 +238,6 @@ def recommend(rows: Sequence[PricedChoice], space: int, preferred16: str = "floa
         best = min(paying, key=lambda r: _fidelity(r, preferred16))
         text = (f"Recommended: {best.name} ({human_bytes(best.bytes)}): the most faithful choice that fits "
                 f"{human_bytes(space)}{_paying(best)}.")
-        today = [r for r in paying if not r.choice.project or projection_built()]
-        if best.choice.project and not projection_built() and today:
-            alt = min(today, key=lambda r: _fidelity(r, preferred16))
-            text += (f" extract cannot project yet; of what it writes today, {alt.name} ({human_bytes(alt.bytes)}) "
-                     f"fits{_paying(alt)}: {alt.choice.flags}.")
-        elif best.choice.project and not projection_built():
-            text += " extract cannot project yet, and nothing it writes today fits and pays."
     else:
         best = next(r for r in rows if r.choice.store == NO_CACHE)
         reason = (f"no cache fits {human_bytes(space)}" if not fitting else

@@ -46,7 +46,7 @@ def test_plan_prints_every_choice_and_writes_no_cache(tiny_models, tsv, tmp_path
 
 @pytest.mark.parametrize("options, fragment", [
     (["--project", "0"], "--project must be at least 1"),
-    (["--project", "33"], "wider than the model's 32 dimensions"),
+    (["--project", "32"], "--project 32 must lie between 1 and 31"),
     (["--store", "everything"], "--store 'everything' is not known"),
     (["--disk-budget", "lots"], "is not understood"),
     (["--sample-batches", "-1"], "--sample-batches must be 0 or more"),

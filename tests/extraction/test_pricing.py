@@ -9,9 +9,9 @@ import os
 import pytest
 
 from layercache.errors import InsufficientDiskError
-from layercache.extraction import job, measure, pricing, storage_choices
+from layercache.extraction import job, measure, pricing
 from layercache.extraction.configuration import new_manifest
-from layercache.extraction.estimate import estimate_bytes
+from layercache.extraction.estimate import estimate_bytes, projection_bytes
 from layercache.extraction.specs import BatchSpec, DataSpec, StorageSpec
 from layercache.extraction.storage_choices import (
     NO_CACHE,
@@ -19,7 +19,6 @@ from layercache.extraction.storage_choices import (
     TOKENS,
     PricedChoice,
     StorageChoice,
-    basis_bytes,
     choice_bytes,
     recommend,
 )
@@ -62,9 +61,13 @@ def test_each_choice_costs_what_its_own_manifest_estimates(plan_of, inputs):
     base = manifest("int8")
     D, S = base.hidden_size, len(base.storage.layers)
     for k in (D // 2, D // 4, D // 8):
-        narrow = dataclasses.replace(base, model=dataclasses.replace(base.model, hidden_size=k))
-        assert rows[StorageChoice(TOKENS, "int8", k)].bytes == (estimate_bytes(narrow, loaded.plans)
-                                                                + S * (k * D + D) * 4)
+        narrow = dataclasses.replace(base, storage=dataclasses.replace(base.storage, project=k))
+        assert narrow.hidden_size == k  # the stored width
+        # the shards at width k, and the basis file: per state a (k, D) basis and a (D,) mean, float32
+        assert rows[StorageChoice(TOKENS, "int8", k)].bytes == estimate_bytes(narrow, loaded.plans)
+        assert estimate_bytes(narrow, loaded.plans) - projection_bytes(narrow) == estimate_bytes(
+            dataclasses.replace(base, model=dataclasses.replace(base.model, hidden_size=k)), loaded.plans)
+        assert projection_bytes(narrow) == S * (k * D + D) * 4
     assert rows[StorageChoice(NO_CACHE)].bytes == 0
     assert plan.yours.choice == StorageChoice(TOKENS, "float16")  # auto resolved, within float16's range
     assert plan.to_json()["choices"][0]["bytes"] == rows[StorageChoice(TOKENS, "float16")].bytes
@@ -87,7 +90,8 @@ def test_int8_halves_float16_and_a_projection_scales_with_its_width(inputs):
     projected = [choice_bytes(big, None, StorageChoice(TOKENS, "int8", k)) for k in widths]
     for k, size in zip(widths, projected):
         assert 0.8 * k / 1024 < size / int8 < 1.25 * k / 1024
-        assert basis_bytes(S, k, 1024) == S * (k * 1024 + 1024) * 4
+        priced = dataclasses.replace(big, storage=dataclasses.replace(big.storage, project=k))
+        assert projection_bytes(priced) == S * (k * 1024 + 1024) * 4
     assert projected[0] > projected[1] > projected[2]
 
 
@@ -121,13 +125,8 @@ def test_recommendation_is_the_most_faithful_choice_that_fits_and_pays(monkeypat
     assert "--storage-dtype int8" in text
     projected = [_row(100, 10, 60, fits=False, yours=True), _row(100, 2, 60, dtype="int8", project=64),
                  _row(100, 1, 60, store=POOLED), _row(0, None, 60, store=NO_CACHE)]
-    monkeypatch.setattr(storage_choices, "projection_built", lambda: False)
     best, text = recommend(projected, 10**9)
-    assert best.choice.project == 64  # priced, not built: what extract writes today is named too
-    assert "extract cannot project yet" in text and "pooled float16" in text and "--store pooled" in text
-    monkeypatch.setattr(storage_choices, "projection_built", lambda: True)
-    best, text = recommend(projected, 10**9)
-    assert best.choice.project == 64 and "cannot project" not in text and "--project 64" in text
+    assert best.choice.project == 64 and "--project 64" in text
     never = [_row(100, 70, 60, dtype=d, yours=d == "float16") for d in ("float16", "int8")]
     best, text = recommend([*never, _row(0, None, 60, store=NO_CACHE)], 10**9)
     assert best.choice.store == NO_CACHE and "not faster than recomputing" in text
