@@ -43,6 +43,8 @@ DEVICE = "cpu"
 BATCH_TOKENS = 8192  # extract() defaults
 BATCH_SIZE = 256
 NAIVE_BATCH = 32
+STORAGE = {"storage_dtype": "auto"}
+"""extract()'s storage options for the overhead and size passes (``--storage-dtype``, ``--project``)."""
 
 # name -> (file under the data folder, split name used in the cache)
 DATASETS = {
@@ -234,7 +236,7 @@ def extract_pass(files: dict[str, str], limit: int | None, out: Path) -> tuple[d
 
     with PhaseTimer() as pt:
         t0, c0 = time.perf_counter(), time.process_time()
-        result = extract(MODEL, None, out, split_files=files, limit=limit, device=DEVICE, progress=False)
+        result = extract(MODEL, None, out, split_files=files, limit=limit, device=DEVICE, progress=False, **STORAGE)
         t1, c1 = time.perf_counter(), time.process_time()
     phases = dict(pt.times)
     setup_keys = ("load_data", "load_model", "tokenize_plan")
@@ -643,6 +645,8 @@ def parse_args(argv=None):
     p.add_argument("--only", nargs="+", choices=["overhead", "padding", "size", "rss", "read"], default=None,
                    help="run only these benchmarks (size and read need overhead's caches)")
     p.add_argument("--workdir", type=Path, default=None, help="where temporary caches go (default: a temp dir)")
+    p.add_argument("--storage-dtype", default="auto", help="extract()'s storage dtype (e.g. float16, int8)")
+    p.add_argument("--project", type=int, default=None, help="extract()'s --project K")
     p.add_argument("--_rss-child", dest="rss_child", default=None, help=argparse.SUPPRESS)
     return p.parse_args(argv)
 
@@ -662,6 +666,7 @@ def main(argv=None) -> int:
         print("RSS_RESULT " + json.dumps(res), flush=True)
         return 0
 
+    STORAGE.update(storage_dtype=args.storage_dtype, project=args.project)
     data = args.data.expanduser().resolve()
     check_data(data)
     quick = args.quick
