@@ -45,6 +45,22 @@ def pristine(tiny_models, tmp_path_factory):
     return cache, run
 
 
+@pytest.fixture(scope="module")
+def compressed(tiny_models, tmp_path_factory):
+    """The same data stored int8 and projected to 8 of 32 dimensions: scales datasets, a projection section and
+    its side file, for the mutations to reach."""
+    root = tmp_path_factory.mktemp("fuzz-compressed")
+    conll = root / "tags.conll"
+    sentences = [[("the", "O"), ("lamp", "B-OBJ"), ("is", "O"), ("good", "B-ADJ")],
+                 [("a", "O"), ("red", "B-ADJ"), ("lamp", "B-OBJ")]] * 12
+    conll.write_text("\n\n".join("\n".join(f"{w} {t}" for w, t in s) for s in sentences) + "\n")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("LAYERCACHE_HOME", str(root / "home"))
+        return lc.extract(str(tiny_models["bert"]), str(conll), root / "cache", shard_bytes=2_000,
+                          batch_tokens=48, pooling=["mean", "first"], storage_dtype="int8", project=8,
+                          progress=False).path
+
+
 def _copy_cache(src: Path, dst: Path) -> Path:
     """A private copy: hard links for shards (reads only), so each example costs little."""
     if dst.exists():
@@ -66,6 +82,7 @@ def read_everything(cache_dir: Path) -> None:
     with lc.LayerCache.open(cache_dir, allow_incomplete=True) as cache:
         cache_summary(cache)
         cache.damaged_shards()
+        cache.projection()
         for split in cache.splits:
             n = cache.num_examples(split)
             if n == 0:
@@ -82,7 +99,7 @@ def read_everything(cache_dir: Path) -> None:
                 assert batch.states.shape[0] <= 8
             feed = CacheFeed(cache, split, tasks=[t.name for t in cache.tasks], batch_size=8, source="tokens")
             for batch in feed.epoch(shuffle=True, seed=0):
-                assert batch.states.shape[0] <= 8  # the values may be anything: they are not checked here
+                assert batch.states_on().shape[0] <= 8  # the values may be anything: they are not checked here
 
 
 def must_read_or_refuse(action) -> None:
@@ -139,8 +156,9 @@ def apply_mutation(document, mutation):
     return document
 
 
-def test_mutated_manifests_are_read_or_refused(pristine, tmp_path):
-    cache, _ = pristine
+@pytest.mark.parametrize("which", ["float16", "int8+project"])
+def test_mutated_manifests_are_read_or_refused(pristine, compressed, tmp_path, which):
+    cache = pristine[0] if which == "float16" else compressed
     manifest = json.loads((cache / "manifest.json").read_text())
 
     @SETTINGS
@@ -180,8 +198,9 @@ def damage(path: Path, mutation) -> bool:
     return bytes(data) != original
 
 
-def test_mutated_shards_are_read_or_refused(pristine, tmp_path):
-    cache, _ = pristine
+@pytest.mark.parametrize("which", ["float16", "int8+project"])
+def test_mutated_shards_are_read_or_refused(pristine, compressed, tmp_path, which):
+    cache = pristine[0] if which == "float16" else compressed
     shards = sorted(p.relative_to(cache) for p in cache.glob("*/shard-*.h5"))
 
     @SETTINGS
@@ -192,6 +211,22 @@ def test_mutated_shards_are_read_or_refused(pristine, tmp_path):
         must_read_or_refuse(lambda: read_everything(copy))
         with lc.LayerCache.open(copy) as opened:  # the manifest is intact: any change is found
             assert (str(shard) in opened.damaged_shards()) == changed
+
+    check()
+
+
+def test_a_mutated_projection_file_is_refused(compressed, tmp_path):
+    """Every shard was projected with the basis: a changed file is refused where the basis is needed."""
+    from layercache.errors import CacheError
+
+    @SETTINGS
+    @given(mutation=shard_mutation)
+    def check(mutation):
+        copy = _copy_cache(compressed, tmp_path / "copy")
+        if damage(copy / "projection.safetensors", mutation):
+            with lc.LayerCache.open(copy) as opened, pytest.raises(CacheError, match="re-extract with --overwrite"):
+                opened.projection()
+        must_read_or_refuse(lambda: read_everything(copy))
 
     check()
 
