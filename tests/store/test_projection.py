@@ -117,3 +117,38 @@ def test_refusals_are_one_sentence(tiny_models, tmp_path, caches):
         verify_cache(copy, sample=2)
     # the states themselves stay readable: only the paths that need the basis refuse
     assert lc.LayerCache.open(copy).tokens("train", [0])[0].shape[-1] == K
+
+
+def test_a_stopped_projected_int8_run_resumes_with_its_basis_to_the_same_cache(tiny_models, tmp_path, monkeypatch,
+                                                                                caches):
+    """The basis is fitted once: a resume reads it back (never refits), and the shards equal an uninterrupted run's."""
+    import h5py
+
+    from layercache.extraction import job as job_module
+    from layercache.store.writer import ShardWriter
+
+    out = tmp_path / "cache"
+    original, calls = ShardWriter.append, []
+
+    def append(self, batch):
+        calls.append(1)
+        original(self, batch)
+        if len(calls) == 4:
+            raise KeyboardInterrupt  # a stop after some shards were committed
+
+    with monkeypatch.context() as mp:
+        mp.setattr(ShardWriter, "append", append)
+        with pytest.raises(KeyboardInterrupt):
+            _extract(tiny_models, out, storage_dtype="int8", project=K, shard_bytes=1_000)
+    fitted = (out / "projection.safetensors").read_bytes()
+    with monkeypatch.context() as mp:
+        mp.setattr(job_module, "fit_projection", lambda *a, **k: pytest.fail("a resume must not refit the basis"))
+        resumed = _extract(tiny_models, out, storage_dtype="int8", project=K, shard_bytes=1_000)
+    assert (out / "projection.safetensors").read_bytes() == fitted
+    whole = _extract(tiny_models, tmp_path / "whole", storage_dtype="int8", project=K, shard_bytes=1_000)
+    a, b = lc.LayerCache.open(resumed), lc.LayerCache.open(whole)
+    assert [s.file for s in a.split_info("train").shards] == [s.file for s in b.split_info("train").shards]
+    for x, y in zip(a.split_info("train").shards, b.split_info("train").shards):
+        with h5py.File(resumed / x.file) as f, h5py.File(whole / y.file) as g:
+            for name in ("hidden", "scales/hidden", "pooled/mean", "scales/pooled/mean"):
+                np.testing.assert_array_equal(f[name][:], g[name][:])
