@@ -29,14 +29,20 @@ SETTINGS = settings(max_examples=60, deadline=20_000, derandomize=True, print_bl
                     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 
 
-@pytest.fixture(scope="module")
-def pristine(tiny_models, tmp_path_factory):
-    """A complete token-task + sequence-task cache and a run folder trained on it."""
-    root = tmp_path_factory.mktemp("fuzz")
+def _tags_file(root: Path) -> Path:
+    """24 short tagged sentences as a CoNLL file: a token task and its words."""
     conll = root / "tags.conll"
     sentences = [[("the", "O"), ("lamp", "B-OBJ"), ("is", "O"), ("good", "B-ADJ")],
                  [("a", "O"), ("red", "B-ADJ"), ("lamp", "B-OBJ")]] * 12
     conll.write_text("\n\n".join("\n".join(f"{w} {t}" for w, t in s) for s in sentences) + "\n")
+    return conll
+
+
+@pytest.fixture(scope="module")
+def pristine(tiny_models, tmp_path_factory):
+    """A complete token-task + sequence-task cache and a run folder trained on it."""
+    root = tmp_path_factory.mktemp("fuzz")
+    conll = _tags_file(root)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("LAYERCACHE_HOME", str(root / "home"))
         cache = lc.extract(str(tiny_models["bert"]), str(conll), root / "cache", shard_bytes=6_000,
@@ -50,10 +56,7 @@ def compressed(tiny_models, tmp_path_factory):
     """The same data stored int8 and projected to 8 of 32 dimensions: scales datasets, a projection section and
     its side file, for the mutations to reach."""
     root = tmp_path_factory.mktemp("fuzz-compressed")
-    conll = root / "tags.conll"
-    sentences = [[("the", "O"), ("lamp", "B-OBJ"), ("is", "O"), ("good", "B-ADJ")],
-                 [("a", "O"), ("red", "B-ADJ"), ("lamp", "B-OBJ")]] * 12
-    conll.write_text("\n\n".join("\n".join(f"{w} {t}" for w, t in s) for s in sentences) + "\n")
+    conll = _tags_file(root)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("LAYERCACHE_HOME", str(root / "home"))
         return lc.extract(str(tiny_models["bert"]), str(conll), root / "cache", shard_bytes=2_000,
