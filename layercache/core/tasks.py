@@ -36,6 +36,8 @@ class LabelTask:
             raise ValueError("a regression task has no label names")
         if self.kind != "regression" and not self.label_names:
             raise ValueError(f"classification task {self.name!r} needs label names")
+        if self.label_names is not None and not all(isinstance(n, str) for n in self.label_names):
+            raise ValueError(f"the label names of task {self.name!r} must be strings")
 
     @property
     def num_classes(self) -> int | None:
