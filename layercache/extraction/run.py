@@ -11,6 +11,7 @@ A run has three steps, and the single process is the case of one writer:
 3. *merge* (:func:`merge_shares`): one step folds the parts into the manifest, reads each newly
    finished split's statistics back from its shards and marks the cache complete.
 
+Under ``torchrun`` each rank is one writer (:mod:`.distributed`), with the same steps (:mod:`.steps`).
 This module only orchestrates; each step lives beside it: the options (:mod:`.specs`), the
 cache folder (:mod:`.housekeeping`), the plan (:mod:`.plan`), ``--storage-dtype auto``
 (:mod:`.dtype_probe`), the manifest and its hash (:mod:`.configuration`), the size estimate
@@ -20,7 +21,6 @@ from the shards (:mod:`.stats`).
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 from collections.abc import Mapping, Sequence
@@ -38,24 +38,17 @@ from ..core.extraction_defaults import (
     DEFAULT_STORE,
 )
 from ..core.layers import LayerSpec
-from ..errors import CacheError, ConfigError
-from ..progress import extraction_progress
+from ..errors import ConfigError
 from ..store.codecs import AUTO, check_storage_dtype
-from ..store.manifest import Manifest, write_manifest
-from ..store.parts import ManifestPart, merge_parts
 from ..store.paths import default_cache_path
 from ..store.schema import POOLING_MODES, STORE_MODES
-from ..store.writer import ExtractedBatch
-from .background import BackgroundWriter, BufferPool
+from .distributed import extract_on_ranks, torchrun_world
 from .estimate import estimate_bytes, free_disk_bytes, remaining_bytes
-from .forward import run_batch
 from .housekeeping import check_split_names, locked_output, write_errors
-from .job import ExtractionJob, ExtractResult, prepare_job
-from .memory import HeapTrimmer
-from .shards import SplitShards
-from .shares import Share, assign_shares, remaining_batches
+from .job import ExtractResult, prepare_job
+from .shares import assign_shares
 from .specs import BatchSpec, DataSpec, StorageSpec, merged_spec
-from .stats import split_stats
+from .steps import list_committed, merge_shares, write_share
 
 __all__ = ["extract", "ExtractResult", "DataSpec", "StorageSpec", "BatchSpec", "DEFAULT_SHARD_BYTES",
            "STORE_MODES", "estimate_bytes", "remaining_bytes", "free_disk_bytes", "write_errors",
@@ -151,6 +144,10 @@ def _extract(model: str, data: DataSpec, storage: StorageSpec, batching: BatchSp
     check_split_names([*(data.splits or []), *(data.split_files or {})])  # before any folder is touched
     out = Path(out).expanduser() if out is not None else default_cache_path(
         model, data.dataset or "files", data.config)
+    world = torchrun_world()
+    if world is not None:  # under torchrun: this process is one rank of several writers
+        return extract_on_ranks(model, data, storage, batching, out, pooling, world, overwrite=overwrite,
+                                repair=repair, allow_pickle=allow_pickle, progress=progress)
     with locked_output(out):
         job = prepare_job(model, data, storage, batching, out, pooling, overwrite=overwrite, repair=repair,
                           allow_pickle=allow_pickle, progress=progress)
@@ -186,101 +183,3 @@ def _check_options(store, pooling, storage_dtype, shard_bytes, limit) -> list[st
     if limit is not None and limit < 1:
         raise ConfigError(f"--limit must be at least 1, got {limit}.")
     return pooling
-
-
-# --- the work ----------------------------------------------------------------------------
-def write_share(job: ExtractionJob, share: Share, progress: bool = True) -> ManifestPart:
-    """Forward the share's batches; shards are committed under the writer's manifest part (returned).
-
-    Whatever stops it (a failed write, NaN from the model, Ctrl-C) removes the shard being written
-    and keeps the committed ones, listed in the part, so the same command resumes; a failed write
-    arrives as :class:`~layercache.errors.CacheWriteError`. Writes only the writer's own files.
-    """
-    part = ManifestPart(writer=share.writer, config_hash=job.manifest.config_hash)
-    with write_errors(job.out), extraction_progress(progress) as bars:
-        for name in job.plans:
-            batches = share.batches.get(name, ())
-            if batches:
-                _write_split(job, share, part, name, batches, bars)
-    return part
-
-
-def _write_split(job: ExtractionJob, share: Share, part: ManifestPart, name: str, batches: tuple[int, ...],
-                 bars) -> None:
-    """The share's batches of one split, forwarded in order; the writer appends them to shards (background.py)."""
-    info, plan = job.manifest.splits[name], job.plans[name]
-    mine = share.rows(name, plan)  # the bar counts this writer's rows on top of what was committed before
-    task = bars.add_task(name, total=info.rows_written + mine, completed=info.rows_written,
-                         completed_start=info.rows_written, tokens=0, tokens_start=0)
-    shards = SplitShards(job.out, job.manifest, part, name, plan, batches, n_states=len(job.keep),
-                         dim=job.manifest.hidden_size)
-    trimmer = HeapTrimmer()
-    buffers = job.buffers
-    try:
-        with BackgroundWriter(threaded=job.threaded) as writer:
-            for b in batches:
-                examples = [plan.examples[i] for i in plan.batches[b]]
-                buffer = None if buffers is None else buffers.take(writer.check)
-                batch = run_batch(job.backbone, examples, job.records.splits[name], keep=job.keep,
-                                  tasks=job.manifest.tasks, packer=job.packer, out=buffer, split=name,
-                                  first_row=int(plan.first_rows[b]),  # the batch's cache row, for a NaN refusal
-                                  hidden=job.probe.take(name, b) if job.probe is not None else None)
-                writer.submit(functools.partial(_write_batch, shards, b, batch, buffers, buffer))
-                trimmer.batch_done()
-                bars.update(task, advance=batch.n_examples,
-                            tokens=bars.tasks[task].fields["tokens"] + batch.n_tokens)
-    except BaseException:
-        shards.abort()  # the writer thread has stopped: nothing else touches the shard
-        raise
-
-
-def _write_batch(shards: SplitShards, b: int, batch: ExtractedBatch, buffers: BufferPool | None, buffer) -> None:
-    """The writer thread's job for one batch: append it, free its buffer, commit the shard if complete."""
-    try:
-        complete = shards.append(b, batch)
-    finally:
-        if buffer is not None:  # the data is in the file now; the forward side may refill it
-            buffers.give_back(buffer)
-    if complete:
-        shards.commit()
-
-
-def list_committed(job: ExtractionJob) -> None:
-    """Merge the writers' parts into the manifest after a stopped run, so it lists what they committed.
-
-    Best effort, while another error is on its way up (a full disk, Ctrl-C): when the merge fails
-    too, the parts stay and the next run merges them.
-    """
-    try:
-        merge_parts(job.out, job.manifest)
-    except Exception as err:  # noqa: BLE001 - the error being handled is the one to report
-        log.debug("Merging the manifest parts of %s after a stopped run failed: %s", job.out, err)
-
-
-def merge_shares(job: ExtractionJob) -> Manifest:
-    """The merge step, once every writer has finished: fold the parts into the manifest and finish the splits.
-
-    A split whose batches are all covered gets its statistics (read back from its shards' sums)
-    and is marked complete; the cache is complete when every split is. A batch still uncovered
-    (a writer that failed) is refused naming the split, with the fix: the same command resumes.
-    """
-    out, manifest = job.out, job.manifest
-    with write_errors(out):
-        merge_parts(out, manifest)
-        left = remaining_batches(manifest, job.plans)
-        for name, info in manifest.splits.items():
-            if left[name] or info.complete:
-                continue
-            info.stats, overflow = split_stats(out, info, manifest.layer_names)
-            # Per split, then the total: a repair recomputes a split's count, so adding would double it.
-            counts = manifest.extraction
-            counts.fp16_overflow_by_split = {**(counts.fp16_overflow_by_split or {}), name: overflow}
-            counts.fp16_overflow = sum(counts.fp16_overflow_by_split.values())
-            info.complete = True
-        manifest.complete = all(info.complete for info in manifest.splits.values())
-        write_manifest(out, manifest)
-    if not manifest.complete:
-        name = next(n for n, batches in left.items() if batches)
-        raise CacheError(f"Split {name!r} of {out} still has {len(left[name])} batches no writer committed; run "
-                         "the same command again to extract them.")
-    return manifest

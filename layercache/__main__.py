@@ -1,0 +1,5 @@
+"""``python -m layercache``: the ``layercache`` command, also as ``torchrun ... -m layercache extract ...``."""
+
+from .cli import main
+
+main()
