@@ -101,23 +101,26 @@ def extract_on_ranks(model: str, data: DataSpec, storage: StorageSpec, batching:
         dist.init_process_group(backend=backend, timeout=GROUP_TIMEOUT)
     try:
         if world.leader:
-            with locked_output(out):  # held until the merge: an unrelated writer is refused meanwhile
-                return _lead(model, data, storage, batching, out, pooling, world, overwrite=overwrite, repair=repair,
-                             allow_pickle=allow_pickle, progress=progress)
+            told = []  # whether the others have heard how the preparation went
+            try:
+                with locked_output(out):  # held until the merge: an unrelated writer is refused meanwhile
+                    return _lead(model, data, storage, batching, out, pooling, world, told, overwrite=overwrite,
+                                 repair=repair, allow_pickle=allow_pickle, progress=progress)
+            except BaseException as err:
+                if not told:  # the lock or the preparation failed: the others must not wait for the news
+                    _broadcast({"failed": f"{type(err).__name__}: {err}"})
+                raise
         return _follow(model, data, storage, batching, out, pooling, world, allow_pickle=allow_pickle)
     finally:
         if started_group:
             dist.destroy_process_group()
 
 
-def _lead(model, data, storage, batching, out, pooling, world, *, overwrite, repair, allow_pickle,
+def _lead(model, data, storage, batching, out, pooling, world, told: list, *, overwrite, repair, allow_pickle,
           progress) -> ExtractResult:
-    try:
-        job = prepare_job(model, data, storage, batching, out, pooling, overwrite=overwrite, repair=repair,
-                          allow_pickle=allow_pickle, progress=progress)
-    except BaseException as err:
-        _broadcast({"failed": f"{type(err).__name__}: {err}"})
-        raise
+    job = prepare_job(model, data, storage, batching, out, pooling, overwrite=overwrite, repair=repair,
+                      allow_pickle=allow_pickle, progress=progress)
+    told.append(True)
     if isinstance(job, ExtractResult):
         _broadcast({"done": True})
         return job

@@ -107,6 +107,7 @@ def test_a_second_unrelated_writer_is_refused_while_ranks_hold_the_cache(tiny_mo
     with locked_output(out):  # as rank 0 holds it for the whole run
         result = torchrun(2, tiny_models["bert"], out)
     assert result.returncode != 0 and "lock" in result.stderr.lower()
+    assert "Rank 0 could not prepare the run (CacheLockedError" in result.stderr  # rank 1 heard, did not wait
     with pytest.raises(CacheLockedError):
         with locked_output(out):
             with locked_output(out):
