@@ -170,8 +170,8 @@ class PhaseTimer:
         import layercache.extraction.background as background_mod
         import layercache.extraction.job as job_mod
         import layercache.extraction.memory as memory_mod
-        import layercache.extraction.run as run_mod
         import layercache.extraction.shards as shards_mod
+        import layercache.extraction.steps as steps_mod
         import layercache.store.writer as writer_mod
 
         self._wrap(job_mod, "load_dataset_records", "load_data")
@@ -179,10 +179,10 @@ class PhaseTimer:
         self._wrap(job_mod, "plan_split", "tokenize_plan")
         self._wrap(job_mod, "check_disk", "check_disk")
         self._wrap(job_mod, "write_manifest", "write_manifest")
-        self._wrap(run_mod, "run_batch", "run_batch")
-        self._wrap(run_mod, "write_manifest", "write_manifest")
-        self._wrap(run_mod, "merge_parts", "write_manifest")
-        self._wrap(run_mod, "split_stats", "split_stats")
+        self._wrap(steps_mod, "run_batch", "run_batch")
+        self._wrap(steps_mod, "write_manifest", "write_manifest")
+        self._wrap(steps_mod, "merge_parts", "write_manifest")
+        self._wrap(steps_mod, "split_stats", "split_stats")
         self._wrap(memory_mod.HeapTrimmer, "batch_done", "heap_trim")
         # main thread waiting for the writer thread: a free buffer, room in its queue, the split's last jobs
         self._wrap(background_mod.BufferPool, "take", "wait_writer")

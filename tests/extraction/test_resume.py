@@ -136,7 +136,7 @@ def _extract(path: Path, model: Path):
 def test_an_error_surfaces_and_the_run_resumes_to_the_same_cache(tiny_models, tmp_path, small_builtin,
                                                                  monkeypatch, where, threaded):
     import layercache.extraction.job as job_mod
-    import layercache.extraction.run as run_mod
+    import layercache.extraction.steps as steps_mod
     from layercache.store import writer as writer_mod
 
     monkeypatch.setattr(job_mod, "writer_thread_helps", lambda device: threaded)
@@ -152,7 +152,7 @@ def test_an_error_surfaces_and_the_run_resumes_to_the_same_cache(tiny_models, tm
         return wrapper
 
     owner, attr = {"append": (writer_mod.ShardWriter, "append"), "commit": (writer_mod, "fsync_and_checksum"),
-                   "forward": (run_mod, "run_batch")}[where]
+                   "forward": (steps_mod, "run_batch")}[where]
     if where == "commit":
         calls["n"] = 2  # fail the third commit: two shards are committed before it
     with monkeypatch.context() as patch:

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import layercache as lc
-import layercache.extraction.run as run
+import layercache.extraction.steps as steps
 from layercache.errors import CacheError
 from layercache.extraction.housekeeping import locked_output
 from layercache.extraction.job import ExtractResult, join_job, prepare_job
@@ -141,7 +141,7 @@ def test_a_writer_that_joins_a_prepared_run_writes_its_share_and_nothing_else(ti
 def test_a_stopped_writer_loses_nothing_and_any_number_of_writers_resumes(tiny_models, tmp_path, small_builtin,
                                                                         single, monkeypatch):
     out = tmp_path / "stopped"
-    original, seen = run.run_batch, []
+    original, seen = steps.run_batch, []
 
     def fails_in_the_second_share(*args, **kwargs):
         seen.append(kwargs["split"])
@@ -150,7 +150,7 @@ def test_a_stopped_writer_loses_nothing_and_any_number_of_writers_resumes(tiny_m
         return original(*args, **kwargs)
 
     with monkeypatch.context() as mp:
-        mp.setattr(run, "run_batch", fails_in_the_second_share)
+        mp.setattr(steps, "run_batch", fails_in_the_second_share)
         with pytest.raises(KeyboardInterrupt):
             with_writers(tiny_models["bert"], out, 3, order=[0, 1, 2])
     # Nobody merged: the manifest lists nothing yet, the parts hold what writers 0 and 1 committed.
@@ -166,7 +166,7 @@ def test_a_stopped_writer_loses_nothing_and_any_number_of_writers_resumes(tiny_m
         os.system(f"cp -a {out} {resumed}")
         calls = []
         with monkeypatch.context() as mp:
-            mp.setattr(run, "run_batch", lambda *a, **k: calls.append(1) or original(*a, **k))
+            mp.setattr(steps, "run_batch", lambda *a, **k: calls.append(1) or original(*a, **k))
             if n == 1:
                 result = lc.extract(str(tiny_models["bert"]), "builtin", resumed, progress=False, **OPTIONS)
                 assert result.resumed
@@ -278,7 +278,7 @@ def test_a_version_1_cache_opens_and_a_stopped_one_resumes(tiny_models, tmp_path
             np.testing.assert_array_equal(a.tokens(split, range(5))[0], b.tokens(split, range(5))[0])
 
     stopped = tmp_path / "stopped"
-    original, calls = run.run_batch, []
+    original, calls = steps.run_batch, []
 
     def stop(*args, **kwargs):
         calls.append(1)
@@ -287,7 +287,7 @@ def test_a_version_1_cache_opens_and_a_stopped_one_resumes(tiny_models, tmp_path
         return original(*args, **kwargs)
 
     with monkeypatch.context() as mp:
-        mp.setattr(run, "run_batch", stop)
+        mp.setattr(steps, "run_batch", stop)
         with pytest.raises(KeyboardInterrupt):
             lc.extract(str(tiny_models["bert"]), "builtin", stopped, progress=False, **OPTIONS)
     as_version_1(stopped)

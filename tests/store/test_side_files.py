@@ -11,7 +11,7 @@ import transformers
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 import layercache as lc
-import layercache.extraction.run as run
+import layercache.extraction.steps as steps
 from layercache.errors import CacheError
 from layercache.extraction.side_files import word_markers
 from layercache.store.manifest import read_manifest
@@ -92,19 +92,19 @@ def test_the_manifest_allows_only_the_known_side_file_names(tiny_models, tsv, tm
 
 def test_a_resume_keeps_the_side_files_and_overwrite_removes_them(tiny_models, tsv, tmp_path, monkeypatch):
     out = tmp_path / "cache"
-    write_batch = run._write_batch
+    write_batch = steps._write_batch
 
     def stop_at_the_third_batch(shards, b, *args):
         if b == 2:
             raise RuntimeError("stopped")
         return write_batch(shards, b, *args)
 
-    monkeypatch.setattr(run, "_write_batch", stop_at_the_third_batch)
+    monkeypatch.setattr(steps, "_write_batch", stop_at_the_third_batch)
     with pytest.raises(RuntimeError, match="stopped"):
         extract(tiny_models["gpt2"], tsv, out, batch_size=2, shard_bytes=1)
     interrupted = read_manifest(out)
     assert not interrupted.complete and set(interrupted.side_files) == {"vocabulary", "lens"}
-    monkeypatch.setattr(run, "_write_batch", write_batch)
+    monkeypatch.setattr(steps, "_write_batch", write_batch)
     resumed = extract(tiny_models["gpt2"], tsv, out, batch_size=2, shard_bytes=1)
     assert resumed.resumed and resumed.manifest.side_files == interrupted.side_files
     assert lc.LayerCache.open(out).lens_weights().normed_last
