@@ -2,12 +2,16 @@
 
 Before the first shard is written, extraction forwards a seeded sample of the first split's planned
 batches (:data:`FIT_TOKENS` tokens at most, whole batches in a random order) and accumulates, per
-kept state, the sum and the Gram matrix of its real tokens' vectors in float64. The covariance
-``C = X^T X / n - mu mu^T`` (D x D) gives the principal directions by one symmetric
-eigendecomposition (``torch.linalg.eigh``), the same directions PCA on the sample would find, without
-ever holding the sample: memory is one (D, D) float64 accumulator per state, taken in groups of
-states that fit :data:`ACCUMULATOR_BYTES` (one pass over the sample per group; a 4096-wide model
-fits 8 states per pass).
+kept state, the sum and the Gram matrix of its real tokens' vectors. Each batch's product is a
+float32 matrix product of the vectors minus a shift (the first batch's mean), added into float64
+sums: shifted, the products carry the variance rather than the mean, which a float32 product of
+raw states (an embedding's mean can dwarf its spread) would round away; float32 products run at
+the BLAS's (or the GPU's) full speed, float64 ones at half or far less. The covariance
+``C = X^T X / n - mu mu^T`` of the shifted vectors (D x D) gives the principal directions by one
+symmetric eigendecomposition (``torch.linalg.eigh``, float64), the same directions PCA on the
+sample would find, without ever holding the sample: memory is one (D, D) float64 accumulator per
+state, taken in groups of states that fit :data:`ACCUMULATOR_BYTES` (one pass over the sample per
+group; a 4096-wide model fits 8 states per pass).
 
 The K eigenvectors of largest eigenvalue become the basis rows, largest first, each with its largest
 entry made positive so that the same data always gives the same file. The fraction of the state's
@@ -60,9 +64,9 @@ def fit_projection(backbone: Backbone, plan: SplitPlan, keep: Sequence[int], k: 
     means, bases, kept = [], [], []
     for start in range(0, len(keep), group):
         states = list(range(start, min(start + group, len(keep))))
-        n, sums, gram = _accumulate(backbone, plan, chosen, [keep[s] for s in states])
+        n, shifts, sums, gram = _accumulate(backbone, plan, chosen, [keep[s] for s in states])
         for j in range(len(states)):
-            mean = sums[j] / n  # (D,)
+            mean = sums[j] / n  # (D,) of the shifted vectors
             cov = gram[j] / n - torch.outer(mean, mean)  # (D, D)
             values, vectors = torch.linalg.eigh(cov)  # ascending
             top = vectors[:, -k:].flip(-1).T.contiguous()  # (K, D), largest variance first
@@ -70,7 +74,7 @@ def fit_projection(backbone: Backbone, plan: SplitPlan, keep: Sequence[int], k: 
             top = top * torch.where(signs == 0, torch.ones_like(signs), signs)
             total = float(values.clamp_min(0).sum())
             kept.append(float(values[-k:].clamp_min(0).sum()) / total if total > 0 else 1.0)
-            means.append(mean.float().cpu())
+            means.append((mean + shifts[j]).float().cpu())
             bases.append(top.float().cpu())
     log.info("Fitted --project %d on %d tokens of %s: %.1f%%-%.1f%% of each state's variance kept.", k, n, split,
              100 * min(kept), 100 * max(kept))
@@ -79,11 +83,13 @@ def fit_projection(backbone: Backbone, plan: SplitPlan, keep: Sequence[int], k: 
 
 
 def _accumulate(backbone: Backbone, plan: SplitPlan, batches: list[int], layers: list[int]
-                ) -> tuple[int, torch.Tensor, torch.Tensor]:
-    """Token count, per-state sums (G, D) and Gram matrices (G, D, D), float64, over ``batches``' real tokens."""
+                ) -> tuple[int, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Token count, per-state shifts (G, D), and sums (G, D) and Gram matrices (G, D, D) of the shifted vectors
+    over ``batches``' real tokens, float64."""
     width, device = backbone.hidden_size, backbone.device
     sums = torch.zeros((len(layers), width), dtype=torch.float64, device=device)
     gram = torch.zeros((len(layers), width, width), dtype=torch.float64, device=device)
+    shifts: torch.Tensor | None = None  # (G, D) float32: the first batch's means
     n = 0
     with torch.inference_mode():
         for b in batches:
@@ -91,9 +97,12 @@ def _accumulate(backbone: Backbone, plan: SplitPlan, batches: list[int], layers:
             ids, mask = pad_windows(examples, backbone.tokenizer.pad_token_id)
             hidden = backbone.hidden_states(ids, mask)  # L+1 x (R, W, D)
             index = token_index(examples, mask).to(hidden[0].device)  # (t,) stored tokens
-            for j, layer in enumerate(layers):
-                x = hidden[layer].reshape(-1, width).index_select(0, index).to(device, torch.float64)  # (t, D)
-                sums[j] += x.sum(0)
-                gram[j] += x.T @ x
+            vectors = [hidden[layer].reshape(-1, width).index_select(0, index).float() for layer in layers]  # (t, D)
+            if shifts is None:
+                shifts = torch.stack([x.mean(0) for x in vectors]).to(device)  # (G, D)
+            for j, x in enumerate(vectors):
+                x = x.to(device) - shifts[j]  # (t, D) float32, centred near zero
+                sums[j] += x.sum(0, dtype=torch.float64)
+                gram[j] += (x.T @ x).double()
             n += int(index.shape[0])
-    return n, sums.cpu(), gram.cpu()
+    return n, shifts.double().cpu(), sums.cpu(), gram.cpu()
