@@ -20,8 +20,10 @@ from .options import (
     device_option,
     epochs_option,
     head_default,
+    memory_budget_option,
     metric_option,
     overwrite_option,
+    parse_memory_budget,
     patience_option,
     quiet_option,
     task_option,
@@ -100,6 +102,7 @@ def train_head(
         False, "--live", help="Compute every batch with the cache's backbone instead of reading stored states "
                               "(the reference for end-to-end checks; metrics.json records it)."),
     allow_pickle: bool = allow_pickle_option(),
+    memory_budget: Optional[str] = memory_budget_option(),
     threads: str = threads_option(),
     quiet: bool = quiet_option(),
 ):
@@ -107,6 +110,7 @@ def train_head(
     if allow_pickle and not live:
         raise ConfigError("--allow-pickle loads the cache's backbone, which only train-head --live does: add --live, "
                           "or leave --allow-pickle out (a head on stored states loads no model).")
+    budget = parse_memory_budget(memory_budget)  # refused before anything is read
     apply_threads(threads)
     if live:
         from ..live.training import train_head_live as run_train_head
@@ -118,6 +122,7 @@ def train_head(
     weights = parse_loss_weights(loss_weight)
     result = run_train_head(
         cache, mixer, out=out, split=train_split, val_split=val_split, test_split=test_split, overwrite=overwrite,
+        memory_budget=budget,
         tasks=split_list(task) or None, layers=layer_specs(layers) or None, source=source,
         normalize=normalize,
         mixer_options=parse_assignments(mixer_option, "--mixer-option"),

@@ -140,3 +140,24 @@ def class_weight_option():
 def overwrite_option(folder: str):
     """``--overwrite``: write into a non-empty ``folder`` (``run folder``, ``sweep folder``)."""
     return typer.Option(False, "--overwrite", help=f"Write into a non-empty {folder}.")
+
+
+# --- memory: train-head, sweep and probe-report ------------------------------------------------------------------
+
+def memory_budget_option():
+    """``--memory-budget SIZE``, read by :func:`parse_memory_budget`; the library's default (None) when left out."""
+    from ..core.memory import DEFAULT_SHARE
+
+    return typer.Option(
+        None, "--memory-budget", help="Memory the work may hold on top of the interpreter's own, e.g. 1GB, 512MiB: "
+        "features and feeds are read in pieces that fit it (same results).",
+        show_default=f"{DEFAULT_SHARE:.0%} of the memory available")
+
+
+def parse_memory_budget(text: str | None) -> int | None:
+    """``--memory-budget``: a size (:func:`~layercache.cli.parsing.parse_size`) checked by
+    :func:`~layercache.core.memory.memory_budget`, or None for the library's default."""
+    from ..core.memory import memory_budget
+    from .parsing import parse_size
+
+    return None if text is None else memory_budget(parse_size(text))

@@ -11,7 +11,7 @@ from ..core.holdout import DEFAULT_MAX_TRAIN
 from ..errors import ConfigError
 from . import base
 from .base import app, friendly
-from .options import cache_argument, quiet_option, threads_option
+from .options import cache_argument, memory_budget_option, parse_memory_budget, quiet_option, threads_option
 from .parsing import split_list
 from .threads import apply_threads
 
@@ -42,10 +42,12 @@ def probe_report(
     max_train: str = typer.Option(
         str(DEFAULT_MAX_TRAIN), "--max-train",
         help="Fit each task's probes on a seeded sample of at most N training examples (words); 0 or all: every one."),
+    memory_budget: Optional[str] = memory_budget_option(),
     threads: str = threads_option(),
     quiet: bool = quiet_option(),
 ):
     """Probe every layer of a cache (no backbone needed): prints a summary, writes report.json and report.html."""
+    budget = parse_memory_budget(memory_budget)  # refused before the cache is opened
     apply_threads(threads)
     from ..report.probing import probe_report as run_probe_report
     from ..report.summary import render_probe_summary
@@ -53,7 +55,7 @@ def probe_report(
     report, paths = run_probe_report(
         cache, out, tasks=split_list(task) or None, eval_split=eval_split, runs=split_list(run),
         act_run=act_run, train_act=train_act, act_epochs=act_epochs, mdl=mdl, cumulative=cumulative, seed=seed,
-        max_train=parse_max_train(max_train), progress=not quiet,
+        max_train=parse_max_train(max_train), progress=not quiet, memory_budget=budget,
         say=lambda line: base.err_console.print(line, highlight=False, soft_wrap=True))
     render_probe_summary(report, base.out_console)
     base.out_console.print(f"Report written: [bold]{paths.html}[/] (data: {paths.json.name})", soft_wrap=True)

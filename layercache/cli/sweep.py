@@ -19,8 +19,10 @@ from .options import (
     class_weight_option,
     device_option,
     epochs_option,
+    memory_budget_option,
     metric_option,
     overwrite_option,
+    parse_memory_budget,
     patience_option,
     quiet_option,
     sweep_default,
@@ -78,6 +80,7 @@ def sweep(
     test_split: Optional[str] = test_split_option(),
     device: str = device_option(),
     overwrite: bool = overwrite_option("sweep folder"),
+    memory_budget: Optional[str] = memory_budget_option(),
     threads: str = threads_option(),
     quiet: bool = quiet_option(),
 ):
@@ -87,13 +90,14 @@ def sweep(
     from ..heads.sweeps.sweep import sweep as run_sweep
 
     seconds = parse_duration(budget, "--budget")  # refused before the cache is opened
+    memory = parse_memory_budget(memory_budget)
     result = run_sweep(
         cache, out=out, tasks=split_list(task) or None, budget=seconds, seeds=seeds, seed=seed, pick=pick,
         ensemble=ensemble, confidence=confidence,
         mixers=split_list(mixer) or None, grid=grid, split=train_split, val_split=val_split, test_split=test_split,
         overwrite=overwrite, progress=not quiet, metric=parse_metric(metric),
         class_weight=parse_class_weight(class_weight), epochs=epochs, patience=patience, batch_size=batch_size,
-        device=device)
+        device=device, memory_budget=memory)
     render_leaderboard(result, base.out_console)
     base.out_console.print(f"Best run written: [bold]{result.best}[/]; leaderboard: {result.out / 'sweep.json'}",
                            soft_wrap=True)

@@ -1,8 +1,34 @@
-"""How much memory this process may still use: what readers that hold data across steps size themselves by."""
+"""How much memory this process may use: one memory budget that every reader holding data across steps sizes itself by.
+
+The budget is a number of bytes that the work of a command (the features a probe reads, the slabs and pages a
+feed keeps) stays under, on top of what the interpreter and its libraries hold before the work starts:
+
+- :func:`memory_budget` turns a requested budget (``--memory-budget SIZE``, ``memory_budget=`` of the library
+  calls) into bytes: the request itself, or :data:`DEFAULT_SHARE` of the memory available; a request below
+  :data:`MIN_BUDGET` is refused in one sentence;
+- :func:`memory_limit` sets it for a block (``with memory_limit(budget):``), and :func:`current_budget` is what
+  code inside the block reads (outside any block: the default budget, measured when asked).
+
+The probes read their features in layer groups sized to it (:mod:`layercache.probes.features`), and the cache
+feed derives its slab budgets from it and drops the pages of a finished block from the process
+(:mod:`layercache.store.cache_feed`).
+"""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+
+from ..errors import ConfigError
+
+DEFAULT_SHARE = 0.5
+"""The share of the memory available (``MemAvailable`` when the budget is resolved) that the default budget is."""
+MIN_BUDGET = 64 << 20
+"""The smallest budget accepted: below it the fixed costs of one read (a shard's layer, a block) do not fit."""
+UNKNOWN_AVAILABLE = 4 << 30
+"""The default budget where the memory available cannot be read (no ``/proc/meminfo``, no ``sysconf``)."""
 
 
 def available_bytes() -> int | None:
@@ -18,3 +44,48 @@ def available_bytes() -> int | None:
         return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (ValueError, OSError, AttributeError):
         return None
+
+
+def memory_budget(requested: int | None = None) -> int:
+    """The memory budget in bytes: ``requested``, or (None) :data:`DEFAULT_SHARE` of :func:`available_bytes`.
+
+    Refuses, in one sentence, a requested budget that is not a whole number of bytes of at least
+    :data:`MIN_BUDGET`. The default is never below :data:`MIN_BUDGET` either.
+    """
+    if requested is None:
+        available = available_bytes()
+        return max(MIN_BUDGET, int(DEFAULT_SHARE * available) if available else UNKNOWN_AVAILABLE)
+    if isinstance(requested, bool) or not isinstance(requested, int):
+        raise ConfigError(f"memory_budget must be a number of bytes (an integer) or None, got {requested!r}.")
+    if requested < MIN_BUDGET:
+        raise ConfigError(f"A memory budget of {requested:,} bytes is below the {MIN_BUDGET >> 20} MiB the reads "
+                          f"need at least (one shard's layer, one block); give --memory-budget {MIN_BUDGET >> 20}MiB "
+                          "or more.")
+    return requested
+
+
+_BUDGET: ContextVar[int | None] = ContextVar("memory_budget", default=None)
+
+
+@contextmanager
+def memory_limit(requested: int | None = None) -> Iterator[int]:
+    """Within the block, :func:`current_budget` is :func:`memory_budget` of ``requested`` (checked on entry).
+
+    With ``requested`` None inside an outer block, the outer budget stays (a library call that passes its
+    default on does not widen its caller's budget).
+    """
+    if requested is None and _BUDGET.get() is not None:
+        yield _BUDGET.get()
+        return
+    budget = memory_budget(requested)
+    token = _BUDGET.set(budget)
+    try:
+        yield budget
+    finally:
+        _BUDGET.reset(token)
+
+
+def current_budget() -> int:
+    """The budget the innermost :func:`memory_limit` set, else the default budget (:func:`memory_budget`)."""
+    budget = _BUDGET.get()
+    return budget if budget is not None else memory_budget(None)

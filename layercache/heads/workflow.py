@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.files import write_file_atomic
+from ..core.memory import memory_limit
 from ..core.plotting import pyplot
 from ..errors import ConfigError
 from ..store.reader import TEST_NAMES, LayerCache, using_cache
@@ -103,7 +104,8 @@ def check_run_folder(run: Path, overwrite: bool = False) -> None:
 def train_head(cache: str | os.PathLike | LayerCache | None = None, mixer: str = "adaptive", *,
                out: str | os.PathLike | None = None, split: str = "train", val_split: str | None = None,
                test_split: str | None = None, overwrite: bool = False,
-               estimator: Callable[..., LayerHead] = LayerHead, **params) -> TrainResult:
+               estimator: Callable[..., LayerHead] = LayerHead, memory_budget: int | None = None,
+               **params) -> TrainResult:
     """Train a head on a cache and write a run folder.
 
     Args:
@@ -117,9 +119,12 @@ def train_head(cache: str | os.PathLike | LayerCache | None = None, mixer: str =
         overwrite: allow writing into a non-empty ``out``.
         estimator: builds the head from ``(mixer, **params)``; default :class:`LayerHead`
             (:func:`layercache.live.training.train_head_live` passes one whose feeds run the backbone).
+        memory_budget: bytes the feeds may hold (:func:`~layercache.core.memory.memory_budget`; None: half the
+            memory available): each feed's blocks and kept slabs are a share of it, and the pages of a memory-mapped
+            shard are dropped from the process block by block, so the peak does not grow with the cache.
         **params: :class:`LayerHead` parameters (``epochs``, ``lr``, ``tasks``, ``mixer_options`` ...).
     """
-    with using_cache(cache) as handle:
+    with memory_limit(memory_budget), using_cache(cache) as handle:
         if out is not None:
             check_run_folder(Path(out), overwrite)  # before training: a bad --out should not cost a training run
         test_name = handle.report_split(test_split, names=TEST_NAMES, exclude=split)

@@ -41,6 +41,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..core.memory import memory_limit
 from ..core.version import __version__
 from ..depth import expected_layer, layer_similarity
 from ..errors import CacheError, ConfigError
@@ -250,7 +251,8 @@ def count_steps(cache: LayerCache, tasks: Sequence[str] | None, eval_split: str 
 
 def probe_report(cache: str | os.PathLike | LayerCache | None = None, out: str | os.PathLike | None = None, *,
                  train_act: bool = True, act_epochs: int = 8, progress: bool = True,
-                 say: Callable[[str], None] = _no_step, **options) -> tuple[ProbeReport, ReportPaths]:
+                 say: Callable[[str], None] = _no_step, memory_budget: int | None = None,
+                 **options) -> tuple[ProbeReport, ReportPaths]:
     """Build the probing report of a cache and write ``report.json`` and ``report.html``.
 
     Args:
@@ -262,13 +264,17 @@ def probe_report(cache: str | os.PathLike | LayerCache | None = None, out: str |
         act_epochs: epochs of that head.
         progress: show a progress bar over the parts.
         say: called with each line the console shows before the parts (the training sample, the act head).
+        memory_budget: bytes the report's reads may hold (:func:`~layercache.core.memory.memory_budget`; None:
+            half the memory available): the probes read their validation and scoring features in layer groups
+            (or runs of rows) that fit it, the shared word features keep a quarter of it, and the act head's
+            feeds take their shares of it. The scores are the same under any budget.
         **options: :func:`build_probe_report` options (``tasks``, ``eval_split``, ``runs``, ``act_run``,
             ``mdl``, ``cumulative``, ``seed``, ``max_train``).
     """
     from ..progress import steps_progress
 
     check_max_train(options.get("max_train", DEFAULT_MAX_TRAIN))
-    with using_cache(cache) as handle:
+    with memory_limit(memory_budget), using_cache(cache) as handle:
         folder = Path(out) if out is not None else handle.path.parent / f"{handle.path.name}.report"
         if folder.exists() and not folder.is_dir():
             raise ConfigError(f"--out {folder} is a file, not a folder; choose a folder for the report.")

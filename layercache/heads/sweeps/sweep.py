@@ -53,6 +53,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
+from ...core.memory import memory_limit
 from ...core.plotting import pyplot
 from ...core.units import human_seconds, parse_duration
 from ...errors import ConfigError
@@ -89,7 +90,7 @@ def sweep(cache: str | os.PathLike | LayerCache | None = None, *, out: str | os.
           confidence: float = VARIANT_CONFIDENCE,
           mixers: Sequence[str] | None = None, grid: bool = True, candidates: Sequence[Candidate | str] | None = None,
           split: str = "train", val_split: str | None = None, test_split: str | None = None, overwrite: bool = False,
-          progress: bool = True, **params) -> SweepResult:
+          progress: bool = True, memory_budget: int | None = None, **params) -> SweepResult:
     """Train candidate heads on a cache inside ``budget``, keep the validation winner as ``out/best``.
 
     Args:
@@ -112,6 +113,8 @@ def sweep(cache: str | os.PathLike | LayerCache | None = None, *, out: str | os.
         split, val_split, test_split: as :func:`~..workflow.train_head` (test: ``test`` when the cache has one).
         overwrite: allow writing into a non-empty ``out``.
         progress: a progress bar over the candidates.
+        memory_budget: bytes the shared feeds may hold, as :func:`~..workflow.train_head` (None: half the memory
+            available).
         **params: other :class:`LayerHead` settings, shared by every candidate (``epochs``, ``patience``,
             ``batch_size``, ``metric``, ``class_weight``, ``normalize``, ``device`` ...).
     """
@@ -129,7 +132,7 @@ def sweep(cache: str | os.PathLike | LayerCache | None = None, *, out: str | os.
         raise ConfigError(f"confidence is a share of resamples from 0 (keep the leader) to under 1, got "
                           f"{confidence!r}; the default is {VARIANT_CONFIDENCE}.")
     seed_list = _seed_list(seeds, seed)
-    with using_cache(cache) as handle:
+    with memory_limit(memory_budget), using_cache(cache) as handle:
         head_tasks = resolve_tasks(handle, tasks)
         if out is not None:
             check_run_folder(Path(out), overwrite)  # a bad --out is refused before anything is written
