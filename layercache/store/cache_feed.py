@@ -21,8 +21,10 @@ The gather reads a memory map of the shard's chunks (:mod:`layercache.store.mapp
 copied out of the file but the batch itself, what was read stays in the OS page cache for the
 next epoch, and a block that covers its shard densely is read ahead in large requests. A shard
 whose layout cannot be mapped is read through h5py instead, a block at a time, as one slab of
-contiguous runs; slabs are kept for the next epochs while they fit ``keep_bytes`` (1 GiB by
-default), and larger subsets stream block by block every epoch. Labels, lengths and word ids are
+contiguous runs; slabs are kept for the next epochs while they fit ``keep_bytes`` (an eighth of the
+memory budget, 1 GiB at most: :mod:`layercache.core.memory`), and larger subsets stream block by block
+every epoch. The pages a block touched in a mapped shard are dropped from the process once its batches
+are served, so neither path's resident memory grows with the cache. Labels, lengths and word ids are
 small and are loaded once. Evaluation uses the same path without shuffling, and reports rows so
 predictions can be put back in split order.
 
@@ -41,6 +43,7 @@ from functools import partial
 import numpy as np
 import torch
 
+from ..core.memory import current_budget
 from ..core.tasks import IGNORE_INDEX
 from ..errors import CacheError, ConfigError
 from .batches import NO_WORD, CacheBatch, example_labels, first_subtoken_labels, padded_positions
@@ -54,6 +57,21 @@ from .read_errors import translate_read_errors
 BUCKET_BATCHES = 16
 #: Unchosen rows a read may skip over: a few wasted rows cost less than another HDF5 read.
 MAX_GAP_ROWS = 4
+#: The most one block reads at once, and the most slabs a feed keeps across epochs, whatever the budget.
+MAX_BLOCK_BYTES, MAX_KEEP_BYTES = 128 << 20, 1 << 30
+#: The shares of the memory budget one block and a feed's kept slabs take: a fit holds a few feeds (training,
+#: validation, scoring) and computes on top of them.
+BLOCK_SHARE, KEEP_SHARE = 1 / 16, 1 / 8
+
+
+def block_budget(budget: int) -> int:
+    """Bytes one block of a feed reads (or touches in a mapped shard) under a memory budget of ``budget`` bytes."""
+    return min(MAX_BLOCK_BYTES, int(BLOCK_SHARE * budget))
+
+
+def keep_budget(budget: int) -> int:
+    """Bytes of slabs a feed keeps across epochs under a memory budget of ``budget`` bytes."""
+    return min(MAX_KEEP_BYTES, int(KEEP_SHARE * budget))
 
 
 @dataclass
@@ -102,18 +120,22 @@ class CacheFeed:
         layers: state names or indexes to read (default: every kept state).
         source: ``"tokens"`` or ``"pooled:<mode>"`` (one vector per example, ``T = 1``).
         batch_size: examples per batch.
-        block_bytes: budget of one slab read.
+        block_bytes: budget of one block (one slab read; the pages of a mapped shard one block touches).
+            Default: :func:`block_budget` of the memory budget (128 MiB at most).
         keep_bytes: slabs kept in memory across epochs, at most this many bytes in all (0: read
-            every block every epoch). The feed's memory is bounded by ``keep_bytes + block_bytes``.
-            Both budgets apply only to shards read through h5py (``memory_map=False``, or a
-            layout that cannot be mapped): a mapped shard holds no copies.
+            every block every epoch). Default: :func:`keep_budget` of the memory budget (1 GiB at most).
+            The feed's memory is bounded by ``keep_bytes + block_bytes``. ``keep_bytes`` applies only to
+            shards read through h5py (``memory_map=False``, or a layout that cannot be mapped): a mapped
+            shard holds no copies, and the feed drops the pages of each block it has served from the
+            process when the next begins (:meth:`~layercache.store.mapped.MappedStates.dont_need`), so its
+            resident memory stays at about one block however large the cache is.
         memory_map: read shards through a memory map of their chunks where the layout allows
             (:mod:`layercache.store.mapped`); ``False`` copies every block out through h5py.
     """
 
     def __init__(self, cache: CacheView, split: str, *, tasks: Sequence[str] = (), rows: Sequence[int] | None = None,
-                 layers=None, source: str = "tokens", batch_size: int = 32, block_bytes: int = 128 << 20,
-                 keep_bytes: int = 1 << 30, memory_map: bool = True) -> None:
+                 layers=None, source: str = "tokens", batch_size: int = 32, block_bytes: int | None = None,
+                 keep_bytes: int | None = None, memory_map: bool = True) -> None:
         if batch_size < 1:
             raise ConfigError(f"batch_size must be at least 1, got {batch_size}.")
         self.cache, self.split, self.tasks = cache, split, list(tasks)
@@ -133,8 +155,10 @@ class CacheFeed:
         if self.rows[0] < 0 or self.rows[-1] >= n:
             raise ConfigError(f"rows must lie in [0, {n}) for split {split!r}.")
         self._load_small_arrays()
-        self._blocks = self._plan_blocks(block_bytes)
-        self.keep_bytes = keep_bytes
+        budget = current_budget() if block_bytes is None or keep_bytes is None else 0
+        self.block_bytes = block_budget(budget) if block_bytes is None else block_bytes
+        self._blocks = self._plan_blocks(self.block_bytes)
+        self.keep_bytes = keep_budget(budget) if keep_bytes is None else keep_bytes
         self._kept: dict[int, _Slab] = {}  # block -> slab
         self._kept_bytes = 0
         self._stream: np.ndarray | None = None  # reused by blocks that are not kept
@@ -230,6 +254,7 @@ class CacheFeed:
             take = self._source(b)
             for rows in self._batches(block, rng, shuffle):
                 yield self._gather(block, take, rows)
+            self._release(b)
 
     @translate_read_errors
     def batch(self, rows: Sequence[int]) -> CacheBatch:
@@ -273,6 +298,18 @@ class CacheFeed:
                     if mapped is not None:
                         mapped.will_need(lo, hi, self.index)
         return self._mapped_take(*maps)
+
+    def _release(self, b: int) -> None:
+        """Drop the pages block ``b`` touched in its shard's maps from the process (its batches are copies)."""
+        maps = self._maps[self._blocks[b].shard]
+        if maps is None:
+            return
+        local, runs, offsets = self._runs(self._blocks[b])
+        for r in runs:
+            lo, hi = int(offsets[local[r[0]]]), int(offsets[local[r[-1]] + 1])
+            for mapped in maps:
+                if mapped is not None:
+                    mapped.dont_need(lo, hi, self.index)
 
     def _mapped_take(self, values, scales) -> Take:
         """Gather values (and scales) straight from their shard's memory maps."""

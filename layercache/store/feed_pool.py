@@ -30,11 +30,12 @@ class FeedPool:
     Args:
         cache: the open cache every feed reads.
         keep_bytes: passed to every :class:`CacheFeed` (slabs kept in memory across epochs, for shards
-            read through h5py; a memory-mapped shard keeps none). The pool's memory is at most this
+            read through h5py; a memory-mapped shard keeps none); default (None): each feed's own, a share
+            of the memory budget (:func:`~.cache_feed.keep_budget`). The pool's memory is at most this
             much per feed it holds.
     """
 
-    def __init__(self, cache: LayerCache, *, keep_bytes: int = 1 << 30) -> None:
+    def __init__(self, cache: LayerCache, *, keep_bytes: int | None = None) -> None:
         self.cache = cache
         self.keep_bytes = keep_bytes
         self._feeds: dict[tuple, CacheFeed] = {}

@@ -147,8 +147,23 @@ class MappedStates:
         A hint: without it the first touch of each page faults it in a little at a time. Whole
         chunks are advised, merged where they are adjacent in the file.
         """
+        self._advise("MADV_WILLNEED", lo, hi, states)
+
+    def dont_need(self, lo: int, hi: int, states: Sequence[int]) -> None:
+        """Drop the pages of rows ``[lo, hi)`` of ``states`` from this process (``MADV_DONTNEED``).
+
+        The mapping is a read-only view of a file, so nothing is lost: the pages stay in the OS page cache
+        (shared, reclaimable) and a later touch maps them again. What it changes is the process's resident
+        memory: a feed that drops each block's pages when it is done with it keeps its RSS at about one
+        block, however large the cache it streams. Whole chunks are dropped (a neighbouring row of the
+        same chunk faults its page back in if it is read again).
+        """
+        self._advise("MADV_DONTNEED", lo, hi, states)
+
+    def _advise(self, name: str, lo: int, hi: int, states: Sequence[int]) -> None:
+        """``madvise(name)`` on the whole chunks holding rows ``[lo, hi)`` of ``states`` (where the OS has it)."""
         advise = getattr(self._region, "madvise", None)
-        flag = getattr(mmap, "MADV_WILLNEED", None)
+        flag = getattr(mmap, name, None)
         if advise is None or flag is None or hi <= lo:
             return
         C, Sc = self.rows_per_chunk, self.states_per_chunk
