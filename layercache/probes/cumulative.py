@@ -29,7 +29,7 @@ the optimum on 8,000 CoNLL-style words, at an accuracy below the majority class.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -39,8 +39,9 @@ from torch.nn import functional as F
 from ..errors import CacheError, ConfigError
 from ..store.reader import LayerCache
 from .base import Probe
-from .features import ProbeInputs, read_inputs, read_train_val, resolve_task, standardise, take_rows
+from .features import ProbeInputs, resolve_task, standardise, take_rows
 from .linear import DEFAULT_C_GRID, LinearProbes
+from .parts import read_train_parts, whole_part
 from .registry import register_probe
 from .selection import DEFAULT_MAX_TRAIN, sample_rows, validation_loss
 
@@ -110,14 +111,15 @@ class CumulativeProbes(Probe):
               list(getattr(probes, "layer_names_", []))) != (spec.name, source, names):
             raise ConfigError(f"The probes passed were fitted on another task, source or layers than "
                               f"{spec.name!r} from {source} on {len(names)} states; pass LinearProbes of those.")
-        train, val, self.validation_ = read_train_val(cache, spec, source, index, split, val_split,
-                                                      self.val_fraction, self.seed)
-        self._require_labelled(spec, train, val)
-        train = take_rows(train, sample_rows(len(train.y), self.max_train, self.seed))
+        # The training sample is read alone; the validation part whole when it fits the memory budget, else
+        # a run of rows at a time (every layer: a prefix mixes them) (parts.py).
+        train, val, self.validation_ = read_train_parts(cache, spec, source, index, split, val_split,
+                                                        self.val_fraction, self.seed, max_train=self.max_train)
+        self._require_labelled(spec, train, train if val.inputs is None else val.inputs)  # a lazy part: later
         self._record_setup(setup)
         kind = "regression" if spec.kind == "regression" else "classification"
         classes = None if kind == "regression" else np.arange(spec.num_classes)
-        self._fit_standardised(train, val, probes, kind, classes, split, val_split or split)
+        self._fit_standardised(train, val.row_chunks(), probes, kind, classes, split, val_split or split, spec)
         self.fit_seconds_ = time.perf_counter() - t0
         return self
 
@@ -146,19 +148,17 @@ class CumulativeProbes(Probe):
         val = ProbeInputs(np.ascontiguousarray(X_val.transpose(1, 0, 2), np.float32), y_val, np.arange(len(y_val)))
         self.task_, self.source_, self.validation_ = None, "arrays", "X_val"
         self.layer_names_ = [f"layer_{i}" for i in range(X.shape[1])]
-        self._fit_standardised(train, val, probes, kind, probes.classes_, None, None)
+        self._fit_standardised(train, [val], probes, kind, probes.classes_, None, None)
         self.fit_seconds_ = time.perf_counter() - t0
         return self
 
     def predict(self, cache: LayerCache, split: str) -> np.ndarray:
         """(L, n) predictions of every prefix's probe on ``split`` (class ids or values)."""
-        X, _ = self._read(cache, split)
-        return self._predict(X)
+        return self.predictions(cache, split)[0]
 
     def score(self, cache: LayerCache, split: str) -> np.ndarray:
         """(L,) score of every prefix's probe on ``split``: accuracy, or R^2 for regression."""
-        X, y = self._read(cache, split)
-        return _metric(self._predict(X), y, self.kind_)
+        return _metric(*self.predictions(cache, split), self.kind_)
 
     def correct(self, cache: LayerCache, split: str) -> np.ndarray:
         """(L, n) per example (word) and prefix: 1 when right (accuracy), or the squared error (regression).
@@ -172,12 +172,15 @@ class CumulativeProbes(Probe):
         return (predicted == target[None, :]).astype(np.float64)
 
     def predictions(self, cache: LayerCache, split: str) -> tuple[np.ndarray, np.ndarray]:
-        """``(predicted (L, n), target (n,))`` of every prefix on ``split``, from one read of it."""
-        X, y = self._read(cache, split)
-        return self._predict(X), np.asarray(y)
+        """``(predicted (L, n), target (n,))`` of every prefix on ``split``, from one read of it (a run of rows at
+        a time when its features do not fit the memory budget)."""
+        n_classes = None if self.classes_ is None else len(self.classes_)
+        Z, y = _sliced_outputs(self._read(cache, split), self.mix_weights_, self.coef_, self.intercept_)
+        return _to_predictions(Z, n_classes), y
 
     # --- internals --------------------------------------------------------------------
-    def _read(self, cache: LayerCache, split: str) -> tuple[np.ndarray, np.ndarray]:
+    def _read(self, cache: LayerCache, split: str) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """Standardised features (L, n, D) and targets (n,) of ``split``, a run of rows at a time."""
         check_is_fitted(self, "coef_")
         if self.task_ is None:
             raise ConfigError("These probes were fitted with fit_arrays; they cannot read a cache.")
@@ -186,17 +189,17 @@ class CumulativeProbes(Probe):
         if missing:
             raise CacheError(f"The cache has no state {missing[0]!r} that the probes read; use the cache they "
                              "were fitted on.")
-        inputs = read_inputs(cache, split, spec, self.source_, cache.layer_index(self.layer_names_))
-        return standardise(inputs.X, self.mean_, self.scale_, self.layer_names_, split), inputs.y
+        part = whole_part(cache, split, spec, self.source_, cache.layer_index(self.layer_names_))
+        for inputs in part.row_chunks():
+            yield standardise(inputs.X, self.mean_, self.scale_, self.layer_names_, split), inputs.y
 
-    def _fit_standardised(self, train: ProbeInputs, val: ProbeInputs, probes: LinearProbes, kind: str,
-                          classes: np.ndarray | None, split: str | None, val_split: str | None) -> None:
+    def _fit_standardised(self, train: ProbeInputs, val_chunks: Iterable[ProbeInputs], probes: LinearProbes, kind: str,
+                          classes: np.ndarray | None, split: str | None, val_split: str | None, spec=None) -> None:
         self.mean_, self.scale_ = probes.mean_, probes.scale_  # the probes' weights read features scaled so
         self.kind_, self.classes_ = kind, classes
         self.metric_ = "r2" if kind == "regression" else "accuracy"
         self.probes_ = probes
         Xtr = torch.from_numpy(standardise(train.X, self.mean_, self.scale_, self.layer_names_, split))  # (L, n, D)
-        Xva = standardise(val.X, self.mean_, self.scale_, self.layer_names_, val_split)
         y = torch.from_numpy(np.asarray(train.y, np.float32 if kind == "regression" else np.int64))
         n_classes = None if classes is None else len(classes)
         L, _, D = Xtr.shape
@@ -213,15 +216,17 @@ class CumulativeProbes(Probe):
             weights[p, : p + 1], coef[p], intercept[p] = w, W, b
             self.n_iter_.append(n_iter)
         self.mix_weights_, self.coef_, self.intercept_ = weights, coef, intercept
-        Z = _prefix_outputs(Xva, weights, coef, intercept)
-        self.scores_ = _metric(_to_predictions(Z, n_classes), val.y, kind)
-        self.losses_ = validation_loss(Z, val.y, n_classes)
+        del Xtr
+        train.X = None  # done with: room for the validation part's features
+        standardised = ((standardise(part.X, self.mean_, self.scale_, self.layer_names_, val_split), part.y)
+                        for part in val_chunks)  # every layer, a run of rows at a time
+        Z, y_val = _sliced_outputs(standardised, weights, coef, intercept)  # (P, n, K)
+        if spec is not None and len(y_val) == 0:
+            self._require_labelled(spec, train, ProbeInputs(np.empty(0), y_val, np.empty(0)))
+        self.scores_ = _metric(_to_predictions(Z, n_classes), y_val, kind)
+        self.losses_ = validation_loss(Z, y_val, n_classes)
         self.C_grid_ = probes.C_grid_
-        self.n_train_, self.n_val_ = len(train.y), len(val.y)
-
-    def _predict(self, X: np.ndarray) -> np.ndarray:
-        n_classes = None if self.classes_ is None else len(self.classes_)
-        return _predict_prefixes(X, self.mix_weights_, self.coef_, self.intercept_, n_classes)
+        self.n_train_, self.n_val_ = len(train.y), len(y_val)
 
 
 def _fit_prefix(X: torch.Tensor, y: torch.Tensor, n_classes: int | None, C: float, max_iter: int, start: int,
@@ -271,6 +276,40 @@ def _fit_prefix(X: torch.Tensor, y: torch.Tensor, n_classes: int | None, C: floa
     return weights.numpy().astype(np.float64), W.detach().numpy().copy(), b.detach().numpy().copy(), n_iter
 
 
+OUTPUT_ROWS = 2048
+"""Examples (words) whose prefix outputs are computed in one product: the outputs of a part come in slices of
+this many in its order, whether it was read whole or a run of rows at a time, so they are the same numbers
+either way (a matrix product's last bits depend on its shape)."""
+
+
+def _sliced_outputs(chunks: Iterable[tuple[np.ndarray, np.ndarray]], weights: np.ndarray, coef: np.ndarray,
+                    intercept: np.ndarray) -> tuple[torch.Tensor, np.ndarray]:
+    """``(P, n, K)`` outputs and the ``(n,)`` targets of standardised ``(X (L, m, D), y (m,))`` chunks of a part,
+    computed in slices of :data:`OUTPUT_ROWS` of the part's examples wherever the chunks end."""
+    outputs, targets, carry = [], [], None
+    for X, y in chunks:
+        targets.append(np.asarray(y))
+        start = 0
+        if carry is not None:  # complete the slice the last chunk began
+            start = min(OUTPUT_ROWS - carry.shape[1], X.shape[1])
+            carry = np.concatenate([carry, X[:, :start]], axis=1)
+            if carry.shape[1] < OUTPUT_ROWS:
+                continue
+            outputs.append(_prefix_outputs(carry, weights, coef, intercept))
+            carry = None
+        full = start + (X.shape[1] - start) // OUTPUT_ROWS * OUTPUT_ROWS
+        for a in range(start, full, OUTPUT_ROWS):
+            outputs.append(_prefix_outputs(np.ascontiguousarray(X[:, a:a + OUTPUT_ROWS]), weights, coef, intercept))
+        if full < X.shape[1]:
+            carry = np.array(X[:, full:])
+    if carry is not None:
+        outputs.append(_prefix_outputs(carry, weights, coef, intercept))
+    y = np.concatenate(targets) if targets else np.empty(0)
+    if not outputs:
+        return torch.empty(len(weights), 0, coef.shape[2]), y
+    return torch.cat(outputs, dim=1), y
+
+
 def _prefix_outputs(X: np.ndarray, weights: np.ndarray, coef: np.ndarray, intercept: np.ndarray) -> torch.Tensor:
     """(P, n, K) outputs of every prefix on standardised X (L, n, D)."""
     with torch.no_grad():
@@ -303,12 +342,6 @@ def _outputs(X: torch.Tensor, weights: torch.Tensor, W: torch.Tensor, b: torch.T
     P, _, K = W.shape
     per_layer = (X.reshape(L * n, D) @ W.permute(1, 0, 2).reshape(D, P * K)).view(L, n, P, K)  # x_l W_p
     return torch.einsum("pl,lnpk->pnk", weights, per_layer) + b.unsqueeze(1)  # (P, n, K)
-
-
-def _predict_prefixes(X: np.ndarray, weights: np.ndarray, coef: np.ndarray, intercept: np.ndarray,
-                      n_classes: int | None) -> np.ndarray:
-    """(P, n) predictions of every prefix on standardised X (L, n, D)."""
-    return _to_predictions(_prefix_outputs(X, weights, coef, intercept), n_classes)
 
 
 def _metric(pred: np.ndarray, y: np.ndarray, kind: str) -> np.ndarray:

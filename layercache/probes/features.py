@@ -24,12 +24,13 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..core.holdout import holdout_strata, stratified_holdout
-from ..core.memory import available_bytes
+from ..core.holdout import holdout_strata, sample_rows, stratified_holdout
+from ..core.memory import current_budget
 from ..core.tasks import find_task, labelled_tasks
 from ..errors import CacheError, ConfigError
 from ..solvers import check_c_grid
 from ..store.batches import first_subtokens as batch_first_subtokens
+from ..store.codecs import codec, scales_dataset
 from ..store.feature_source import auto_source, parse_source, require_source
 from ..store.manifest import LabelTask
 from ..store.reader import LayerCache
@@ -51,6 +52,21 @@ class ProbeInputs:
     y: np.ndarray
     rows: np.ndarray
     types: list[tuple[int, ...]] | None = None
+    n_available: int | None = None
+    """Labelled examples (words) of the part before a training sample was taken (None: no sample was asked for)."""
+
+
+Sample = tuple[int | None, int] | None
+"""``(max_train, seed)``: keep the seeded sample :func:`~.selection.sample_rows` of a part's labelled examples
+(words) before their features are read; None: keep them all."""
+
+
+def sample_positions(n: int, sample: Sample) -> np.ndarray | None:
+    """Positions (sorted) of the sample ``sample`` of ``n`` labelled examples, None to keep them all."""
+    if sample is None:
+        return None
+    max_train, seed = sample
+    return sample_rows(n, max_train, seed)
 
 
 def take_rows(inputs: ProbeInputs, pick: np.ndarray | None) -> ProbeInputs:
@@ -58,7 +74,8 @@ def take_rows(inputs: ProbeInputs, pick: np.ndarray | None) -> ProbeInputs:
     if pick is None:
         return inputs
     types = None if inputs.types is None else [inputs.types[i] for i in pick]
-    return ProbeInputs(np.ascontiguousarray(inputs.X[:, pick]), inputs.y[pick], inputs.rows[pick], types)
+    return ProbeInputs(np.ascontiguousarray(inputs.X[:, pick]), inputs.y[pick], inputs.rows[pick], types,
+                       inputs.n_available)
 
 
 def resolve_task(cache: LayerCache, task: str | None) -> LabelTask:
@@ -132,16 +149,21 @@ def read_inputs(cache: LayerCache, split: str, spec: LabelTask, source: str, ind
 
 
 def read_parts(cache: LayerCache, split: str, spec: LabelTask, source: str, index: list[int],
-               row_sets: Sequence[np.ndarray], *, want_types: bool = False) -> list[ProbeInputs]:
+               row_sets: Sequence[np.ndarray], *, want_types: bool = False, sample: Sample = None) -> list[ProbeInputs]:
     """Features of several sets of rows of one split (a training part and a validation slice),
-    read in one pass over the split."""
+    read in one pass over the split.
+
+    ``sample``: of the first set, read only the seeded sample of its labelled examples (words) that
+    :func:`~.selection.sample_rows` keeps (the same features as taking it after reading them all); its
+    ``n_available`` says how many there were.
+    """
     cache.require_split(split)
     row_sets = [np.asarray(r, np.int64) for r in row_sets]
     if spec.kind == "token":
         shared = _SHARED.get()
         if shared is not None:
-            return shared.parts(cache, split, spec, index, row_sets, want_types)
-        return _read_words(cache, split, spec, index, row_sets, want_types)
+            return shared.parts(cache, split, spec, index, row_sets, want_types, sample)
+        return _read_words(cache, split, spec, index, row_sets, want_types, sample)
     labels = np.asarray(split_labels(cache, split, spec))
     parsed = require_source(cache, source)
     if not parsed.is_pooled:
@@ -153,13 +175,17 @@ def read_parts(cache: LayerCache, split: str, spec: LabelTask, source: str, inde
         # rows are gathered at the stored width (half the bytes for float16).
         stored = cache.pooled_stored(split, parsed.mode, layers=index)  # (n_split, L, D)
     out = []
-    for rows in row_sets:
+    for k, rows in enumerate(row_sets):
         rows = rows[labelled(labels[rows])]
+        available = len(rows)
+        if k == 0 and sample is not None:
+            pick = sample_positions(len(rows), sample)
+            rows = rows if pick is None else rows[pick]
         picked = stored.index_select(0, torch.from_numpy(rows))  # (n, L, D): whole rows, contiguous copies
         # Widen to float32 and transpose to the probes' (L, n, D) in one pass.
         X = torch.empty(picked.shape[1], picked.shape[0], picked.shape[2]).copy_(picked.transpose(0, 1))
         y = labels[rows].astype(np.float32 if spec.kind == "regression" else np.int64)
-        out.append(ProbeInputs(X.numpy(), y, rows))
+        out.append(ProbeInputs(X.numpy(), y, rows, n_available=available if k == 0 and sample is not None else None))
     return out
 
 
@@ -219,7 +245,7 @@ def _word_positions(cache: LayerCache, split: str, spec: LabelTask, rows: np.nda
 
 
 def _read_words(cache: LayerCache, split: str, spec: LabelTask, index: list[int], row_sets: list[np.ndarray],
-                want_types: bool) -> list[ProbeInputs]:
+                want_types: bool, sample: Sample = None) -> list[ProbeInputs]:
     """Word features of each set of rows, streaming the split one state at a time.
 
     ``layer_tokens`` hands out one state of one shard as a contiguous (t, D) block (the cache
@@ -229,11 +255,23 @@ def _read_words(cache: LayerCache, split: str, spec: LabelTask, index: list[int]
     starts = np.concatenate([[0], np.cumsum(cache.lengths(split))])  # (n + 1,) first token of each row
     # Rows in cache order, so each part's token positions increase and a shard's words are one run.
     parts = [_word_positions(cache, split, spec, np.unique(rows), starts, want_types) for rows in row_sets]
+    if sample is not None and parts:
+        positions, first = parts[0]
+        first.n_available = len(positions)
+        pick = sample_positions(len(positions), sample)
+        if pick is not None:
+            types = None if first.types is None else [first.types[i] for i in pick]
+            parts[0] = (positions[pick], ProbeInputs(first.X, first.y[pick], first.rows[pick], types, len(positions)))
     for positions, part in parts:
         part.X = np.empty((len(index), len(positions), cache.hidden_size), np.float32)  # (L, n, D)
+    if _read_mapped_words(cache, split, index, parts):
+        return [part for _, part in parts]
+    last = max((int(p[-1]) for p, _ in parts if len(p)), default=-1)  # no shard after it is read
     for li, layer in enumerate(index):
         offset = 0
         for block in cache.layer_tokens(split, layer):  # (t_shard, D) float32
+            if offset > last:
+                break
             end = offset + len(block)
             for positions, part in parts:
                 a, b = np.searchsorted(positions, [offset, end])
@@ -243,9 +281,57 @@ def _read_words(cache: LayerCache, split: str, spec: LabelTask, index: list[int]
     return [part for _, part in parts]
 
 
-SHARE_FRACTION = 0.125
-"""Most of the available memory (at the block's start) that shared word features may hold; a split beyond it
-is read again by each probe, as without sharing, so sharing never costs more memory than it is worth."""
+GATHER_WORDS = 4096
+"""Words gathered and decoded in one step from a memory-mapped shard (their temporaries: a few MB)."""
+
+
+def _read_mapped_words(cache: LayerCache, split: str, index: list[int],
+                       parts: list[tuple[np.ndarray, ProbeInputs]]) -> bool:
+    """Fill each part's ``X`` with its words' states gathered straight from the shards' memory maps; False (and
+    nothing read) when a shard cannot be mapped.
+
+    Only the words' own vectors are read (not a shard's every token, as ``layer_tokens`` hands them out), decoded
+    as that read decodes them (the same float32 values), and the pages touched are dropped from the process
+    after each shard and state (:meth:`~layercache.store.mapped.MappedStates.dont_need`): what the read holds is
+    the features it returns, whatever the size of the cache.
+    """
+    stored = codec(cache.manifest.storage.dtype)
+    n_shards = len(cache.split_info(split).shards)
+    maps = []
+    for shard in range(n_shards):
+        values = cache.mapped_states(split, shard, "hidden")
+        scales = cache.mapped_states(split, shard, scales_dataset("hidden")) if stored.scaled else None
+        if values is None or (stored.scaled and scales is None):
+            return False
+        maps.append((values, scales))
+    tokens = [int(cache.shard_offsets(split, shard)[-1]) for shard in range(n_shards)]
+    bounds = np.concatenate([[0], np.cumsum(tokens)]).astype(np.int64)  # split-wide first token of each shard
+    for li, layer in enumerate(index):
+        for shard, (values, scales) in enumerate(maps):
+            lo, hi = int(bounds[shard]), int(bounds[shard + 1])
+            for positions, part in parts:
+                a, b = np.searchsorted(positions, [lo, hi])
+                if b <= a:
+                    continue
+                for start in range(a, b, GATHER_WORDS):  # a few thousand words at a time: small temporaries
+                    stop = min(b, start + GATHER_WORDS)
+                    local = positions[start:stop] - lo
+                    gathered = values.gather(local, [layer])[:, 0]  # (n, D) in the stored precision
+                    bits = gathered.view(torch.int16).numpy().view(np.uint16) if gathered.dtype == torch.bfloat16 \
+                        else gathered.numpy()  # what h5py reads: bfloat16 is kept as its uint16 bits
+                    factors = None if scales is None else scales.gather(local, [layer])[:, 0].numpy()  # (n, 1)
+                    part.X[li, start:stop] = stored.decode(bits, factors)
+            for mapped in (values, scales):
+                if mapped is not None:
+                    mapped.dont_need(0, hi - lo, [layer])
+    return True
+
+
+SHARE_OF_BUDGET = 0.25
+"""Most of the memory budget (:func:`~layercache.core.memory.current_budget` at the block's start) that shared word
+features may hold: by default a quarter of half the memory available, the eighth it always was. A split beyond it
+is read again by each probe, as without sharing, so sharing never costs more memory than it is worth; the rest
+of the budget is the probes' own reads."""
 
 
 class SharedWordFeatures:
@@ -253,36 +339,48 @@ class SharedWordFeatures:
 
     A part of a split (a training part, a validation slice) is the words of its rows, taken from the
     whole split's words in cache order: the same values, labels, rows and types as reading the part
-    itself. Each probe gets its own copy (probes standardise their features in place). Splits are
-    kept while they fit ``budget`` bytes together (default: :data:`SHARE_FRACTION` of the memory
-    available); a split that may not fit is not read whole: each probe reads its own parts, as without sharing.
+    itself. Each probe gets its own copy (probes standardise their features in place) of the layers it asks
+    for. Splits are kept while they fit ``budget`` bytes together (default: :data:`SHARE_OF_BUDGET` of the
+    memory budget); a split that may not fit is not read whole: each probe reads its own parts, as without sharing.
     """
 
     def __init__(self, budget: int | None = None) -> None:
-        self._splits: dict[tuple, ProbeInputs] = {}
-        available = available_bytes()
-        self.budget = budget if budget is not None else int(SHARE_FRACTION * available) if available else 0
+        self._splits: dict[tuple, tuple[list[int], ProbeInputs]] = {}
+        self.budget = budget if budget is not None else int(SHARE_OF_BUDGET * current_budget())
         self.kept = 0
         """Bytes of word features held."""
 
     def parts(self, cache: LayerCache, split: str, spec: LabelTask, index: list[int], row_sets: list[np.ndarray],
-              want_types: bool) -> list[ProbeInputs]:
-        """What :func:`_read_words` gives for ``row_sets``, from the split's words read (with their types) once."""
-        key = (id(cache), str(cache.path), split, spec.name, tuple(index))
-        every = self._splits.get(key)
-        if every is None:
+              want_types: bool, sample: Sample = None) -> list[ProbeInputs]:
+        """What :func:`_read_words` gives for ``row_sets`` (and ``sample``), from the split's words read (with their
+        types) once; ``index`` may be any of the states kept (a group of layers)."""
+        key = (id(cache), str(cache.path), split, spec.name)
+        found = self._splits.get(key)
+        if found is not None and not set(index) <= set(found[0]):
+            found = None  # other states than those kept: read as without sharing
+        if found is None:
+            if key in self._splits:
+                return _read_words(cache, split, spec, index, row_sets, want_types, sample)
             # At most one word per stored token: the split's words cannot take more than this.
             bound = int(np.sum(cache.lengths(split))) * len(index) * cache.hidden_size * 4
             if self.kept + bound > self.budget:  # beyond the budget: each probe reads its own parts
-                return _read_words(cache, split, spec, index, row_sets, want_types)
+                return _read_words(cache, split, spec, index, row_sets, want_types, sample)
             every = _read_words(cache, split, spec, index, [np.arange(cache.num_examples(split))], True)[0]
-            self._splits[key] = every
+            found = self._splits[key] = (list(index), every)
             self.kept += every.X.nbytes
+        kept, every = found
+        layers = [kept.index(i) for i in index]
         out = []
-        for rows in row_sets:
+        for k, rows in enumerate(row_sets):
             pick = np.flatnonzero(np.isin(every.rows, rows))  # the rows' words, in cache order
+            available = None
+            if k == 0 and sample is not None:
+                available = len(pick)
+                chosen = sample_positions(len(pick), sample)
+                pick = pick if chosen is None else pick[chosen]
             types = [every.types[i] for i in pick] if want_types else None
-            out.append(ProbeInputs(np.ascontiguousarray(every.X[:, pick]), every.y[pick], every.rows[pick], types))
+            X = every.X[:, pick] if layers == list(range(len(kept))) else every.X[np.ix_(layers, pick)]
+            out.append(ProbeInputs(np.ascontiguousarray(X), every.y[pick], every.rows[pick], types, available))
         return out
 
 

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from functools import partial
 
 import numpy as np
 import torch
@@ -35,13 +36,11 @@ from .features import (
     check_feature_arrays,
     input_moments,
     layer_moments,
-    read_inputs,
-    read_train_val,
     resolve_task,
     standardise,
-    take_rows,
     usable_scale,
 )
+from .parts import SplitPart, read_train_parts, whole_part
 from .registry import register_probe
 from .selection import DEFAULT_MAX_TRAIN, choose_c, sample_rows, validation_loss
 
@@ -131,22 +130,25 @@ class LinearProbes(Probe):
         setup = self._setup(cache, split, val_split)
         spec, source, index, val_split = setup.spec, setup.source, setup.index, setup.val_split
         want_types = bool(self.control) and spec.kind == "token"
-        train, val, self.validation_ = read_train_val(cache, spec, source, index, split, val_split,
-                                                      self.val_fraction, self.seed, want_types=want_types)
-        self.n_train_available_ = len(train.y)
-        train = take_rows(train, sample_rows(len(train.y), self.max_train, self.seed))
+        # The training sample is read alone (every state: the solver fits them together); the validation
+        # part whole when it fits the memory budget, else a group of layers at a time (parts.py).
+        train, val, self.validation_ = read_train_parts(cache, spec, source, index, split, val_split,
+                                                        self.val_fraction, self.seed, max_train=self.max_train,
+                                                        want_types=want_types)
+        self.n_train_available_ = train.n_available
         if self.control:
             self._control_fit(spec, train)
             train.y = self._control_labels(cache, split, spec, train)
-            val.y = self._control_labels(cache, val_split or split, spec, val)
+            val.relabel = partial(self._control_labels, cache, val_split or split, spec)
         read_s = time.perf_counter() - t0
-        self._require_labelled(spec, train, val)
+        self._require_labelled(spec, train, train if val.inputs is None else val.inputs)  # a lazy part: checked later
         mean, scale = input_moments(cache, split, spec, source, index, train.X)
         self._record_setup(setup)
         self.cache_identity_ = _identity(cache)
         kind = "regression" if spec.kind == "regression" else "classification"
         classes = None if kind == "regression" else np.arange(spec.num_classes)
-        self._fit_standardised(train, val, mean, scale, Cs, kind, classes, split, val_split or split)
+        self._fit_standardised(train, val.pieces(), mean, scale, Cs, kind, classes, split, val_split or split,
+                               spec)
         self.fit_seconds_ = time.perf_counter() - t0
         self.timings_ = {"read": read_s, **self.timings_}
         return self
@@ -157,20 +159,28 @@ class LinearProbes(Probe):
         ``n`` counts the labelled examples of the split, in cache order; for a token task, its
         labelled words (sentence by sentence, in word order).
         """
-        inputs = self._read(cache, split)
-        return self._predict_standardised(self._standardise(inputs.X, split))
+        return self.predictions(cache, split)[0]
 
     def predictions(self, cache: LayerCache, split: str) -> tuple[np.ndarray, np.ndarray]:
         """``(predicted (L, n), target (n,))`` for ``split``: :meth:`predict` with the labels it is scored
-        against (the control labels when ``control``), from one read of the split."""
-        inputs = self._read(cache, split)
-        return self._predict_standardised(self._standardise(inputs.X, split)), inputs.y
+        against (the control labels when ``control``), from one read of the split (a group of layers at a
+        time when the split's features do not fit the memory budget)."""
+        predicted, y = [], None
+        for layers, chunks in self._read(cache, split).pieces():
+            runs, targets = [], []
+            for inputs in chunks:  # a run of rows at a time
+                X = standardise(inputs.X, self.mean_[layers], self.scale_[layers],
+                                [self.layer_names_[i] for i in layers], split)
+                runs.append(self._predict_standardised(X, layers))
+                targets.append(inputs.y)
+            predicted.append(np.concatenate(runs, axis=1))
+            y = np.concatenate(targets)
+        return np.concatenate(predicted), y
 
     def score(self, cache: LayerCache, split: str) -> np.ndarray:
         """(L,) score of every layer's probe on ``split``: accuracy (over words for a token task),
         R^2 for regression; on the control labels when ``control``."""
-        inputs = self._read(cache, split)
-        return self._score(self._predict_standardised(self._standardise(inputs.X, split)), inputs.y)
+        return self._score(*self.predictions(cache, split))
 
     # --- fitting from arrays ----------------------------------------------------------
     def fit_arrays(self, X: np.ndarray, y: np.ndarray, X_val: np.ndarray | None = None,
@@ -213,7 +223,8 @@ class LinearProbes(Probe):
         self.task_, self.source_ = None, "arrays"
         self.layer_names_ = [f"layer_{i}" for i in range(train.X.shape[0])]
         self.cache_identity_ = None
-        self._fit_standardised(train, val, mean, scale, Cs, kind, classes, None, None)
+        self._fit_standardised(train, [(np.arange(train.X.shape[0]), iter([val]))], mean, scale, Cs, kind, classes,
+                               None, None)
         self.fit_seconds_ = time.perf_counter() - t0
         return self
 
@@ -236,16 +247,18 @@ class LinearProbes(Probe):
         return np.asarray([float(np.mean(p == y)) for p in pred])
 
     # --- internals --------------------------------------------------------------------
-    def _fit_standardised(self, train: ProbeInputs, val: ProbeInputs, mean: np.ndarray, scale: np.ndarray,
-                          Cs: np.ndarray, kind: str, classes: np.ndarray | None, split: str | None,
-                          val_split: str | None) -> None:
+    def _fit_standardised(self, train: ProbeInputs, val_groups: Iterable[tuple[np.ndarray, Iterable[ProbeInputs]]],
+                          mean: np.ndarray, scale: np.ndarray, Cs: np.ndarray, kind: str, classes: np.ndarray | None,
+                          split: str | None, val_split: str | None, spec=None) -> None:
+        """Fit every layer on standardised training features; choose ``C`` on the validation part, given as
+        ``(positions of layers, their inputs run of rows by run)`` groups (one group and one run of every layer
+        when it was read whole)."""
         self.mean_ = np.asarray(mean, np.float32)
         self.scale_ = usable_scale(scale)
         self.kind_, self.classes_ = kind, classes
         self.metric_ = "r2" if kind == "regression" else "accuracy"
         t0 = time.perf_counter()
         Xtr = torch.from_numpy(self._standardise(train.X, split))  # (L, n, D), standardised in place
-        Xva = torch.from_numpy(self._standardise(val.X, val_split))
         t1 = time.perf_counter()
         if kind == "regression":
             fit = fit_ridge(Xtr, torch.from_numpy(np.asarray(train.y, np.float32)), torch.from_numpy(Cs))
@@ -257,13 +270,35 @@ class LinearProbes(Probe):
                 warnings.warn(f"L-BFGS stopped at max_iter={self.max_iter} before reaching tol={self.tol}; "
                               "raise max_iter for exact probes.", ConvergenceWarning, stacklevel=3)
         t2 = time.perf_counter()
+        del Xtr
+        train.X = None  # the training features are done with: room for the validation part's
         n_classes = None if kind == "regression" else len(classes)
-        outputs = [torch.baddbmm(fit.intercept[g].unsqueeze(1), Xva, fit.coef[g]) for g in range(len(Cs))]
+        # Each layer's outputs from its own weights: the validation part may come a group of layers at a time.
+        grouped: list[list[torch.Tensor]] = [[] for _ in Cs]
+        y_val = None
+        for layers, chunks in val_groups:
+            at = torch.from_numpy(layers)
+            runs: list[list[torch.Tensor]] = [[] for _ in Cs]  # this group's outputs, a run of rows at a time
+            targets = []
+            for part in chunks:
+                Xva = torch.from_numpy(standardise(part.X, self.mean_[layers], self.scale_[layers],
+                                                   [self.layer_names_[i] for i in layers], val_split))
+                for g in range(len(Cs)):
+                    runs[g].append(torch.baddbmm(fit.intercept[g][at].unsqueeze(1), Xva, fit.coef[g][at]))
+                targets.append(part.y)
+                del Xva, part
+            for g in range(len(Cs)):
+                grouped[g].append(torch.cat(runs[g], dim=1))
+            y_val = np.concatenate(targets)
+        if spec is not None and (y_val is None or len(y_val) == 0):
+            self._require_labelled(spec, train, ProbeInputs(np.empty(0), np.empty(0), np.empty(0)))
+        val = ProbeInputs(np.empty(0, np.float32), y_val, np.empty(0, np.int64))
+        outputs = [torch.cat(parts) for parts in grouped]  # (L, n, K) per C
         grid_scores = np.stack([self._score(outputs_to_predictions(Z, n_classes).numpy(), val.y)
                                 for Z in outputs])  # (G, L)
         grid_losses = np.stack([validation_loss(Z, val.y, n_classes) for Z in outputs])  # (G, L)
         choice = choose_c(grid_losses)  # (L,): the smallest validation loss, ties to the smaller C
-        layers = np.arange(Xtr.shape[0])
+        layers = np.arange(len(self.mean_))
         self.C_grid_ = Cs
         self.grid_scores_, self.grid_losses_ = grid_scores, grid_losses
         self.C_ = self.C_grid_[choice]
@@ -279,10 +314,11 @@ class LinearProbes(Probe):
         """(x - mean_) / scale_ in place on X (L, n, D) float32; refuses non-finite states."""
         return standardise(X, self.mean_, self.scale_, self.layer_names_, split)
 
-    def _predict_standardised(self, X: np.ndarray) -> np.ndarray:
-        """(L, n) predictions from standardised X (L, n, D)."""
-        Z = torch.baddbmm(torch.from_numpy(self.intercept_).unsqueeze(1), torch.from_numpy(X),
-                          torch.from_numpy(self.coef_))  # (L, n, K)
+    def _predict_standardised(self, X: np.ndarray, layers: np.ndarray | None = None) -> np.ndarray:
+        """(l, n) predictions from standardised X (l, n, D) of ``layers`` (positions; default: every layer)."""
+        layers = slice(None) if layers is None else layers
+        Z = torch.baddbmm(torch.from_numpy(self.intercept_[layers]).unsqueeze(1), torch.from_numpy(X),
+                          torch.from_numpy(self.coef_[layers]))  # (l, n, K)
         return outputs_to_predictions(Z, None if self.kind_ == "regression" else len(self.classes_)).numpy()
 
     def _score(self, pred: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -296,8 +332,8 @@ class LinearProbes(Probe):
             return 1.0 - resid / total
         return (pred == np.asarray(y)[None, :]).mean(1)
 
-    def _read(self, cache: LayerCache, split: str) -> ProbeInputs:
-        """The split's features and (control) labels, for a fitted cache probe."""
+    def _read(self, cache: LayerCache, split: str) -> SplitPart:
+        """The split's features and (control) labels, for a fitted cache probe: read a group of layers at a time."""
         check_is_fitted(self, "coef_")
         if self.task_ is None:
             raise ConfigError("These probes were fitted with fit_arrays; use predict_arrays / score_arrays.")
@@ -308,11 +344,11 @@ class LinearProbes(Probe):
                              "were fitted on (or one extracted the same way).")
         spec = resolve_task(cache, self.task_)
         want_types = bool(self.control) and spec.kind == "token"
-        inputs = read_inputs(cache, split, spec, self.source_, cache.layer_index(self.layer_names_),
-                             want_types=want_types)
+        part = whole_part(cache, split, spec, self.source_, cache.layer_index(self.layer_names_),
+                          want_types=want_types)
         if self.control:
-            inputs.y = self._control_labels(cache, split, spec, inputs)
-        return inputs
+            part.relabel = partial(self._control_labels, cache, split, spec)
+        return part
 
     def _control_fit(self, spec, train: ProbeInputs) -> None:
         self.control_task_ = ControlTask(self.seed)

@@ -31,12 +31,22 @@ import numpy as np
 import torch
 from sklearn.exceptions import ConvergenceWarning
 
+from ..core.memory import current_budget
 from ..errors import CacheError, ConfigError
 from ..solvers import LinearFit, fit_logistic, linear_outputs
 from ..store.reader import LayerCache
 from .base import Probe
-from .features import check_feature_arrays, check_solver_params, input_moments, layer_moments, read_inputs, standardise
+from .features import (
+    ProbeInputs,
+    check_feature_arrays,
+    check_solver_params,
+    input_moments,
+    layer_moments,
+    read_parts,
+    standardise,
+)
 from .linear import DEFAULT_C_GRID
+from .parts import FEATURE_SHARE, feature_bytes, item_bound, whole_part
 from .registry import register_probe
 from .selection import DEFAULT_MAX_TRAIN, cross_entropy_nats, sample_rows
 
@@ -127,15 +137,14 @@ class OnlineCodeMDL(Probe):
                               "classification task; choose a sequence or token task with classes (or use "
                               "LinearProbes for a regression).")
         cache.require_split(split)
-        inputs = read_inputs(cache, split, spec, source, index)
+        inputs, mean, scale = self._read_sample(cache, split, spec, source, index)
         if len(inputs.y) == 0:
             raise CacheError(f"The {split!r} split has no labelled examples of task {spec.name!r}; "
                              "measure a split that has labels.")
-        mean, scale = input_moments(cache, split, spec, source, index, inputs.X)
         self._record_setup(setup)
         self.classes_ = np.arange(spec.num_classes)
         X = standardise(inputs.X, mean, scale, self.layer_names_, split)
-        self._fit_standardised(X, np.asarray(inputs.y, np.int64), spec.num_classes, portions)
+        self._fit_standardised(X, np.asarray(inputs.y, np.int64), spec.num_classes, portions, inputs.n_available)
         self.fit_seconds_ = time.perf_counter() - t0
         return self
 
@@ -176,6 +185,30 @@ class OnlineCodeMDL(Probe):
         return self
 
     # --- internals --------------------------------------------------------------------
+    def _read_sample(self, cache: LayerCache, split: str, spec, source: str,
+                     index: list[int]) -> tuple[ProbeInputs, np.ndarray, np.ndarray]:
+        """The examples (words) coded, every state, and the mean and std (L, D) that standardise them.
+
+        Only the seeded sample of ``max_train`` is read (the one :meth:`_fit_standardised` would take), when
+        the moments do not need the rest: word states take the cache's statistics; pooled vectors their own
+        moments over the whole split, read whole when they fit the memory budget, else a group of layers at
+        a time for the moments, then the sample.
+        """
+        part = whole_part(cache, split, spec, source, index)
+        whole = feature_bytes(cache, item_bound(cache, split, spec, part.rows), len(index))
+        if spec.kind != "token" and whole <= FEATURE_SHARE * current_budget():
+            inputs = read_parts(cache, split, spec, source, index, [part.rows])[0]
+            return inputs, *input_moments(cache, split, spec, source, index, inputs.X)
+        if spec.kind == "token":
+            mean, scale = input_moments(cache, split, spec, source, index, None)
+        else:
+            mean = np.empty((len(index), cache.hidden_size))
+            scale = np.empty_like(mean)
+            for layers, group in part.layer_groups():
+                mean[layers], scale[layers] = layer_moments(group.X)
+        inputs = read_parts(cache, split, spec, source, index, [part.rows], sample=(self.max_train, self.seed))[0]
+        return inputs, mean, scale
+
     def _check_params(self) -> np.ndarray:
         try:
             portions = np.asarray([float(p) for p in self.portions], np.float64)
@@ -189,10 +222,12 @@ class OnlineCodeMDL(Probe):
         self._check_common()
         return portions
 
-    def _fit_standardised(self, X: np.ndarray, y: np.ndarray, n_classes: int, portions: np.ndarray) -> None:
-        """The online code on standardised X (L, N, D), class ids y (N,) in [0, n_classes)."""
+    def _fit_standardised(self, X: np.ndarray, y: np.ndarray, n_classes: int, portions: np.ndarray,
+                          available: int | None = None) -> None:
+        """The online code on standardised X (L, N, D), class ids y (N,) in [0, n_classes); ``available``: the
+        examples there were when X is already the seeded sample of them."""
         L, N, _ = X.shape
-        self.n_train_available_ = N
+        self.n_train_available_ = N if available is None else available
         sample = sample_rows(N, self.max_train, self.seed)
         rows = np.arange(N) if sample is None else sample  # the examples coded: all, or the seeded sample
         order = rows[np.random.default_rng(self.seed).permutation(len(rows))]
