@@ -25,6 +25,7 @@ from ..data.finite import DivergedError, NonFiniteOutputsError, check_loss, firs
 from ..network.model import HeadModel
 from ..scoring.evaluation import evaluate
 from ..scoring.selection import Selection, best_epoch, default_selection
+from .checkpoint import EpochCheckpoint, random_state, restore_random_state
 
 SCHEDULES = ("linear", "cosine", "constant", "plateau")
 
@@ -117,6 +118,11 @@ class TrainHistory:
         return f"fitted by {methods}, {c_text} chosen on validation by {selection}"
 
 
+def _history(data: dict) -> TrainHistory:
+    """A :class:`TrainHistory` from its :meth:`~TrainHistory.to_json` form (a checkpoint's)."""
+    return TrainHistory(**{**data, "epochs": [EpochRecord(**e) for e in data["epochs"]]})
+
+
 def seed_everything(seed: int) -> torch.Generator:
     """Seed torch's global generator (initialisation, dropout, Gumbel noise) and numpy's."""
     torch.manual_seed(seed)
@@ -184,7 +190,7 @@ def _schedule(optimizer, config: TrainConfig, total_steps: int):
 
 def train_model(model: HeadModel, train_feed: Feed, val_feed: Feed, config: TrainConfig, *, device: str = "cpu",
                 progress: bool = True, log=None, selection: Selection | None = None,
-                deadline: float | None = None) -> TrainHistory:
+                deadline: float | None = None, checkpoint: EpochCheckpoint | None = None) -> TrainHistory:
     """Fit ``model`` on ``train_feed``, select the best epoch on ``val_feed``, restore its weights.
 
     Either feed is a :class:`~layercache.store.feed.Feed` (a cache's or a live backbone's):
@@ -196,6 +202,10 @@ def train_model(model: HeadModel, train_feed: Feed, val_feed: Feed, config: Trai
     ``deadline`` (a :func:`time.perf_counter` value) ends training between epochs: an epoch is not
     started when the mean time of the epochs so far says it would finish after it, and the best epoch
     so far is kept (``history.out_of_time``). The first epoch always runs: a head needs one.
+
+    ``checkpoint`` (:mod:`.checkpoint`): the state after every epoch is saved there, and a fit that
+    finds its own checkpoint continues after its last saved epoch, to the same weights as a fit that
+    was never stopped (the caller removes it once the run is saved).
     """
     config.check()
     selection = selection or default_selection(model.tasks, model.loss_weights)
@@ -205,14 +215,23 @@ def train_model(model: HeadModel, train_feed: Feed, val_feed: Feed, config: Trai
     total = steps_per_epoch * config.epochs
     scheduler = _schedule(optimizer, config, total)
     history = TrainHistory(metric=dict(selection.metrics))
-    best_state, step = None, 0
+    best_state, step, first, done = None, 0, 1, False
     started = time.perf_counter()
+    saved = checkpoint.load() if checkpoint is not None else None
+    if saved is not None:  # a stopped fit: continue after its last saved epoch
+        model.load_state_dict(saved["model"])
+        optimizer.load_state_dict(saved["optimizer"])
+        scheduler.load_state_dict(saved["scheduler"])
+        history = _history(saved["history"])
+        best_state, step, first, done = saved["best_state"], saved["step"], saved["epoch"] + 1, saved["done"]
+        started -= saved["seconds"]
+        restore_random_state(saved["random"])
     bar = progress_bar(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                        TextColumn("loss {task.fields[loss]:.4f}"), TextColumn("{task.fields[val]}"),
                        TimeElapsedColumn(), enabled=progress)
     with bar:
-        task_id = bar.add_task("epoch 1", total=total, loss=float("nan"), val="")
-        for epoch in range(1, config.epochs + 1):
+        task_id = bar.add_task(f"epoch {first}", total=total, loss=float("nan"), val="", completed=step)
+        for epoch in range(first, config.epochs + 1 if not done else first):
             t0 = time.perf_counter()
             # Checked between epochs only: a part of an epoch would leave the schedule and the
             # validation score of a run nobody asked for.
@@ -267,6 +286,12 @@ def train_model(model: HeadModel, train_feed: Feed, val_feed: Feed, config: Trai
                 best_state = copy.deepcopy(model.state_dict())
             elif config.patience and epoch - best >= config.patience:
                 history.stopped_early = True
+            if checkpoint is not None:
+                checkpoint.save({"epoch": epoch, "step": step, "done": history.stopped_early,
+                                 "seconds": time.perf_counter() - started, "model": model.state_dict(),
+                                 "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+                                 "history": history.to_json(), "best_state": best_state, "random": random_state()})
+            if history.stopped_early:
                 bar.update(task_id, total=step)
                 break
     if best_state is not None:

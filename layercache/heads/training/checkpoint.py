@@ -1,0 +1,93 @@
+"""A training run's state between epochs, so that a fit killed mid-way resumes to the same weights.
+
+After every epoch :func:`~.trainer.train_model` saves, to one file, everything the next epoch
+depends on: the model's and the optimizer's state, the schedule, the history and the best epoch's
+weights so far, the step count, the wall time spent, and the random generators' states (dropout and
+Gumbel noise draw from torch's; the minibatch order is seeded per epoch). Restoring it and running
+the remaining epochs gives the same weights as a run that was never stopped.
+
+The file is written atomically (a temporary file, fsynced, renamed over the last one), so a kill
+leaves the previous epoch's checkpoint or the new one, never half of one. It is read with
+``torch.load(weights_only=True)``: tensors, numbers, strings, lists and dicts only, so a file
+planted in a run folder cannot run code. Each checkpoint carries the ``key`` of its fit (a digest of
+everything that determines the weights); one with another key, or one that cannot be read, is
+ignored and training starts afresh.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ...core.checksum import json_sha256
+from ...core.files import write_file_atomic
+
+log = logging.getLogger("layercache")
+
+CHECKPOINT_FORMAT = 1
+
+
+def fit_key(*parts) -> str:
+    """The key of a fit: a digest of the JSON-able ``parts`` that determine its weights."""
+    return json_sha256(list(parts), compact=True)
+
+
+@dataclass
+class EpochCheckpoint:
+    """Where one fit keeps its state between epochs (``path``), and which fit it is (``key``)."""
+
+    path: Path
+    key: str
+
+    def load(self) -> dict | None:
+        """The saved state of this fit, or None (no file, another fit's, or unreadable: training starts afresh)."""
+        if not self.path.is_file():
+            return None
+        try:
+            state = torch.load(self.path, map_location="cpu", weights_only=True)
+        except Exception as err:  # noqa: BLE001 - any unreadable checkpoint means: start afresh
+            log.warning("Ignoring the unreadable training checkpoint %s (%s); training starts afresh.", self.path,
+                        str(err)[:120])
+            return None
+        if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT or state.get("key") != self.key:
+            log.info("The checkpoint %s is of another training; training starts afresh.", self.path)
+            return None
+        return state
+
+    def save(self, state: dict) -> None:
+        """Write ``state`` (with this fit's key) atomically."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        payload = {**state, "format": CHECKPOINT_FORMAT, "key": self.key}
+        write_file_atomic(self.path, lambda tmp: torch.save(payload, tmp))
+
+    def remove(self) -> None:
+        """Delete the checkpoint (the fit finished, or starts afresh)."""
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+
+
+def random_state() -> dict:
+    """torch's (and CUDA's) and numpy's global generator states, as plain tensors and lists."""
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    state = {"torch": torch.get_rng_state(),
+             "numpy": [str(kind), torch.from_numpy(np.asarray(keys, dtype=np.int64)), int(pos), int(has_gauss),
+                       float(cached)]}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def restore_random_state(state: dict) -> None:
+    """Put back what :func:`random_state` saved."""
+    torch.set_rng_state(state["torch"])
+    kind, keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
