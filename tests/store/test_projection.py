@@ -108,6 +108,8 @@ def test_a_head_keeps_the_basis_and_its_live_path_projects_like_the_cache(caches
 def test_refusals_are_one_sentence(tiny_models, tmp_path, caches):
     with pytest.raises(ConfigError, match="--project 32 must lie between 1 and 31"):
         _extract(tiny_models, tmp_path / "wide", project=32)
+    with pytest.raises(ConfigError, match="--project 31 needs more than 31 tokens to fit, but split 'train' has only"):
+        lc.extract(str(tiny_models["bert"]), "builtin", tmp_path / "few", limit=1, progress=False, project=31)
     with pytest.raises(CacheMismatchError, match="--project"):
         _extract(tiny_models, caches["projected"], storage_dtype="float32", project=K + 1)
     copy = tmp_path / "damaged"
