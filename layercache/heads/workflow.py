@@ -62,6 +62,18 @@ def runs_root(cache_path: str | os.PathLike) -> Path:
     return root.parent / f"{root.name}.runs"
 
 
+def checkpoints_root(cache_path: str | os.PathLike) -> Path:
+    """Where the fits of a cache's heads keep their state between epochs until their run is written
+    (``<cache>.runs/.checkpoints``, one file per fit): the same command finds it again, whatever its ``--out``."""
+    return runs_root(cache_path) / ".checkpoints"
+
+
+def remove_checkpoints(head) -> None:
+    """Delete the checkpoints of ``head``'s fits, once its run is written."""
+    for checkpoint in getattr(head, "checkpoints_", []):
+        checkpoint.remove()
+
+
 def claim_run_folder(cache_path: str | os.PathLike, out: str | os.PathLike | None, name: str, overwrite: bool,
                      what: str = "run folder") -> RunFolder:
     """Lock ``out``, or a new ``<cache>.runs/<name>-NNN`` (claimed atomically), for writing a run; use with ``with``."""
@@ -134,11 +146,14 @@ def train_head(cache: str | os.PathLike | LayerCache | None = None, mixer: str =
         head = estimator(mixer, **params)
         with claim_run_folder(handle.path, out, mixer, overwrite) as folder:  # locked until written, or removed
             started = time.perf_counter()
-            head.fit(handle, split=split, val_split=val_split)
+            # Each epoch's state is saved, so the same command resumes a killed fit; --overwrite starts afresh.
+            head.fit(handle, split=split, val_split=val_split, checkpoints=checkpoints_root(handle.path),
+                     fresh=overwrite)
             train_seconds = time.perf_counter() - started
             test = None if test_name is None else (test_name, *head.evaluate(handle, test_name))
             result = write_trained_run(folder.run(), head, handle, train_seconds=train_seconds, test=test)
             folder.commit()
+            remove_checkpoints(head)
             return result
 
 

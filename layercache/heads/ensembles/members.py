@@ -77,14 +77,14 @@ H = TypeVar("H", bound=EnsembleHead)
 
 
 def fit_seeds(head: H, cache: LayerCache, split: str, val_split: str | None, feeds: FeedPool,
-              deadline: float | None) -> H:
+              deadline: float | None, checkpoints=None, fresh: bool = False) -> H:
     """Fit one head per seed on the same validation data, then make ``head`` their seed ensemble
     (:func:`seed_ensemble`): what ``head.fit`` does with ``seeds > 1``."""
     slice_seed = head.seed if head.val_seed is None else head.val_seed
     members = []
     for i in range(head.seeds):
         member = clone(head).set_params(seeds=1, seed=head.seed + i, val_seed=slice_seed)
-        member.fit(cache, split, val_split, feeds=feeds, deadline=deadline)
+        member.fit(cache, split, val_split, feeds=feeds, deadline=deadline, checkpoints=checkpoints, fresh=fresh)
         if member.fit_["solver"] == "lbfgs":
             raise ConfigError(f"The {head.mixer} head is fitted by the convex solver, which gives the same weights "
                               "for every seed, so a seed ensemble adds nothing; leave out seeds (--seeds), or "
@@ -94,6 +94,7 @@ def fit_seeds(head: H, cache: LayerCache, split: str, val_split: str | None, fee
     for name, value in vars(fitted).items():  # the fitted attributes only: fit() leaves the settings alone
         if name.endswith("_"):
             setattr(head, name, value)
+    head.checkpoints_ = [c for m in members for c in getattr(m, "checkpoints_", [])]
     return head
 
 

@@ -43,6 +43,19 @@ class EpochCheckpoint:
 
     path: Path
     key: str
+    broken: bool = False
+    """A save failed (a full or read-only disk): training goes on without checkpoints, as it always could."""
+
+    @classmethod
+    def of_fit(cls, folder: Path, params: dict, config_hash: str, split: str, val_split: str | None,
+               layer_names: list[str], *, fresh: bool = False) -> EpochCheckpoint:
+        """The checkpoint in ``folder`` of the fit of a head with ``params`` on a cache (its configuration hash),
+        ``split``, ``val_split`` and ``layer_names``; ``fresh`` removes what an earlier run left of it."""
+        key = fit_key(params, config_hash, split, val_split, layer_names)
+        checkpoint = cls(Path(folder) / f"fit-{key[:24]}.pt", key)
+        if fresh:
+            checkpoint.remove()
+        return checkpoint
 
     def load(self) -> dict | None:
         """The saved state of this fit, or None (no file, another fit's, or unreadable: training starts afresh)."""
@@ -60,17 +73,26 @@ class EpochCheckpoint:
         return state
 
     def save(self, state: dict) -> None:
-        """Write ``state`` (with this fit's key) atomically."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        """Write ``state`` (with this fit's key) atomically; a failure is logged once and saving stops."""
+        if self.broken:
+            return
         payload = {**state, "format": CHECKPOINT_FORMAT, "key": self.key}
-        write_file_atomic(self.path, lambda tmp: torch.save(payload, tmp))
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            write_file_atomic(self.path, lambda tmp: torch.save(payload, tmp))
+        except OSError as err:
+            self.broken = True
+            log.warning("Training goes on without checkpoints: %s cannot be written (%s), so a stopped run would "
+                        "start afresh.", self.path, err.strerror or err)
 
     def remove(self) -> None:
-        """Delete the checkpoint (the fit finished, or starts afresh)."""
+        """Delete the checkpoint (the fit finished, or starts afresh); a link is removed, never followed."""
         try:
             os.unlink(self.path)
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             pass
+        except OSError as err:
+            log.debug("Could not remove the checkpoint %s: %s", self.path, err)
 
 
 def random_state() -> dict:
