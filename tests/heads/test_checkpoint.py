@@ -37,7 +37,7 @@ def _fit(cache_path, checkpoint=None, stop_at=None, mixer="gumbel", epochs=5):
 
 def test_a_stopped_fit_resumes_to_the_weights_of_an_uninterrupted_one(cache, tmp_path, one_torch_thread):
     whole, history = _fit(cache)
-    checkpoint = EpochCheckpoint(tmp_path / "fit.pt", fit_key("test", 1))
+    checkpoint = EpochCheckpoint(tmp_path / ".checkpoints", fit_key("test", 1))
     with pytest.raises(Stop):
         _fit(cache, checkpoint, stop_at=3)
     saved = checkpoint.load()
@@ -54,15 +54,30 @@ def test_a_stopped_fit_resumes_to_the_weights_of_an_uninterrupted_one(cache, tmp
 
 def test_a_checkpoint_of_another_fit_or_a_damaged_one_is_ignored(cache, tmp_path, one_torch_thread):
     whole, _ = _fit(cache, epochs=2)
-    other = EpochCheckpoint(tmp_path / "fit.pt", fit_key("another fit"))
+    folder = tmp_path / ".checkpoints"
+    other = EpochCheckpoint(folder, fit_key("another fit"))
     with pytest.raises(Stop):
         _fit(cache, other, stop_at=2, epochs=2)
-    mine = EpochCheckpoint(tmp_path / "fit.pt", fit_key("this fit"))
-    assert mine.load() is None  # another fit's state: training starts afresh
+    mine = EpochCheckpoint(folder, fit_key("this fit"))
+    other.path.rename(mine.path)  # another fit's state under this fit's name
+    assert mine.load() is None  # its key says so: training starts afresh
     fresh, _ = _fit(cache, mine, epochs=2)
     assert all(torch.equal(v, fresh.state_dict()[k]) for k, v in whole.state_dict().items())
-    (tmp_path / "fit.pt").write_bytes(b"not a checkpoint")
+    mine.path.write_bytes(b"not a checkpoint")
     assert mine.load() is None
-    planted = tmp_path / "planted.pt"
-    torch.save({"format": 1, "key": mine.key, "payload": Stop("planted")}, planted)  # a pickled object
-    assert EpochCheckpoint(planted, mine.key).load() is None  # weights_only refuses it: no code runs
+    torch.save({"format": 1, "key": mine.key, "payload": Stop("planted")}, mine.path)  # a pickled object
+    assert mine.load() is None  # weights_only refuses it: no code runs
+
+
+def test_a_link_planted_for_the_checkpoint_folder_is_never_written_through(cache, tmp_path, one_torch_thread):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    (runs / ".checkpoints").symlink_to(outside)
+    checkpoint = EpochCheckpoint(runs / ".checkpoints", fit_key("linked"))
+    _fit(cache, checkpoint, epochs=1)  # trains, warns once, saves nothing
+    assert checkpoint.broken and list(outside.iterdir()) == []
+    (outside / checkpoint.name).write_bytes(b"someone else's file")
+    checkpoint.remove()  # never through the link either
+    assert (outside / checkpoint.name).exists()

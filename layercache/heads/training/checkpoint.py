@@ -11,13 +11,15 @@ leaves the previous epoch's checkpoint or the new one, never half of one. It is 
 ``torch.load(weights_only=True)``: tensors, numbers, strings, lists and dicts only, so a file
 planted in a run folder cannot run code. Each checkpoint carries the ``key`` of its fit (a digest of
 everything that determines the weights); one with another key, or one that cannot be read, is
-ignored and training starts afresh.
+ignored and training starts afresh. The checkpoints live in one folder (``<cache>.runs/.checkpoints``),
+every path below it checked as every write of layercache is (:class:`~layercache.core.confine.OwnedFolder`):
+a link planted in place of the folder or a file is never written through.
 """
 
 from __future__ import annotations
 
 import logging
-import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,7 +27,9 @@ import numpy as np
 import torch
 
 from ...core.checksum import json_sha256
+from ...core.confine import OwnedFolder, lstat_or_none
 from ...core.files import write_file_atomic
+from ...errors import UnsafePathError
 
 log = logging.getLogger("layercache")
 
@@ -41,7 +45,8 @@ def fit_key(*parts) -> str:
 class EpochCheckpoint:
     """Where one fit keeps its state between epochs (``path``), and which fit it is (``key``)."""
 
-    path: Path
+    folder: Path
+    """The checkpoints' folder, ``.checkpoints`` below the owned ``folder.parent``."""
     key: str
     broken: bool = False
     """A save failed (a full or read-only disk): training goes on without checkpoints, as it always could."""
@@ -52,14 +57,25 @@ class EpochCheckpoint:
         """The checkpoint in ``folder`` of the fit of a head with ``params`` on a cache (its configuration hash),
         ``split``, ``val_split`` and ``layer_names``; ``fresh`` removes what an earlier run left of it."""
         key = fit_key(params, config_hash, split, val_split, layer_names)
-        checkpoint = cls(Path(folder) / f"fit-{key[:24]}.pt", key)
+        checkpoint = cls(Path(folder), key)
         if fresh:
             checkpoint.remove()
         return checkpoint
 
+    @property
+    def name(self) -> str:
+        """The file's name: ``fit-<key>.pt``."""
+        return f"fit-{self.key[:24]}.pt"
+
+    @property
+    def path(self) -> Path:
+        """Where the state is saved (for reading: checked before it is opened)."""
+        return self.folder / self.name
+
     def load(self) -> dict | None:
         """The saved state of this fit, or None (no file, another fit's, or unreadable: training starts afresh)."""
-        if not self.path.is_file():
+        st = lstat_or_none(self.path)
+        if st is None or not stat.S_ISREG(st.st_mode):  # a link or anything else is not read
             return None
         try:
             state = torch.load(self.path, map_location="cpu", weights_only=True)
@@ -78,20 +94,20 @@ class EpochCheckpoint:
             return
         payload = {**state, "format": CHECKPOINT_FORMAT, "key": self.key}
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            write_file_atomic(self.path, lambda tmp: torch.save(payload, tmp))
-        except OSError as err:
+            owned = OwnedFolder.at(self.folder.parent, "runs folder")
+            owned.check_root(create=True)
+            target = owned.file(self.folder.name, self.name, create_parents=True)
+            write_file_atomic(target, lambda tmp: torch.save(payload, tmp))
+        except (OSError, UnsafePathError) as err:
             self.broken = True
             log.warning("Training goes on without checkpoints: %s cannot be written (%s), so a stopped run would "
-                        "start afresh.", self.path, err.strerror or err)
+                        "start afresh.", self.path, getattr(err, "strerror", None) or err)
 
     def remove(self) -> None:
         """Delete the checkpoint (the fit finished, or starts afresh); a link is removed, never followed."""
         try:
-            os.unlink(self.path)
-        except (FileNotFoundError, NotADirectoryError):
-            pass
-        except OSError as err:
+            OwnedFolder.at(self.folder.parent, "runs folder").remove(self.folder.name, self.name)
+        except (OSError, UnsafePathError) as err:  # missing, a link in the way, a read-only disk: nothing to undo
             log.debug("Could not remove the checkpoint %s: %s", self.path, err)
 
 
