@@ -9,73 +9,50 @@ from typing import Optional
 
 import typer
 
-from ..core.extraction_defaults import (
-    DEFAULT_BATCH_SIZE,
-    DEFAULT_BATCH_TOKENS,
-    DEFAULT_DATASET,
-    DEFAULT_FORWARD_DTYPE,
-    DEFAULT_POOLING,
-    DEFAULT_SHARD_BYTES,
-    DEFAULT_STORE,
-)
+from ..core.extraction_defaults import DEFAULT_STORE
 from ..errors import ConfigError, LayercacheError
 from ..store.codecs import AUTO
 from . import base
+from . import extraction_options as eo
 from .base import app, friendly
-from .choices import choice_help, supported_files
+from .choices import choice_help
 from .options import allow_pickle_option, cache_argument, device_option, quiet_option, threads_option
-from .parsing import layer_specs, parse_size, parse_splits, size_text, split_list
 from .threads import apply_threads
 
 
 @app.command()
 @friendly
 def extract(
-    model: str = typer.Argument("minilm", help="Hub id, bundled alias (minilm) or local model folder."),
-    dataset: Optional[str] = typer.Argument(
-        None, help=f"{DEFAULT_DATASET} (default), a hub id, or a local file: {supported_files()}."),
+    model: str = eo.model_argument(),
+    dataset: Optional[str] = eo.dataset_argument(),
     out: Optional[Path] = typer.Option(
         None, "--out", "-o", help="Cache folder.", show_default="under $LAYERCACHE_HOME"),
-    config: Optional[str] = typer.Option(None, "--config", help="Hub dataset config, e.g. cola for glue."),
-    split: Optional[list[str]] = typer.Option(
-        None, "--split", help="Split to extract (hub), or NAME=PATH for local files; repeatable."),
-    text_column: Optional[list[str]] = typer.Option(
-        None, "--text-column", help="Text column (twice for sentence pairs)."),
-    label_column: Optional[list[str]] = typer.Option(
-        None, "--label-column", help="Label column(s); detected when omitted."),
+    config: Optional[str] = eo.config_option(),
+    split: Optional[list[str]] = eo.split_option("extract"),
+    text_column: Optional[list[str]] = eo.text_column_option(),
+    label_column: Optional[list[str]] = eo.label_column_option(),
     no_labels: bool = typer.Option(False, "--no-labels", help="Cache states of unlabelled data."),
-    task_kind: Optional[str] = typer.Option(
-        None, "--task-kind", help=choice_help("extract", "--task-kind", "Override the label kind.")),
-    limit: Optional[int] = typer.Option(None, "--limit", help="Keep the first N examples of each split."),
-    layers: Optional[list[str]] = typer.Option(
-        None, "--layers", help="States to keep: names or indices (0 = embeddings, -1 = last); comma-separated."),
+    task_kind: Optional[str] = eo.task_kind_option("extract"),
+    limit: Optional[int] = eo.limit_option(),
+    layers: Optional[list[str]] = eo.layers_option(),
     store: str = typer.Option(DEFAULT_STORE, "--store", help=choice_help(
         "extract", "--store", "What to keep.", "tokens: every token's states; pooled: pooled vectors only.")),
-    pooling: Optional[list[str]] = typer.Option(
-        None, "--pooling", help=choice_help("extract", "--pooling", "Pooled vectors to store; comma-separated."),
-        show_default=", ".join(DEFAULT_POOLING)),
+    pooling: Optional[list[str]] = eo.pooling_option("extract"),
     storage_dtype: str = typer.Option(AUTO, "--storage-dtype", help=choice_help(
         "extract", "--storage-dtype", "On disk.",
         "auto: float16, or bfloat16 when the first batch's states exceed the float16 range; "
-        "float16 clamps to ±65,504.")),
+        "float16 clamps to ±65,504; int8: one scale per token and state.")),
     project: Optional[int] = typer.Option(
         None, "--project", help="Store each state as its coordinates in K principal directions, fitted on a sample "
                                 "of the first split (K below the model's width; `info` shows the variance kept)."),
-    mean_skip_first: bool = typer.Option(
-        False, "--mean-skip-first",
-        help="Leave each example's first token (a decoder's BOS / attention sink) out of mean pooling, here and "
-             "in heads."),
-    dtype: str = typer.Option(DEFAULT_FORWARD_DTYPE, "--dtype", help=choice_help(
-        "extract", "--dtype", "Forward-pass dtype.", "auto: float32 on CPU, bfloat16 or float16 on CUDA.")),
+    mean_skip_first: bool = eo.mean_skip_first_option(),
+    dtype: str = eo.dtype_option("extract"),
     device: str = device_option(),
-    max_length: Optional[int] = typer.Option(
-        None, "--max-length", help="Token limit per window.", show_default="the model's"),
-    stride: Optional[int] = typer.Option(
-        None, "--stride", help="Split long texts into windows overlapping by this many tokens instead of truncating."),
-    batch_tokens: int = typer.Option(DEFAULT_BATCH_TOKENS, "--batch-tokens", help="Padded tokens per forward batch."),
-    batch_size: int = typer.Option(DEFAULT_BATCH_SIZE, "--batch-size", help="Most sequences per forward batch."),
-    shard_size: str = typer.Option(
-        size_text(DEFAULT_SHARD_BYTES), "--shard-size", help="Target bytes of states per shard file."),
+    max_length: Optional[int] = eo.max_length_option(),
+    stride: Optional[int] = eo.stride_option(),
+    batch_tokens: int = eo.batch_tokens_option(),
+    batch_size: int = eo.batch_size_option(),
+    shard_size: str = eo.shard_size_option(),
     overwrite: bool = typer.Option(
         False, "--overwrite", help="Delete the cache in --out and extract afresh (whatever its configuration)."),
     repair: bool = typer.Option(
@@ -85,21 +62,17 @@ def extract(
     threads: str = threads_option(),
     quiet: bool = quiet_option(),
 ):
-    """Run MODEL frozen over DATASET once and cache every layer's states (resumable)."""
+    """Run MODEL frozen over DATASET once and cache every layer's states (resumable; one writer per rank under
+    torchrun)."""
     apply_threads(threads)
     from ..extraction.run import extract as run_extract
-    from ..extraction.specs import BatchSpec, DataSpec, StorageSpec
 
-    splits, split_files = parse_splits(split)
-    data = DataSpec(dataset or ("" if split_files else DEFAULT_DATASET), config=config, splits=splits,
-                    split_files=split_files, text_columns=split_list(text_column) or None,
-                    label_columns=split_list(label_column) or None, no_labels=no_labels, task_kind=task_kind,
-                    limit=limit)
-    storage = StorageSpec(layers=layer_specs(layers) or None, store=store,
-                          pooling=split_list(pooling) or list(DEFAULT_POOLING), storage_dtype=storage_dtype,
-                          mean_skip_first=mean_skip_first, shard_bytes=parse_size(shard_size), project=project)
-    batching = BatchSpec(batch_tokens=batch_tokens, batch_size=batch_size, max_length=max_length, stride=stride,
-                         dtype=dtype, device=device)
+    data, storage, batching = eo.extraction_specs(
+        dataset=dataset, config=config, split=split, text_column=text_column, label_column=label_column,
+        no_labels=no_labels, task_kind=task_kind, limit=limit, layers=layers, store=store, pooling=pooling,
+        storage_dtype=storage_dtype, mean_skip_first=mean_skip_first, shard_size=shard_size, project=project,
+        batch_tokens=batch_tokens, batch_size=batch_size, max_length=max_length, stride=stride, dtype=dtype,
+        device=device)
     result = run_extract(model, out=out, data=data, storage=storage, batching=batching, overwrite=overwrite,
                          repair=repair, allow_pickle=allow_pickle, progress=not quiet)
     if result.repaired:

@@ -9,20 +9,15 @@ from typing import Optional
 import typer
 
 from ..core.extraction_defaults import (
-    DEFAULT_BATCH_SIZE,
-    DEFAULT_BATCH_TOKENS,
-    DEFAULT_DATASET,
-    DEFAULT_FORWARD_DTYPE,
-    DEFAULT_POOLING,
-    DEFAULT_SHARD_BYTES,
     DEFAULT_STORE,
 )
 from ..store.codecs import AUTO
 from . import base
+from . import extraction_options as eo
 from .base import app, friendly
-from .choices import supported_files
+from .choices import choice_help
 from .options import allow_pickle_option, device_option, threads_option
-from .parsing import layer_specs, parse_size, parse_splits, size_text, split_list
+from .parsing import parse_size
 from .threads import apply_threads
 
 SAMPLE_BATCHES = 3  # pricing.SAMPLE_BATCHES; not imported here, so `layercache --help` loads no extractor
@@ -31,44 +26,35 @@ SAMPLE_BATCHES = 3  # pricing.SAMPLE_BATCHES; not imported here, so `layercache 
 @app.command()
 @friendly
 def plan(
-    model: str = typer.Argument("minilm", help="Hub id, bundled alias (minilm) or local model folder."),
-    dataset: Optional[str] = typer.Argument(
-        None, help=f"{DEFAULT_DATASET} (default), a hub id, or a local file: {supported_files()}."),
+    model: str = eo.model_argument(),
+    dataset: Optional[str] = eo.dataset_argument(),
     out: Optional[Path] = typer.Option(
         None, "--out", "-o", help="Where the cache would go: free space and disk speed are measured there.",
         show_default="under $LAYERCACHE_HOME"),
-    config: Optional[str] = typer.Option(None, "--config", help="Hub dataset config, e.g. cola for glue."),
-    split: Optional[list[str]] = typer.Option(
-        None, "--split", help="Split to plan (hub), or NAME=PATH for local files; repeatable."),
-    text_column: Optional[list[str]] = typer.Option(
-        None, "--text-column", help="Text column (twice for sentence pairs)."),
-    label_column: Optional[list[str]] = typer.Option(
-        None, "--label-column", help="Label column(s); detected when omitted."),
+    config: Optional[str] = eo.config_option(),
+    split: Optional[list[str]] = eo.split_option("plan"),
+    text_column: Optional[list[str]] = eo.text_column_option(),
+    label_column: Optional[list[str]] = eo.label_column_option(),
     no_labels: bool = typer.Option(False, "--no-labels", help="Plan a cache of unlabelled data."),
-    task_kind: Optional[str] = typer.Option(None, "--task-kind", help="Override the label kind, as extract's."),
-    limit: Optional[int] = typer.Option(None, "--limit", help="Keep the first N examples of each split."),
-    layers: Optional[list[str]] = typer.Option(
-        None, "--layers", help="States to keep: names or indices (0 = embeddings, -1 = last); comma-separated."),
-    store: str = typer.Option(DEFAULT_STORE, "--store", help="Your choice of what to keep, as extract's --store."),
-    pooling: Optional[list[str]] = typer.Option(
-        None, "--pooling", help="Pooled vectors to store, as extract's --pooling; comma-separated.",
-        show_default=", ".join(DEFAULT_POOLING)),
-    storage_dtype: str = typer.Option(AUTO, "--storage-dtype", help="Your choice of dtype on disk, as extract's."),
+    task_kind: Optional[str] = eo.task_kind_option("plan"),
+    limit: Optional[int] = eo.limit_option(),
+    layers: Optional[list[str]] = eo.layers_option(),
+    store: str = typer.Option(DEFAULT_STORE, "--store",
+                              help=choice_help("plan", "--store", "Your choice of what to keep.")),
+    pooling: Optional[list[str]] = eo.pooling_option("plan"),
+    storage_dtype: str = typer.Option(AUTO, "--storage-dtype", help=choice_help("plan", "--storage-dtype",
+                                                                                 "Your choice of dtype on disk.")),
     project: Optional[int] = typer.Option(
         None, "--project", help="Your choice of projection width K: int8 + project K unless --storage-dtype names "
                                 "another dtype (priced beside D/2, D/4, D/8)."),
-    mean_skip_first: bool = typer.Option(
-        False, "--mean-skip-first", help="Leave each example's first token out of mean pooling, as extract's."),
-    dtype: str = typer.Option(DEFAULT_FORWARD_DTYPE, "--dtype", help="Forward-pass dtype, as extract's --dtype."),
+    mean_skip_first: bool = eo.mean_skip_first_option(),
+    dtype: str = eo.dtype_option("plan"),
     device: str = device_option(),
-    max_length: Optional[int] = typer.Option(
-        None, "--max-length", help="Token limit per window.", show_default="the model's"),
-    stride: Optional[int] = typer.Option(
-        None, "--stride", help="Split long texts into windows overlapping by this many tokens instead of truncating."),
-    batch_tokens: int = typer.Option(DEFAULT_BATCH_TOKENS, "--batch-tokens", help="Padded tokens per forward batch."),
-    batch_size: int = typer.Option(DEFAULT_BATCH_SIZE, "--batch-size", help="Most sequences per forward batch."),
-    shard_size: str = typer.Option(
-        size_text(DEFAULT_SHARD_BYTES), "--shard-size", help="Target bytes of states per shard file."),
+    max_length: Optional[int] = eo.max_length_option(),
+    stride: Optional[int] = eo.stride_option(),
+    batch_tokens: int = eo.batch_tokens_option(),
+    batch_size: int = eo.batch_size_option(),
+    shard_size: str = eo.shard_size_option(),
     disk_budget: Optional[str] = typer.Option(
         None, "--disk-budget", help="Judge what fits against this size (e.g. 80GiB) when it is below the free space."),
     sample_batches: int = typer.Option(
@@ -81,18 +67,13 @@ def plan(
     """Price every way to store MODEL's states of DATASET (bytes, fits, times, when a cache pays); writes no cache."""
     apply_threads(threads)
     from ..extraction.pricing import plan_cache
-    from ..extraction.specs import BatchSpec, DataSpec, StorageSpec
 
-    splits, split_files = parse_splits(split)
-    data = DataSpec(dataset or ("" if split_files else DEFAULT_DATASET), config=config, splits=splits,
-                    split_files=split_files, text_columns=split_list(text_column) or None,
-                    label_columns=split_list(label_column) or None, no_labels=no_labels, task_kind=task_kind,
-                    limit=limit)
-    storage = StorageSpec(layers=layer_specs(layers) or None, store=store,
-                          pooling=split_list(pooling) or list(DEFAULT_POOLING), storage_dtype=storage_dtype,
-                          mean_skip_first=mean_skip_first, shard_bytes=parse_size(shard_size))
-    batching = BatchSpec(batch_tokens=batch_tokens, batch_size=batch_size, max_length=max_length, stride=stride,
-                         dtype=dtype, device=device)
+    data, storage, batching = eo.extraction_specs(
+        dataset=dataset, config=config, split=split, text_column=text_column, label_column=label_column,
+        no_labels=no_labels, task_kind=task_kind, limit=limit, layers=layers, store=store, pooling=pooling,
+        storage_dtype=storage_dtype, mean_skip_first=mean_skip_first, shard_size=shard_size, project=None,
+        batch_tokens=batch_tokens, batch_size=batch_size, max_length=max_length, stride=stride, dtype=dtype,
+        device=device)
     budget = parse_size(disk_budget) if disk_budget is not None else None
     result = plan_cache(model, data, storage, batching, out=out, project=project, disk_budget=budget,
                         sample_batches=sample_batches, allow_pickle=allow_pickle)
