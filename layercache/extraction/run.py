@@ -138,7 +138,8 @@ def extract(
 def _extract(model: str, data: DataSpec, storage: StorageSpec, batching: BatchSpec, out: str | os.PathLike | None,
              *, overwrite: bool, repair: bool, allow_pickle: bool, progress: bool) -> ExtractResult:
     """:func:`extract` with its options grouped: prepare, write the one share, merge."""
-    pooling = _check_options(storage.store, storage.pooling, storage.storage_dtype, storage.shard_bytes, data.limit)
+    pooling = _check_options(storage.store, storage.pooling, storage.storage_dtype, storage.shard_bytes, data.limit,
+                             storage.project)
     if overwrite and repair:
         raise ConfigError("--overwrite starts afresh and --repair keeps the good shards; pass only one of them.")
     check_split_names([*(data.splits or []), *(data.split_files or {})])  # before any folder is touched
@@ -168,7 +169,7 @@ def _extract(model: str, data: DataSpec, storage: StorageSpec, batching: BatchSp
 
 
 # --- checks ------------------------------------------------------------------------------
-def _check_options(store, pooling, storage_dtype, shard_bytes, limit) -> list[str]:
+def _check_options(store, pooling, storage_dtype, shard_bytes, limit, project=None) -> list[str]:
     if store not in STORE_MODES:
         raise ConfigError(f"--store {store!r} is not known; choose one of {', '.join(STORE_MODES)}.")
     pooling = list(dict.fromkeys(pooling or []))
@@ -182,4 +183,6 @@ def _check_options(store, pooling, storage_dtype, shard_bytes, limit) -> list[st
         raise ConfigError(f"--shard-size must be positive, got {shard_bytes}.")
     if limit is not None and limit < 1:
         raise ConfigError(f"--limit must be at least 1, got {limit}.")
+    if project is not None and (isinstance(project, bool) or not isinstance(project, int) or project < 1):
+        raise ConfigError(f"--project takes a number of dimensions, at least 1, got {project!r}.")
     return pooling
