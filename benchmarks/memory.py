@@ -62,6 +62,15 @@ def reset_peak() -> None:
 # children
 
 
+def budgeted(budget: int | None):
+    """The work under ``--memory-budget budget``, or as the library runs it by default (None)."""
+    from contextlib import nullcontext
+
+    from layercache.core.memory import memory_limit
+
+    return nullcontext() if budget is None else memory_limit(budget)
+
+
 def conll_child(cache_path: str, budget: int | None) -> dict:
     import numpy as np
     import torch
@@ -74,13 +83,8 @@ def conll_child(cache_path: str, budget: int | None) -> dict:
         cache.lengths("train")
         baseline = peak_rss_mb()
         t0 = time.perf_counter()
-        if budget is None:
+        with budgeted(budget):
             report = build_probe_report(cache, tasks=["ner"], seed=0)
-        else:
-            from layercache.core.memory import memory_limit
-
-            with memory_limit(budget):
-                report = build_probe_report(cache, tasks=["ner"], seed=0)
         seconds = time.perf_counter() - t0
     task = report.tasks["ner"]
 
@@ -111,15 +115,9 @@ def linear_child(cache_path: str, budget: int | None) -> dict:
         cache.lengths("train")
         baseline = peak_rss_mb()
         t0 = time.perf_counter()
-        if budget is None:
+        with budgeted(budget):
             probes = LinearProbes(task="ner", seed=0).fit(cache)
             test = probes.score(cache, "test")
-        else:
-            from layercache.core.memory import memory_limit
-
-            with memory_limit(budget):
-                probes = LinearProbes(task="ner", seed=0).fit(cache)
-                test = probes.score(cache, "test")
         seconds = time.perf_counter() - t0
     scores = {"validation": [float(x) for x in probes.scores_], "test": [float(x) for x in test],
               "C": [float(x) for x in probes.C_], "grid_losses": probes.grid_losses_.ravel().tolist()}
