@@ -46,6 +46,7 @@ def test_a_killed_train_head_resumes_to_the_weights_of_an_uninterrupted_run(cach
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     same_weights(tmp_path / "whole", tmp_path / "resumed")
     assert checkpoints(cache) == []
+    assert not (cache.parent / f"{cache.name}.runs" / ".checkpoints").exists()  # nor an empty folder
 
 
 def test_overwrite_starts_afresh_rather_than_resuming(cache, tmp_path):

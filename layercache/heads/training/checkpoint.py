@@ -106,7 +106,9 @@ class EpochCheckpoint:
     def remove(self) -> None:
         """Delete the checkpoint (the fit finished, or starts afresh); a link is removed, never followed."""
         try:
-            OwnedFolder.at(self.folder.parent, "runs folder").remove(self.folder.name, self.name)
+            owned = OwnedFolder.at(self.folder.parent, "runs folder")
+            owned.remove(self.folder.name, self.name)
+            owned.remove_folder_if_empty(self.folder.name)  # the last fit's checkpoint: no empty folder stays
         except (OSError, UnsafePathError) as err:  # missing, a link in the way, a read-only disk: nothing to undo
             log.debug("Could not remove the checkpoint %s: %s", self.path, err)
 
