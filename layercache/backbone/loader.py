@@ -24,6 +24,7 @@ import xxhash
 from ..core.checksum import file_checksum, json_sha256
 from ..core.devices import FORWARD_DTYPE_NAMES, resolve_device
 from ..errors import ConfigError, ModelLoadError
+from .placement import SplitLoad, check_device_map, input_device, keep_states_in_place, placement
 from .words import word_prefix
 
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
@@ -76,6 +77,9 @@ class Backbone:
     tokenizer_fingerprint: str
     pad_from: str | None = None
     """Which token stands in as padding when the tokenizer had none (decoders)."""
+    placement: dict[str, int] | None = None
+    """Modules per device of a model split by ``device_map`` (``{"cuda:0": 14, "disk": 3}``); None on one device.
+    A split model's hidden states each stay on the device that computed them."""
 
     @property
     def layer_names(self) -> list[str]:
@@ -89,7 +93,12 @@ class Backbone:
 
     @torch.inference_mode()
     def hidden_states(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """All L+1 states for a padded batch: a tuple of (B, T, D) tensors."""
+        """All L+1 states for a padded batch: a tuple of (B, T, D) tensors.
+
+        Each is on the device that computed it: :attr:`device` for a model on one device, the device
+        of its block for a split one (:attr:`placement`; read them with
+        :func:`~layercache.backbone.placement.tokens_of`).
+        """
         out = self.model(input_ids=input_ids.to(self.device), attention_mask=attention_mask.to(self.device),
                          output_hidden_states=True, return_dict=True)
         states = out.hidden_states
@@ -104,7 +113,7 @@ class Backbone:
             "architecture": type(self.model).__name__, "model_type": getattr(self.model.config, "model_type", None),
             "kind": self.kind, "n_layers": self.n_layers, "hidden_size": self.hidden_size,
             "final_norm": self.final_norm, "forward_dtype": str(self.dtype).replace("torch.", ""),
-            "device": str(self.device),
+            "device": str(self.device), "placement": self.placement,
         }
 
     def describe_tokenizer(self) -> dict:
@@ -143,8 +152,14 @@ def _looks_like_path(name: str) -> bool:
 
 
 def load_backbone(name: str = DEFAULT_MODEL, *, device: str = "auto", dtype: str = "auto",
-                  max_length: int | None = None, words_input: bool = False, allow_pickle: bool = False) -> Backbone:
+                  max_length: int | None = None, words_input: bool = False, allow_pickle: bool = False,
+                  device_map: str | None = None, max_memory: dict | None = None) -> Backbone:
     """Load ``name`` (hub id, bundled alias or local folder) frozen, on ``device`` in ``dtype``.
+
+    ``device_map`` (``auto``, ``balanced``, ``balanced_low_0``, ``sequential``; needs accelerate)
+    splits a model that fits no single device over the GPUs, CPU memory and disk, within
+    ``max_memory`` per device (``{"cuda:0": "20GiB", "cpu": "60GiB"}``) when given: see
+    :mod:`~layercache.backbone.placement`. ``device`` must then be ``auto``.
 
     ``words_input`` prepares the tokenizer for pre-split words: RoBERTa-like tokenizers load with
     ``add_prefix_space`` as before, and any tokenizer whose words would still lose their leading
@@ -163,6 +178,7 @@ def load_backbone(name: str = DEFAULT_MODEL, *, device: str = "auto", dtype: str
         # The fingerprint, not the path, is what identifies the model: the configuration hash covers
         # only the fingerprint, so a cache that recorded a relative path resumes under either form.
         name = source = str(Path(source).expanduser().resolve())
+    check_device_map(device_map, device)
     torch_device = resolve_device(device)
     torch_dtype = resolve_forward_dtype(dtype, torch_device)
     try:
@@ -178,10 +194,14 @@ def load_backbone(name: str = DEFAULT_MODEL, *, device: str = "auto", dtype: str
         raise ModelLoadError(_pickle_refusal(name))
     # None lets transformers fall back to pickle weights when a hub model has no safetensors.
     use_safetensors = True if not allow_pickle else None
+    split = None if device_map is None else SplitLoad(device_map, max_memory)
     try:
         tokenizer = AutoTokenizer.from_pretrained(source, **_prefix_space_kwargs(config, words_input))
-        full = AutoModel.from_pretrained(source, dtype=torch_dtype, use_safetensors=use_safetensors)
+        full = AutoModel.from_pretrained(source, dtype=torch_dtype, use_safetensors=use_safetensors,
+                                         **({} if split is None else split.kwargs))
     except (OSError, ValueError, KeyError) as err:
+        if split is not None:
+            split.remove()
         if not local and not allow_pickle and "safetensors" in str(err):
             raise ModelLoadError(_pickle_refusal(name, maybe=True)) from err
         raise ModelLoadError(f"Could not load model {name!r} ({_first_line(err)}); check that the folder "
@@ -190,6 +210,17 @@ def load_backbone(name: str = DEFAULT_MODEL, *, device: str = "auto", dtype: str
         raise ModelLoadError(f"The tokenizer of {name!r} is not a fast tokenizer; layercache needs one "
                              "for word alignment (install `tokenizers` or convert the tokenizer).")
     revision = getattr(config, "_commit_hash", None)
+    if split is not None:
+        # Placed block by block already: frozen in place, inputs go where the embeddings compute.
+        full.eval().requires_grad_(False)
+        keep_states_in_place(full)
+        backbone = wrap_backbone(full, tokenizer, name=name, source=source, max_length=max_length,
+                                 words_input=words_input, revision=revision,
+                                 files=weight_files(source, revision, allow_pickle),
+                                 placed=(input_device(full), torch_dtype))
+        backbone.placement = placement(full)
+        split.own(backbone)
+        return backbone
     return wrap_backbone(full, tokenizer, name=name, source=source, device=torch_device, max_length=max_length,
                          words_input=words_input, revision=revision,
                          files=weight_files(source, revision, allow_pickle))
@@ -197,14 +228,16 @@ def load_backbone(name: str = DEFAULT_MODEL, *, device: str = "auto", dtype: str
 
 def wrap_backbone(full: torch.nn.Module, tokenizer, *, name: str, source: str, device: torch.device | None = None,
                   max_length: int | None = None, words_input: bool = False, revision: str | None = None,
-                  files: list[Path] | None = None) -> Backbone:
+                  files: list[Path] | None = None,
+                  placed: tuple[torch.device, torch.dtype] | None = None) -> Backbone:
     """A :class:`Backbone` around a Hugging Face model and fast tokenizer that are already loaded.
 
     Of an encoder-decoder only the encoder runs. With ``device`` the model is put in eval mode with
     gradients off and moved there (what :func:`load_backbone` does); with ``None`` it is left as it
     is, on the device and in the dtype of its parameters (a model a caller already holds).
     ``files``: the checkpoint it was loaded from, whose bytes make the fingerprint
-    (:func:`model_fingerprint`; without them its tensors do). The tokenizer gets a pad token when it
+    (:func:`model_fingerprint`; without them its tensors do). ``placed``: the input device and dtype
+    of a model split over devices (whose offloaded parameters are on ``meta``). The tokenizer gets a pad token when it
     has none and pads on the right, as :func:`load_backbone` prepares it (both enter its fingerprint).
     """
     from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING_NAMES
@@ -220,7 +253,7 @@ def wrap_backbone(full: torch.nn.Module, tokenizer, *, name: str, source: str, d
         kind = "decoder"
     if device is not None:
         model.eval().requires_grad_(False).to(device)
-    first = next(model.parameters())
+    first_device, first_dtype = placed or _first_parameter(model)
     pad_from = None
     if tokenizer.pad_token is None:  # decoders: any id works, padded positions are masked and dropped
         pad_from = "eos_token" if tokenizer.eos_token is not None else "unk_token"
@@ -237,13 +270,18 @@ def wrap_backbone(full: torch.nn.Module, tokenizer, *, name: str, source: str, d
         limit = max_length
     words_prefix = word_prefix(tokenizer) if words_input else ""
     backbone = Backbone(
-        name=name, source=source, model=model, tokenizer=tokenizer, kind=kind, device=first.device,
-        dtype=first.dtype, n_layers=n_layers, hidden_size=hidden, max_length=limit, final_norm="none",
+        name=name, source=source, model=model, tokenizer=tokenizer, kind=kind, device=first_device,
+        dtype=first_dtype, n_layers=n_layers, hidden_size=hidden, max_length=limit, final_norm="none",
         revision=revision, fingerprint=model_fingerprint(model, files),
         tokenizer_fingerprint=tokenizer_fingerprint(tokenizer, word_prefix=words_prefix), pad_from=pad_from,
     )
     backbone.final_norm = _detect_final_norm(backbone)
     return backbone
+
+
+def _first_parameter(model: torch.nn.Module) -> tuple[torch.device, torch.dtype]:
+    first = next(model.parameters())
+    return first.device, first.dtype
 
 
 def _prefix_space_kwargs(config, words_input: bool) -> dict:

@@ -16,7 +16,15 @@ from . import base
 from . import extraction_options as eo
 from .base import app, friendly
 from .choices import choice_help
-from .options import allow_pickle_option, cache_argument, device_option, quiet_option, threads_option
+from .options import (
+    allow_pickle_option,
+    cache_argument,
+    device_map_option,
+    device_option,
+    max_memory_option,
+    quiet_option,
+    threads_option,
+)
 from .threads import apply_threads
 
 
@@ -48,6 +56,8 @@ def extract(
     mean_skip_first: bool = eo.mean_skip_first_option(),
     dtype: str = eo.dtype_option("extract"),
     device: str = device_option(),
+    device_map: Optional[str] = device_map_option(),
+    max_memory: Optional[list[str]] = max_memory_option(),
     max_length: Optional[int] = eo.max_length_option(),
     stride: Optional[int] = eo.stride_option(),
     batch_tokens: int = eo.batch_tokens_option(),
@@ -72,7 +82,7 @@ def extract(
         no_labels=no_labels, task_kind=task_kind, limit=limit, layers=layers, store=store, pooling=pooling,
         storage_dtype=storage_dtype, mean_skip_first=mean_skip_first, shard_size=shard_size, project=project,
         batch_tokens=batch_tokens, batch_size=batch_size, max_length=max_length, stride=stride, dtype=dtype,
-        device=device)
+        device=device, device_map=device_map, max_memory=max_memory)
     result = run_extract(model, out=out, data=data, storage=storage, batching=batching, overwrite=overwrite,
                          repair=repair, allow_pickle=allow_pickle, progress=not quiet)
     if result.repaired:

@@ -21,7 +21,7 @@ from ..core.extraction_defaults import (
     DEFAULT_SHARD_BYTES,
 )
 from .choices import choice_help, supported_files
-from .parsing import layer_specs, parse_size, parse_splits, size_text, split_list
+from .parsing import layer_specs, parse_max_memory, parse_size, parse_splits, size_text, split_list
 
 
 def model_argument():
@@ -119,7 +119,8 @@ def shard_size_option():
 def extraction_specs(*, dataset: Optional[str], config, split, text_column, label_column, no_labels: bool,
                      task_kind, limit, layers, store: str, pooling, storage_dtype: str, mean_skip_first: bool,
                      shard_size: str, project: Optional[int], batch_tokens: int, batch_size: int, max_length, stride,
-                     dtype: str, device: str):
+                     dtype: str, device: str, device_map: Optional[str] = None,
+                     max_memory: Optional[list[str]] = None):
     """The command line's extraction options as ``(DataSpec, StorageSpec, BatchSpec)``."""
     from ..extraction.specs import BatchSpec, DataSpec, StorageSpec
 
@@ -132,5 +133,6 @@ def extraction_specs(*, dataset: Optional[str], config, split, text_column, labe
                           pooling=split_list(pooling) or list(DEFAULT_POOLING), storage_dtype=storage_dtype,
                           mean_skip_first=mean_skip_first, shard_bytes=parse_size(shard_size), project=project)
     batching = BatchSpec(batch_tokens=batch_tokens, batch_size=batch_size, max_length=max_length, stride=stride,
-                         dtype=dtype, device=device)
+                         dtype=dtype, device=device, device_map=device_map,
+                         max_memory=parse_max_memory(max_memory))
     return data, storage, batching

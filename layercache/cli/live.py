@@ -12,7 +12,16 @@ from typer.core import TyperCommand
 from . import base
 from .base import app, friendly
 from .choices import choice_help
-from .options import allow_pickle_option, cache_argument, device_option, quiet_option, threads_option
+from .options import (
+    allow_pickle_option,
+    cache_argument,
+    device_map_option,
+    device_option,
+    max_memory_option,
+    quiet_option,
+    threads_option,
+)
+from .parsing import parse_max_memory
 from .threads import apply_threads
 
 
@@ -50,6 +59,8 @@ def predict(
         None, "--backbone", help="Backbone to load (hub id or folder).", show_default="the one the runs record"),
     batch_size: int = typer.Option(32, "--batch-size", help="Texts per forward pass (sorted by length)."),
     device: str = device_option(),
+    device_map: Optional[str] = device_map_option(),
+    max_memory: Optional[list[str]] = max_memory_option(),
     allow_pickle: bool = allow_pickle_option(),
     threads: str = threads_option(),
 ):
@@ -60,7 +71,8 @@ def predict(
     runs, texts = split_runs(args, literal=ctx.meta.get(LITERAL_KEY, 0))
     result = predict_texts(runs, [*texts, *(text or [])], file=file, text_field=text_field, out=out,
                            backbone=backbone, device=device, batch_size=batch_size, allow_pickle=allow_pickle,
-                           progress=file is not None)
+                           progress=file is not None, device_map=device_map,
+                           max_memory=parse_max_memory(max_memory))
     if out is not None:
         base.out_console.print(f"Predictions written: [bold]{out}[/] ({len(result.texts)} texts)", soft_wrap=True)
         return
@@ -107,6 +119,8 @@ def verify(
         show_default="the one extraction used"),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
     device: str = device_option(),
+    device_map: Optional[str] = device_map_option(),
+    max_memory: Optional[list[str]] = max_memory_option(),
     allow_pickle: bool = allow_pickle_option(),
     threads: str = threads_option(),
     quiet: bool = quiet_option(),
@@ -118,9 +132,11 @@ def verify(
     from ..progress import counting_progress
     from ..store.reader import LayerCache
 
+    limits = parse_max_memory(max_memory)
     with LayerCache.open(cache) as handle:
         try:
-            backbone = load_cache_backbone(handle, device=device, dtype=dtype, allow_pickle=allow_pickle)
+            backbone = load_cache_backbone(handle, device=device, dtype=dtype, allow_pickle=allow_pickle,
+                                           device_map=device_map, max_memory=limits)
         except CacheMismatchError as err:  # the cache is not its model's: a failed check, not a usage error
             base.err_console.print(f"[bold red]Verification failed:[/] {err}", highlight=False, soft_wrap=True)
             raise typer.Exit(EXIT_MISMATCH) from None

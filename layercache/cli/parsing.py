@@ -29,6 +29,19 @@ def size_text(n: int) -> str:
     return str(n)
 
 
+def parse_max_memory(values: list[str] | None) -> dict[str, int] | None:
+    """``--max-memory cuda:0=20GiB --max-memory cpu=60GiB`` -> ``{"cuda:0": 21474836480, "cpu": ...}`` (bytes)."""
+    if not values:
+        return None
+    out = {}
+    for value in values:
+        device, sep, size = value.partition("=")
+        if not sep or not device.strip():
+            raise ConfigError(f"--max-memory {value!r} should look like DEVICE=SIZE, e.g. cuda:0=20GiB or cpu=60GiB.")
+        out[device.strip()] = parse_size(size)
+    return out
+
+
 def parse_threads(text: str) -> int | None:
     """``--threads``: ``auto`` -> None (the library's default), ``4`` -> 4."""
     value = text.strip().lower()

@@ -16,7 +16,7 @@ from . import base
 from . import extraction_options as eo
 from .base import app, friendly
 from .choices import choice_help
-from .options import allow_pickle_option, device_option, threads_option
+from .options import allow_pickle_option, device_map_option, device_option, max_memory_option, threads_option
 from .parsing import parse_size
 from .threads import apply_threads
 
@@ -50,6 +50,8 @@ def plan(
     mean_skip_first: bool = eo.mean_skip_first_option(),
     dtype: str = eo.dtype_option("plan"),
     device: str = device_option(),
+    device_map: Optional[str] = device_map_option(),
+    max_memory: Optional[list[str]] = max_memory_option(),
     max_length: Optional[int] = eo.max_length_option(),
     stride: Optional[int] = eo.stride_option(),
     batch_tokens: int = eo.batch_tokens_option(),
@@ -73,7 +75,7 @@ def plan(
         no_labels=no_labels, task_kind=task_kind, limit=limit, layers=layers, store=store, pooling=pooling,
         storage_dtype=storage_dtype, mean_skip_first=mean_skip_first, shard_size=shard_size, project=None,
         batch_tokens=batch_tokens, batch_size=batch_size, max_length=max_length, stride=stride, dtype=dtype,
-        device=device)
+        device=device, device_map=device_map, max_memory=max_memory)
     budget = parse_size(disk_budget) if disk_budget is not None else None
     result = plan_cache(model, data, storage, batching, out=out, project=project, disk_budget=budget,
                         sample_batches=sample_batches, allow_pickle=allow_pickle)

@@ -10,6 +10,8 @@ DEFAULT_DEVICE = "auto"
 """Every ``device=`` keyword's default (and ``--device``'s): a GPU when torch sees one, else the CPU."""
 DEVICE_SPELLINGS = "auto, cpu or cuda[:N]"
 """The values :func:`resolve_device` reads, as its messages and ``--device``'s help write them."""
+DEVICE_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")
+"""The placements ``--device-map`` takes (accelerate's strategies): see :mod:`layercache.backbone.placement`."""
 
 
 def resolve_device(device: str):

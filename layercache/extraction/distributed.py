@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
-from ..errors import LayercacheError
+from ..errors import ConfigError, LayercacheError
 from .housekeeping import locked_output
 from .job import ExtractionJob, ExtractResult, join_job, prepare_job
 from .shares import assign_shares
@@ -91,6 +91,10 @@ def extract_on_ranks(model: str, data: DataSpec, storage: StorageSpec, batching:
     import torch
     import torch.distributed as dist
 
+    if batching.device_map is not None:
+        # Every rank would place its copy over all the node's GPUs at once; one process per model copy is the rule.
+        raise ConfigError(f"--device-map splits one model over every device, so {world.size} torchrun ranks would "
+                          "each claim them all; run one process with --device-map, or torchrun with one GPU per rank.")
     device = rank_device(batching.device, world)
     batching = BatchSpec(**{**batching.__dict__, "device": device})
     started_group = not dist.is_initialized()

@@ -93,7 +93,7 @@ def run_batch(backbone: Backbone, examples: Sequence[EncodedExample], records: S
     ids, mask = pad_windows(examples, backbone.tokenizer.pad_token_id)
     if hidden is None:
         hidden = backbone.hidden_states(ids, mask)  # L+1 x (R, W, D)
-    device = hidden[0].device
+    device = packer.device  # a split model's states lie on several devices; the packer gathers them here
     index = token_index(examples, mask).to(device)  # (t,)
     lengths_np = np.fromiter((ex.n_tokens for ex in examples), np.int64, len(examples))  # (b,)
     n_tokens = int(lengths_np.sum())

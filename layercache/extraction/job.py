@@ -107,7 +107,8 @@ def load_inputs(model: str, data: DataSpec, storage: StorageSpec, batching: Batc
     check_split_names(records.splits)  # names the source chose (a hub's, a saved dataset's)
     words_input = any(s.words is not None for s in records.splits.values())
     backbone = load_backbone(model, device=batching.device, dtype=batching.dtype, max_length=batching.max_length,
-                             words_input=words_input, allow_pickle=allow_pickle)
+                             words_input=words_input, allow_pickle=allow_pickle, device_map=batching.device_map,
+                             max_memory=batching.max_memory)
     layers = None if not storage.layers and not isinstance(storage.layers, numbers.Integral) else storage.layers
     keep = resolve_layers(layers, backbone.layer_names, sort=True, refusal=DOES_NOT_EXIST)
     plans = {name: plan_split(backbone, split, batching.stride, batching.batch_tokens, batching.batch_size)

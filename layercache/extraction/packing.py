@@ -55,6 +55,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from ..backbone.placement import tokens_of
 from ..store.codecs import codec
 from ..store.projection import Projection
 
@@ -158,12 +159,14 @@ class StatePacker:
         cast_on_device = out is not None and out.device != self.device
         projected_overflow = 0
         for j, state in enumerate(states):
+            # A split model's state lies where its block ran: its real tokens are taken there, then moved.
+            where = index.to(state.device)  # (t,)
             for start in range(0, t, self.block_tokens):
                 stop = min(start + self.block_tokens, t)
-                if state.dtype == torch.float32:
-                    block = torch.index_select(state, 0, index[start:stop], out=self._block(stop - start))  # (n, D)
-                else:  # a half-precision forward: index_select cannot widen into its out, so gather, then widen
-                    block = self._block(stop - start).copy_(state.index_select(0, index[start:stop]))  # (n, D)
+                if state.dtype == torch.float32 and state.device == self.device:
+                    block = torch.index_select(state, 0, where[start:stop], out=self._block(stop - start))  # (n, D)
+                else:  # half precision (index_select cannot widen into its out) or another device: gather, then copy
+                    block = self._block(stop - start).copy_(state.index_select(0, where[start:stop]))  # (n, D)
                 if self.projection is not None:
                     block = self.projection.state(j, block)  # (n, K): what is stored from here on
                     if self.codec.limit is not None:
@@ -230,7 +233,7 @@ class StatePacker:
         limit = self.codec.limit
         if limit is None or not float(sumsq.max()) > limit**2:
             return 0
-        return sum(int((state.index_select(0, index).abs() > limit).sum()) for state in states)
+        return sum(int((tokens_of(state, index).abs() > limit).sum()) for state in states)
 
 
     def _pooled_overflow(self, pooled: dict[str, torch.Tensor]) -> int:
@@ -248,7 +251,7 @@ def _raise_non_finite(states: list[torch.Tensor], index: torch.Tensor, lengths: 
     """
     ends = torch.cumsum(lengths, 0)  # (b,)
     for j, state in enumerate(states):
-        values = state.index_select(0, index)  # (t, D)
+        values = tokens_of(state, index, index.device)  # (t, D)
         bad = ~torch.isfinite(values)  # (t, D)
         rows = bad.any(1).nonzero()  # (k, 1)
         if len(rows):
@@ -258,8 +261,8 @@ def _raise_non_finite(states: list[torch.Tensor], index: torch.Tensor, lengths: 
 
 
 def _gather_tokens(states: list[torch.Tensor], positions: torch.Tensor) -> torch.Tensor:
-    """(b, S, D) states of one token per example."""
-    return torch.stack([state.index_select(0, positions) for state in states], dim=1)
+    """(b, S, D) states of one token per example, on the device of ``positions``."""
+    return torch.stack([tokens_of(state, positions, positions.device) for state in states], dim=1)
 
 
 def storage_tensor(n_tokens: int, n_states: int, dim: int, storage_dtype: str) -> torch.Tensor:

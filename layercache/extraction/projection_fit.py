@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from ..backbone.loader import Backbone
+from ..backbone.placement import tokens_of
 from ..errors import ConfigError
 from ..store.projection import Projection, check_projection_size
 from .forward import pad_windows, token_index
@@ -96,8 +97,8 @@ def _accumulate(backbone: Backbone, plan: SplitPlan, batches: list[int], layers:
             examples = [plan.examples[i] for i in plan.batches[b]]
             ids, mask = pad_windows(examples, backbone.tokenizer.pad_token_id)
             hidden = backbone.hidden_states(ids, mask)  # L+1 x (R, W, D)
-            index = token_index(examples, mask).to(hidden[0].device)  # (t,) stored tokens
-            vectors = [hidden[layer].reshape(-1, width).index_select(0, index).float() for layer in layers]  # (t, D)
+            index = token_index(examples, mask)  # (t,) stored tokens
+            vectors = [tokens_of(hidden[layer], index, device).float() for layer in layers]  # (t, D) each
             if shifts is None:
                 shifts = torch.stack([x.mean(0) for x in vectors]).to(device)  # (G, D)
             for j, x in enumerate(vectors):

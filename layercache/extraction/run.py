@@ -81,6 +81,8 @@ def extract(
     project: int | None = None,
     dtype: str = DEFAULT_FORWARD_DTYPE,
     device: str = DEFAULT_DEVICE,
+    device_map: str | None = None,
+    max_memory: Mapping[str, int | str] | None = None,
     max_length: int | None = None,
     stride: int | None = None,
     batch_tokens: int = DEFAULT_BATCH_TOKENS,
@@ -106,8 +108,8 @@ def extract(
 
     The options come grouped as ``data`` (:class:`~.specs.DataSpec`: ``dataset`` ... ``limit``),
     ``storage`` (:class:`~.specs.StorageSpec`: ``layers`` ... ``shard_bytes``) and ``batching``
-    (:class:`~.specs.BatchSpec`: ``batch_tokens`` ... ``device``), or as the flat keyword
-    arguments of the same names (``dataset_config`` is ``DataSpec.config``), which build them; a
+    (:class:`~.specs.BatchSpec`: ``batch_tokens`` ... ``device``, ``device_map``, ``max_memory``), or as the
+    flat keyword arguments of the same names (``dataset_config`` is ``DataSpec.config``), which build them; a
     group given as a spec takes none of its flat arguments.
 
     ``storage_dtype="auto"`` stores float16 unless one probe batch (the longest examples of the
@@ -130,7 +132,7 @@ def extract(
         shard_bytes=shard_bytes, project=project), "storage")
     batching = merged_spec(BatchSpec, batching, dict(
         batch_tokens=batch_tokens, batch_size=batch_size, max_length=max_length, stride=stride, dtype=dtype,
-        device=device), "batching")
+        device=device, device_map=device_map, max_memory=max_memory), "batching")
     return _extract(model, data, storage, batching, out, overwrite=overwrite, repair=repair,
                     allow_pickle=allow_pickle, progress=progress)
 

@@ -80,6 +80,11 @@ class BatchSpec:
     dtype: str = DEFAULT_FORWARD_DTYPE
     """Forward-pass dtype."""
     device: str = DEFAULT_DEVICE
+    device_map: str | None = None
+    """Split a backbone larger than one device over GPUs, CPU memory and disk (``auto``, ...; needs accelerate):
+    see :mod:`layercache.backbone.placement`. ``device`` stays ``auto`` then."""
+    max_memory: Mapping[str, int | str] | None = None
+    """With ``device_map``: the most each device may hold, ``{"cuda:0": "20GiB", "cpu": "60GiB"}``."""
 
 
 def merged_spec(cls: type, spec: Any, flat: dict[str, Any], argument: str) -> Any:

@@ -24,13 +24,14 @@ from __future__ import annotations
 import copy
 import json
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from ..backbone.loader import Backbone, load_backbone, weight_files, wrap_backbone
+from ..backbone.placement import tokens_of
 from ..core.confine import OwnedFolder, lstat_or_none
 from ..core.files import write_text_atomic
 from ..errors import CacheMismatchError, ConfigError
@@ -81,16 +82,19 @@ class LiveBundle:
     # --- building ------------------------------------------------------------------------------
     @classmethod
     def from_runs(cls, runs: Sequence[RunPath], backbone: str | None = None, *, device: str = "auto",
-                  dtype: str = "auto", allow_pickle: bool = False) -> "LiveBundle":
+                  dtype: str = "auto", allow_pickle: bool = False, device_map: str | None = None,
+                  max_memory: Mapping[str, int | str] | None = None) -> "LiveBundle":
         """Load the run folders ``runs`` and the backbone they were trained on (or ``backbone``: a name or folder).
 
         The backbone is loaded once, with the maximum length of the runs' caches, ready for words
-        when a head labels words.
+        when a head labels words; ``device_map`` and ``max_memory`` split one larger than a device
+        (:func:`~layercache.backbone.loader.load_backbone`).
         """
         heads, settings = _read_runs(runs)
         name = backbone or settings["model"]
         loaded = load_backbone(name, device=device, dtype=dtype, max_length=settings["max_length"],
-                               words_input=settings["words"], allow_pickle=allow_pickle)
+                               words_input=settings["words"], allow_pickle=allow_pickle, device_map=device_map,
+                               max_memory=max_memory)
         return cls._bind(loaded, heads, settings)
 
     @classmethod
@@ -133,12 +137,12 @@ class LiveBundle:
         """One forward pass over a batch of encoded inputs; head -> task -> (labels, probabilities)."""
         ids, attn = pad_windows(examples, self.backbone.tokenizer.pad_token_id)  # (R, W) each
         states = self.forward.states(ids, attn, self.keep)  # state -> (R, W, D)
-        device = next(iter(states.values())).device
-        where = token_index(examples, attn).to(device)  # (t,) stored tokens in the flattened R * W
+        device = self.backbone.device  # a split model's states lie where their blocks ran: gathered here
+        where = token_index(examples, attn)  # (t,) stored tokens in the flattened R * W
         lengths = np.array([ex.n_tokens for ex in examples], dtype=np.int64)  # (B,)
         at = padded_positions(consecutive_starts(lengths), lengths)  # (B, T) layout of every feed
         word_ids = np.concatenate([ex.word_ids for ex in examples]) if self.words else None  # (t,)
-        flat_states = {k: s.flatten(0, 1)[where] for k, s in states.items()}  # state -> (t, D)
+        flat_states = {k: tokens_of(s, where, device) for k, s in states.items()}  # state -> (t, D)
         lengths_t = torch.from_numpy(lengths).to(device)
         out = {}
         for live in self.heads:
@@ -182,12 +186,15 @@ class LiveBundle:
 
     @classmethod
     def from_pretrained(cls, folder: RunPath, *, device: str = "auto", dtype: str = "auto",
-                        allow_pickle: bool = False) -> "LiveBundle":
-        """Load a saved bundle: its backbone by the name it records, refused when the fingerprint differs."""
+                        allow_pickle: bool = False, device_map: str | None = None,
+                        max_memory: Mapping[str, int | str] | None = None) -> "LiveBundle":
+        """Load a saved bundle: its backbone by the name it records, refused when the fingerprint differs
+        (``device_map``, ``max_memory``: as :meth:`from_runs`)."""
         config = read_bundle_config(folder)
         ref = config["backbone"]
         backbone = load_backbone(ref["source"], device=device, dtype=dtype, max_length=config["max_length"],
-                                 words_input=bool(ref.get("words_input")), allow_pickle=allow_pickle)
+                                 words_input=bool(ref.get("words_input")), allow_pickle=allow_pickle,
+                                 device_map=device_map, max_memory=max_memory)
         backbone.name = ref["name"]
         if backbone.fingerprint != ref["fingerprint"]:
             raise CacheMismatchError(

@@ -39,6 +39,7 @@ import numpy as np
 import torch
 
 from ..backbone.loader import Backbone
+from ..backbone.placement import tokens_of
 from ..core.tasks import find_task
 from ..errors import CacheMismatchError, ConfigError, DatasetError
 from ..extraction.forward import pad_windows, token_index
@@ -253,9 +254,10 @@ class LiveFeed:
             # Cache layout: row after row, each row's stored tokens (windows stitched), padded on the
             # right with the row's first token.
             at = padded_positions(consecutive_starts(lengths), lengths)  # (B, T) stored token of each position
-            device = hidden[0].device
-            where = token_index(examples, attn).to(device)[torch.from_numpy(at.token).to(device)]  # (B, T) in R*W
-            states = torch.stack([hidden[i].flatten(0, 1)[where] for i in self.index], dim=2)  # (B, T, S, D)
+            device = self.backbone.device  # a split model's states lie where their blocks ran: gathered here
+            where = token_index(examples, attn)[torch.from_numpy(at.token)].reshape(-1)  # (B * T,) in R * W
+            states = torch.stack([tokens_of(hidden[i], where, device) for i in self.index], dim=1)  # (B * T, S, D)
+            states = states.reshape(*at.token.shape, *states.shape[1:])  # (B, T, S, D)
             if self.projection is not None:  # as a projected cache stores them: (B, T, S, K)
                 states = self.projection.apply(states)
             if self.storage_dtype is not None:

@@ -20,7 +20,7 @@ import json
 import os
 import shlex
 import stat
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ..core.confine import NAME_MAX, kind_of
@@ -125,7 +125,9 @@ def run_files(runs: Sequence[str | os.PathLike]) -> list[Path]:
 def predict_texts(runs: Sequence[str | os.PathLike], texts: Sequence[Input] = (), *,
                   file: str | os.PathLike | None = None, text_field: str = "text",
                   out: str | os.PathLike | None = None, backbone: str | None = None, device: str = "auto",
-                  batch_size: int = 32, allow_pickle: bool = False, progress: bool = False) -> BundlePredictions:
+                  batch_size: int = 32, allow_pickle: bool = False, progress: bool = False,
+                  device_map: str | None = None, max_memory: Mapping[str, int | str] | None = None
+                  ) -> BundlePredictions:
     """Load ``runs`` with their backbone (or ``backbone``) and predict ``texts`` (then ``file``'s), batched by length.
 
     Args:
@@ -135,6 +137,8 @@ def predict_texts(runs: Sequence[str | os.PathLike], texts: Sequence[Input] = ()
             written), written atomically after.
         allow_pickle: load a backbone that has only pickle weights, as ``extract --allow-pickle`` did.
         progress: a bar on stderr (in a terminal), advanced as each batch finishes.
+        device_map, max_memory: split a backbone larger than one device (see
+            :func:`~layercache.backbone.loader.load_backbone`).
     """
     target = None
     if out is not None:
@@ -144,7 +148,8 @@ def predict_texts(runs: Sequence[str | os.PathLike], texts: Sequence[Input] = ()
         texts += read_inputs(file, text_field)
     if not texts:
         raise ConfigError("Nothing to predict: give texts after the run folders, or --file with one text per line.")
-    bundle = LiveBundle.from_runs(runs, backbone, device=device, allow_pickle=allow_pickle)
+    bundle = LiveBundle.from_runs(runs, backbone, device=device, allow_pickle=allow_pickle, device_map=device_map,
+                                  max_memory=max_memory)
     with counting_progress("predicting", progress, total=len(texts)) as (advance, _):
         result = bundle.predict(texts, batch_size=batch_size, progress=advance)
     if target is not None:

@@ -51,13 +51,14 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
 import torch
 
 from ..backbone.loader import Backbone, load_backbone, tokenizer_fingerprint
+from ..backbone.placement import tokens_of
 from ..backbone.words import word_prefix
 from ..errors import CacheMismatchError, ConfigError
 from ..extraction.forward import pad_windows, pool, token_index
@@ -168,16 +169,19 @@ class VerifyResult:
 
 
 def load_cache_backbone(cache: LayerCache, *, device: str = "auto", dtype: str | None = None,
-                        allow_pickle: bool = False) -> Backbone:
+                        allow_pickle: bool = False, device_map: str | None = None,
+                        max_memory: Mapping[str, int | str] | None = None) -> Backbone:
     """The backbone the manifest names (source, else name), refused unless weights and tokenizer match it.
 
-    ``dtype``: the forward dtype (default: the one extraction used). The tokenizer is compared with
-    and without the word prefix extraction adds for pre-split words, so either kind of cache matches.
+    ``dtype``: the forward dtype (default: the one extraction used); ``device_map`` and ``max_memory``
+    split a model larger than one device (:func:`~layercache.backbone.loader.load_backbone`). The
+    tokenizer is compared with and without the word prefix extraction adds for pre-split words, so
+    either kind of cache matches.
     """
     m = cache.manifest
     source = m.model.source or m.model.name
     options = {"device": device, "dtype": dtype or m.model.forward_dtype, "max_length": m.tokenizer.max_length,
-               "allow_pickle": allow_pickle}
+               "allow_pickle": allow_pickle, "device_map": device_map, "max_memory": max_memory}
     backbone = load_backbone(source, **options)
     if backbone.fingerprint == m.model.fingerprint and backbone.tokenizer_fingerprint != m.tokenizer.fingerprint:
         # A cache of pre-split words: its tokenizer fingerprint records the word prefix (and, for
@@ -223,7 +227,8 @@ def sample_rows(cache: LayerCache, splits: Sequence[str], sample: int, seed: int
 def verify_cache(cache: str | os.PathLike | LayerCache | None = None, *, sample: int = 100, seed: int = 0,
                  split: str | None = None, device: str = "auto", dtype: str | None = None,
                  backbone: Backbone | None = None, allow_pickle: bool = False,
-                 progress: Callable[[int], None] | None = None, total: Callable[[int], None] | None = None
+                 progress: Callable[[int], None] | None = None, total: Callable[[int], None] | None = None,
+                 device_map: str | None = None, max_memory: Mapping[str, int | str] | None = None
                  ) -> VerifyResult:
     """Re-run the cache's backbone on ``sample`` seeded random examples of each split and compare.
 
@@ -236,26 +241,34 @@ def verify_cache(cache: str | os.PathLike | LayerCache | None = None, *, sample:
         allow_pickle: load a backbone that has only pickle weights, as ``extract --allow-pickle`` did.
         progress: called with the number of examples of each finished batch; ``total`` first, with
             how many there are.
+        device_map, max_memory: split a backbone larger than one device, as ``extract`` did (see
+            :mod:`~layercache.backbone.placement`).
 
     Returns a :class:`VerifyResult`: a :class:`StateDiff` per kept state for token states and each
     stored pooling, and ``failure`` (None when passed). A model whose fingerprint differs raises
     :class:`~layercache.errors.CacheMismatchError`.
     """
     with using_cache(cache) as handle:
-        return _verify(handle, sample, seed, split, device, dtype, backbone, allow_pickle, progress, total)
+        def load() -> Backbone:
+            return load_cache_backbone(handle, device=device, dtype=dtype, allow_pickle=allow_pickle,
+                                       device_map=device_map, max_memory=max_memory)
+
+        return _verify(handle, sample, seed, split, backbone or load, progress, total)
 
 
-def _verify(cache, sample, seed, split, device, dtype, backbone, allow_pickle, progress, total) -> VerifyResult:
+def _verify(cache, sample, seed, split, backbone: Backbone | Callable[[], Backbone], progress, total
+            ) -> VerifyResult:
+    """``backbone``: loaded, or the call that loads it once the arguments have been checked."""
     started = time.perf_counter()
     m = cache.manifest
     if split is not None:
         cache.require_split(split)
     splits = [split] if split is not None else cache.splits
     rows = sample_rows(cache, splits, sample, seed)  # before the model loads: a bad --sample fails at once
-    if backbone is None:
-        backbone = load_cache_backbone(cache, device=device, dtype=dtype, allow_pickle=allow_pickle)
-    else:
+    if isinstance(backbone, Backbone):
         check_backbone(cache, backbone)
+    else:
+        backbone = backbone()
     storage = m.storage.dtype
     stored_as = codec(storage)
     projection = cache.projection()  # None unless --project: fresh states are then projected as extraction did
@@ -322,8 +335,8 @@ def _fresh(cache: LayerCache, split: str, rows: np.ndarray, backbone: Backbone, 
     examples = cached_examples(cache, split, rows, backbone.tokenizer, causal=backbone.is_causal)
     ids, attn = pad_windows(examples, backbone.tokenizer.pad_token_id)  # (R, W) each
     hidden = backbone.hidden_states(ids, attn)  # L+1 x (R, W, D)
-    where = token_index(examples, attn).to(hidden[0].device)  # (t,) stored tokens in the flattened R * W
-    flat = torch.stack([hidden[i].flatten(0, 1)[where] for i in keep], dim=1).float()  # (t, S, D)
+    where = token_index(examples, attn)  # (t,) stored tokens in the flattened R * W
+    flat = torch.stack([tokens_of(hidden[i], where, backbone.device) for i in keep], dim=1).float()  # (t, S, D)
     lengths = np.array([ex.n_tokens for ex in examples], dtype=np.int64)  # (b,)
     pooled = pool(flat, torch.from_numpy(lengths).to(flat.device), list(m.pooling),
                   mean_skip_first=m.storage.skips_first_in_mean)  # mode -> (b, S, D)

@@ -61,6 +61,9 @@ class ModelSection(Section):
     """Whether ``layer_L`` is after a final norm: ``none``, ``applied`` or ``not-applied``."""
     forward_dtype: str
     device: str
+    """Where the forward ran (the input device of a split model)."""
+    placement: dict[str, int] | None = field(default=None, metadata=_OMIT)
+    """Modules per device when ``--device-map`` split the model (``{"cuda:0": 14, "disk": 3}``)."""
 
 
 @dataclass(kw_only=True)

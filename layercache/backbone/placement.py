@@ -1,0 +1,155 @@
+"""A backbone larger than one device: ``--device-map``, split over GPUs, CPU memory and disk by accelerate.
+
+``device_map="auto"`` (or ``balanced``, ``balanced_low_0``, ``sequential``) hands the placement to
+transformers and accelerate: blocks fill the GPUs in order, then CPU memory, then a disk folder,
+within ``max_memory`` per device when given. A block on CPU or disk still computes on the main
+device (the first GPU, or the CPU when there is none): its weights are brought there block by
+block, which is slow but lets a model run that fits nowhere whole.
+
+Two choices differ from what transformers does by default, both so that a split model's states
+never gather on one device:
+
+- the model's top-level hook no longer moves its outputs back to the input's device, so every
+  hidden state stays on the device that computed it; readers take the real tokens of each state
+  where it lies and move only those (:func:`tokens_of`);
+- disk-offloaded weights go to a fresh temporary folder the backbone owns (under ``TMPDIR``, or
+  ``offload_root``), removed when the backbone is; nothing is written into a folder layercache
+  did not make.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import weakref
+from collections import Counter
+from collections.abc import Mapping
+from pathlib import Path
+
+import torch
+
+from ..core.devices import DEVICE_MAPS
+from ..errors import ConfigError
+
+MEMORY_KEYS = "cuda:N (or N), cpu"
+"""How ``--max-memory`` names a device, as its messages write it."""
+
+
+def check_device_map(device_map: str | None, device: str) -> None:
+    """Refuse an unknown strategy, a missing accelerate, or a ``--device`` beside ``--device-map``."""
+    if device_map is None:
+        return
+    if device_map not in DEVICE_MAPS:
+        raise ConfigError(f"--device-map {device_map!r} is not a placement; choose {', '.join(DEVICE_MAPS)}.")
+    if device != "auto":
+        raise ConfigError(f"--device {device} and --device-map {device_map} both place the model; pass one of them "
+                          "(--device-map decides every block's device, the first GPU or the CPU computing).")
+    try:
+        import accelerate  # noqa: F401
+    except ImportError:
+        raise ConfigError("--device-map needs the accelerate package; install it with "
+                          "pip install 'layercache[large]' (or pip install accelerate).") from None
+
+
+def memory_limits(max_memory: Mapping | None) -> dict[int | str, int | str] | None:
+    """``{"cuda:0": "20GiB", "cpu": 64e9}`` -> accelerate's ``{0: "20GiB", "cpu": 64000000000}``.
+
+    A device is ``cuda:N``, ``N`` or ``cpu``; a limit is a byte count or a size accelerate reads
+    (``20GiB``, ``500MB``). Anything else is refused in one sentence.
+    """
+    if not max_memory:
+        return None
+    limits: dict[int | str, int | str] = {}
+    for key, value in max_memory.items():
+        name = str(key).strip().lower()
+        if name == "cpu":
+            device: int | str = "cpu"
+        else:
+            index = name.removeprefix("cuda:")
+            if not index.isdigit():
+                raise ConfigError(f"--max-memory names the device {key!r}; name devices {MEMORY_KEYS}.")
+            device = int(index)
+        if isinstance(value, bool) or not isinstance(value, (int, float, str)) or \
+                (isinstance(value, (int, float)) and value <= 0):
+            raise ConfigError(f"--max-memory gives {key} the limit {value!r}; give a size such as 20GiB.")
+        limits[device] = int(value) if isinstance(value, float) else value
+    return limits
+
+
+class SplitLoad:
+    """The keywords ``from_pretrained`` takes for a split model, and the offload folder they name.
+
+    The folder is made fresh (``tempfile.mkdtemp``) and removed when :meth:`own` hands it to the
+    loaded model's backbone and that is garbage-collected, or at interpreter exit.
+    """
+
+    def __init__(self, device_map: str, max_memory: Mapping | None, offload_root: str | Path | None = None):
+        self.folder = Path(tempfile.mkdtemp(prefix="layercache-offload-", dir=offload_root))
+        self.kwargs = {"device_map": device_map, "offload_folder": str(self.folder)}
+        limits = memory_limits(max_memory)
+        if limits:
+            self.kwargs["max_memory"] = limits
+        self._cleanup = weakref.finalize(self, _remove_folder, self.folder)
+
+    def own(self, owner: object) -> None:
+        """Tie the offload folder's life to ``owner`` (the backbone) instead of this object."""
+        self._cleanup.detach()
+        weakref.finalize(owner, _remove_folder, self.folder)
+
+    def remove(self) -> None:
+        """Remove the offload folder now (a load that failed)."""
+        self._cleanup()
+
+
+def _remove_folder(folder: Path) -> None:
+    """Delete the offload folder this process made: its files are the model's weights, nothing else."""
+    import shutil
+
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def placement(model: torch.nn.Module) -> dict[str, int] | None:
+    """Modules per device of a split model (``{"cuda:0": 14, "disk": 3}``), or None for a model on one device."""
+    device_map = getattr(model, "hf_device_map", None)
+    if not device_map:
+        return None
+    counts = Counter(_device_name(d) for d in device_map.values())
+    return dict(sorted(counts.items()))
+
+
+def _device_name(device) -> str:
+    """accelerate writes a GPU as its index: ``0`` -> ``cuda:0``; ``cpu`` and ``disk`` as they are."""
+    return f"cuda:{device}" if isinstance(device, int) else str(device)
+
+
+def input_device(model: torch.nn.Module) -> torch.device:
+    """Where a split model takes its inputs: the device that computes its input embeddings."""
+    embeddings = model.get_input_embeddings()
+    hook = getattr(embeddings, "_hf_hook", None)
+    device = getattr(hook, "execution_device", None)
+    if device is None:
+        device = next(embeddings.parameters()).device
+    device = torch.device(f"cuda:{device}" if isinstance(device, int) else device)
+    return torch.device("cpu") if device.type == "meta" else device
+
+
+def keep_states_in_place(model: torch.nn.Module) -> None:
+    """Stop accelerate's top-level hook moving every output back to the input's device.
+
+    Each hidden state then stays on the device whose block computed it, so a split model's L+1
+    states never gather on the first GPU (for a 70B model that is tens of GB per batch).
+    """
+    hook = getattr(model, "_hf_hook", None)
+    for single in getattr(hook, "hooks", [hook]):  # a SequentialHook holds several
+        if hasattr(single, "io_same_device"):
+            single.io_same_device = False
+
+
+def tokens_of(state: torch.Tensor, index: torch.Tensor, device: torch.device | None = None) -> torch.Tensor:
+    """(t, D) rows ``index`` of a (R, W, D) or (R * W, D) state, selected where the state lies, then on ``device``.
+
+    Only the real tokens cross devices; for a model on one device this is a plain ``index_select``.
+    """
+    flat = state.reshape(-1, state.shape[-1])  # (R * W, D)
+    picked = flat.index_select(0, index.to(flat.device, non_blocking=True))  # (t, D)
+    # Blocking: a non-blocking copy to the host could be read before it lands.
+    return picked if device is None else picked.to(device)
