@@ -102,8 +102,8 @@ def forward_speed(backbone: Backbone, plan: SplitPlan, keep: list[int], count: i
 def _forward(backbone: Backbone, examples, pad_id: int):
     ids, mask = pad_windows(examples, pad_id)
     hidden = backbone.hidden_states(ids, mask)
-    if backbone.device.type == "cuda":
-        torch.cuda.synchronize(backbone.device)
+    for device in {state.device for state in hidden if state.device.type == "cuda"}:  # a split model: every GPU
+        torch.cuda.synchronize(device)
     return hidden
 
 

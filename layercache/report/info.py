@@ -63,7 +63,9 @@ def render_summary(summary: dict, console: Console) -> None:
                     + ("; mean pooling skips each example's first token" if storage.get("mean_skip_first") else "")),
         ("layers", ", ".join(storage["layer_names"])),
         *([("projection", _projection_text(summary["projection"]))] if summary.get("projection") else []),
-        ("forward", f"{model['forward_dtype']} on {model['device']}"),
+        ("forward", f"{model['forward_dtype']} on {model['device']}"
+                    + (f", split by --device-map ({_placement_text(model['placement'])})" if model.get("placement")
+                       else "")),
         ("size", human_bytes(summary["total_bytes"])),
     ]
     if summary["fp16_overflow"]:
@@ -73,6 +75,12 @@ def render_summary(summary: dict, console: Console) -> None:
         head.add_row(key, value)
     console.print(head)
     _render_splits(summary["splits"], console)
+
+
+def _placement_text(placement: dict[str, int]) -> str:
+    """``3 modules on cuda:0, 2 on disk``: where a split model's modules were."""
+    parts = [f"{count} on {device}" for device, count in placement.items()]
+    return f"{parts[0].replace(' on ', ' modules on ', 1)}{''.join(', ' + p for p in parts[1:])}" if parts else ""
 
 
 def _projection_text(projection: dict) -> str:

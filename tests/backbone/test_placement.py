@@ -75,6 +75,8 @@ def test_split_extraction_writes_the_same_cache(tiny_models, tmp_path):
                 assert np.array_equal(x[name][()], y[name][()]), (shard, name)
     result = verify_cache(split.path, sample=4, device_map="auto", max_memory=_most_of_the_weights(model))
     assert result.passed, result.failure
+    shown = " ".join(invoke("info", split.path).output.split())
+    assert "split by --device-map (" in shown and " on disk)" in shown
 
 
 def test_split_predict_equals_whole(runs, tiny_models):
