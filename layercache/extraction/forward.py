@@ -17,6 +17,7 @@ from ..backbone.loader import Backbone
 from ..errors import NonFiniteStatesError
 from ..sources.records import LabelTask, SplitRecords
 from ..store.writer import ExtractedBatch
+from .held import HeldBatch
 from .packing import NonFiniteStates, StatePacker, StorageBuffer, storage_array
 from .tokenize import EncodedExample
 
@@ -80,26 +81,29 @@ def pool(flat: torch.Tensor, lengths: torch.Tensor, modes: Sequence[str],
 def run_batch(backbone: Backbone, examples: Sequence[EncodedExample], records: SplitRecords, *,
               keep: Sequence[int], tasks: Sequence[LabelTask], packer: StatePacker,
               out: StorageBuffer | None, split: str | None = None, first_row: int | None = None,
-              hidden: Sequence[torch.Tensor] | None = None) -> ExtractedBatch:
+              hidden: HeldBatch | None = None) -> ExtractedBatch:
     """Forward one planned batch and return it unpadded, pooled and cast, ready for a shard.
 
     ``out``: a host buffer with room for the batch's T >= t tokens, which receives the token states
     (and a scaled codec's scales; the returned batch's ``hidden`` is a view of it); None stores
     pooled only. A NaN or inf among the states raises :class:`~layercache.errors.NonFiniteStatesError`,
     whose sentence names ``split`` and the cache row (``first_row``: the batch's first) when given.
-    ``hidden``: this batch's states from an earlier forward pass (the storage-dtype probe's), so
-    the model does not run twice.
+    ``hidden``: this batch's kept states from an earlier forward pass (the storage-dtype probe's or
+    the projection fit's, :mod:`.held`), already cut to its stored tokens, so the model does not run twice.
     """
-    ids, mask = pad_windows(examples, backbone.tokenizer.pad_token_id)
-    if hidden is None:
-        hidden = backbone.hidden_states(ids, mask)  # L+1 x (R, W, D)
     device = packer.device  # a split model's states lie on several devices; the packer gathers them here
-    index = token_index(examples, mask).to(device)  # (t,)
     lengths_np = np.fromiter((ex.n_tokens for ex in examples), np.int64, len(examples))  # (b,)
     n_tokens = int(lengths_np.sum())
+    if hidden is None:
+        ids, mask = pad_windows(examples, backbone.tokenizer.pad_token_id)
+        states = backbone.hidden_states(ids, mask)  # L+1 x (R, W, D)
+        index = token_index(examples, mask).to(device)  # (t,) stored tokens in the flattened (R * W) rows
+    else:
+        states = hidden.states  # L+1 x (t, D) kept, None otherwise: the stored tokens already, in order
+        index = torch.arange(n_tokens, device=device)  # (t,)
     tokens = None if out is None else out.head(n_tokens)  # (S, t, D) values, (S, t, 1) scales
     try:
-        packed = packer.pack(hidden, keep, index, torch.from_numpy(lengths_np).to(device),
+        packed = packer.pack(states, keep, index, torch.from_numpy(lengths_np).to(device),
                              None if tokens is None else tokens.values, None if tokens is None else tokens.scales)
     except NonFiniteStates as bad:
         raise _non_finite_error(bad, backbone, examples, records, keep, split, first_row) from None

@@ -26,8 +26,9 @@ from ..store.paths import record_latest
 from ..store.projection import read_projection, write_projection
 from .background import BufferPool, writer_thread_helps
 from .configuration import difference, new_manifest
-from .dtype_probe import ProbeStates, resolve_storage_dtype
+from .dtype_probe import resolve_storage_dtype
 from .estimate import DISK_MARGIN, estimate_bytes, free_disk_bytes, remaining_bytes
+from .held import HeldStates, held_budget
 from .housekeeping import (
     DamagedCache,
     check_split_names,
@@ -41,6 +42,7 @@ from .packing import StatePacker, storage_buffer
 from .plan import SplitPlan, plan_split
 from .projection_fit import fit_projection
 from .repair import reextract_shard, verify_shards
+from .shares import remaining_batches
 from .side_files import ensure_side_files
 from .specs import BatchSpec, DataSpec, StorageSpec
 from .storage_choices import recommend, size_choices, sizes_text, standard_choices, your_choice
@@ -80,8 +82,9 @@ class ExtractionJob:
     """Reused host buffers for token states (None for a pooled-only cache)."""
     threaded: bool
     """Whether shards are written on a background thread (:func:`.background.writer_thread_helps`)."""
-    probe: ProbeStates | None
-    """The ``--storage-dtype auto`` probe's forward pass, reused for its batch by the writer that has it."""
+    held: HeldStates
+    """Forward passes that ran while preparing (the ``--storage-dtype auto`` probe's, the ``--project``
+    fit's), reused for their batches by the process that made them; empty in every other writer."""
     resumed: bool = False
     repaired: list[str] = field(default_factory=list)
 
@@ -117,16 +120,17 @@ def load_inputs(model: str, data: DataSpec, storage: StorageSpec, batching: Batc
 
 
 def _configured(inputs: JobInputs, data: DataSpec, storage: StorageSpec, batching: BatchSpec, pooling: list[str],
-                existing: Manifest | None) -> tuple[Manifest, ProbeStates | None]:
-    """The manifest this run's options give (its configuration hash included), and the ``auto`` probe's pass."""
-    storage_dtype, dtype_choice, probe = resolve_storage_dtype(storage.storage_dtype, existing, inputs.backbone,
-                                                               inputs.records, inputs.plans, inputs.keep)
+                existing: Manifest | None, held: HeldStates | None = None) -> Manifest:
+    """The manifest this run's options give (its configuration hash included); the ``auto`` probe's pass goes
+    to ``held``."""
+    storage_dtype, dtype_choice = resolve_storage_dtype(storage.storage_dtype, existing, inputs.backbone,
+                                                        inputs.records, inputs.plans, inputs.keep, held)
     manifest = new_manifest(inputs.backbone, inputs.records, inputs.plans, keep=inputs.keep, store=storage.store,
                             pooling=pooling, storage_dtype=storage_dtype, mean_skip_first=storage.mean_skip_first,
                             stride=batching.stride, batch_tokens=batching.batch_tokens,
                             batch_size=batching.batch_size, shard_bytes=storage.shard_bytes, limit=data.limit,
                             dtype_choice=dtype_choice, project=storage.project)
-    return manifest, probe
+    return manifest
 
 
 def join_job(model: str, data: DataSpec, storage: StorageSpec, batching: BatchSpec, out: Path, pooling: list[str],
@@ -139,12 +143,12 @@ def join_job(model: str, data: DataSpec, storage: StorageSpec, batching: BatchSp
     """
     inputs = load_inputs(model, data, storage, batching, allow_pickle=allow_pickle)
     prepared = read_manifest(out)
-    manifest, _ = _configured(inputs, data, storage, batching, pooling, prepared)
+    manifest = _configured(inputs, data, storage, batching, pooling, prepared)
     if manifest.config_hash != prepared.config_hash:
         raise CacheMismatchError(
             f"This writer's {difference(prepared, manifest)} differs from the one the cache at {out} was prepared "
             "with; every writer must run the same command on the same model and data.")
-    return _writer_job(out, inputs, prepared, None)
+    return _writer_job(out, inputs, prepared, HeldStates())  # held states serve only the process that made them
 
 
 def prepare_job(model: str, data: DataSpec, storage: StorageSpec, batching: BatchSpec, out: Path, pooling: list[str],
@@ -157,8 +161,9 @@ def prepare_job(model: str, data: DataSpec, storage: StorageSpec, batching: Batc
     existing = inspect_output(out, overwrite)
     inputs = load_inputs(model, data, storage, batching, allow_pickle=allow_pickle)
     backbone, records, plans, keep = inputs.backbone, inputs.records, inputs.plans, inputs.keep
-    manifest, probe = _configured(inputs, data, storage, batching, pooling,
-                                  existing if isinstance(existing, Manifest) and not overwrite else None)
+    held = HeldStates(held_budget())
+    manifest = _configured(inputs, data, storage, batching, pooling,
+                           existing if isinstance(existing, Manifest) and not overwrite else None, held)
 
     resumed, damaged = False, {}
     if isinstance(existing, DamagedCache):
@@ -205,19 +210,20 @@ def prepare_job(model: str, data: DataSpec, storage: StorageSpec, batching: Batc
                         backbone.max_length)
     check_disk(out, manifest, plans)
     if manifest.storage.project and not resumed:  # fitted once, before the first shard; never refitted
-        _fit_projection(out, manifest, inputs)
+        _fit_projection(out, manifest, inputs, held)
 
     for name in damaged:  # the cache is not complete until every damaged shard is rewritten
         manifest.splits[name].complete = False
     if damaged:
         manifest.complete = False
-    if probe is not None and (damaged or any(s.first_batch == 0 for s in manifest.splits[probe.split].shards)):
-        probe = None  # its batch is written already: free its states now
+    # A held batch that committed shards cover (a damaged one is re-extracted below, by its own forward) is
+    # never packed from them: free its states now.
+    held.keep_only(remaining_batches(manifest, plans))
     with write_errors(out):
         write_manifest(out, manifest)
     _side_files(out, manifest, backbone, allow_pickle)  # after the manifest: the folder is a cache by then
     record_latest(out)
-    job = _writer_job(out, inputs, manifest, probe)
+    job = _writer_job(out, inputs, manifest, held)
     for name, indices in damaged.items():
         for index in indices:
             with write_errors(out):
@@ -231,18 +237,20 @@ def prepare_job(model: str, data: DataSpec, storage: StorageSpec, batching: Batc
     return job
 
 
-def _fit_projection(out: Path, manifest: Manifest, inputs: JobInputs) -> None:
-    """Fit the ``--project K`` basis on the first split, write ``projection.safetensors`` and record it."""
+def _fit_projection(out: Path, manifest: Manifest, inputs: JobInputs, held: HeldStates) -> None:
+    """Fit the ``--project K`` basis on the first split, write ``projection.safetensors`` and record it.
+
+    The sample's forward passes go to ``held``, so that the main pass does not run them again."""
     split = next(iter(inputs.plans))
     projection = fit_projection(inputs.backbone, inputs.plans[split], inputs.keep, manifest.storage.project,
-                                split=split)
+                                split=split, held=held)
     with write_errors(out):
         manifest.side_files["projection"] = write_projection(out, projection)
     manifest.extraction.projection_variance = [round(float(v), 6) for v in projection.variance_kept]
     manifest.extraction.projection_tokens = projection.tokens
 
 
-def _writer_job(out: Path, inputs: JobInputs, manifest: Manifest, probe: ProbeStates | None) -> ExtractionJob:
+def _writer_job(out: Path, inputs: JobInputs, manifest: Manifest, held: HeldStates) -> ExtractionJob:
     """The job around loaded inputs and a manifest: the state packer and the host buffers a writer reuses."""
     stored, backbone = manifest.storage, inputs.backbone
     packer = StatePacker(len(inputs.keep), backbone.hidden_size, storage_dtype=stored.dtype, pooling=stored.pooling,
@@ -253,7 +261,7 @@ def _writer_job(out: Path, inputs: JobInputs, manifest: Manifest, probe: ProbeSt
                                 IN_FLIGHT_BATCHES if threaded else 1)
                if stored.stores_tokens else None)
     return ExtractionJob(out, backbone, inputs.records, inputs.plans, manifest, inputs.keep, packer, buffers,
-                         threaded, probe)
+                         threaded, held)
 
 
 def check_disk(out: Path, manifest: Manifest, plans: dict[str, SplitPlan] | None = None) -> None:

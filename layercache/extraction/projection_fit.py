@@ -13,6 +13,12 @@ sample would find, without ever holding the sample: memory is one (D, D) float64
 state, taken in groups of states that fit :data:`ACCUMULATOR_BYTES` (one pass over the sample per
 group; a 4096-wide model fits 8 states per pass).
 
+The sample's forward passes are not thrown away: the first pass offers each sampled batch's kept
+states to the run's :class:`~.held.HeldStates` (within its byte budget), later passes read them
+from there instead of running the model again, and the main pass packs them when the batch's turn
+comes, so a held batch's forward runs once in the whole run. A batch the budget could not hold is
+forwarded again by each later pass and by the main pass.
+
 The K eigenvectors of largest eigenvalue become the basis rows, largest first, each with its largest
 entry made positive so that the same data always gives the same file. The fraction of the state's
 variance they keep (their eigenvalues over the trace) is what ``info`` shows. The fit runs on the
@@ -33,6 +39,7 @@ from ..backbone.placement import tokens_of
 from ..errors import ConfigError
 from ..store.projection import Projection, check_projection_size
 from .forward import pad_windows, token_index
+from .held import HeldStates
 from .plan import SplitPlan
 
 log = logging.getLogger("layercache")
@@ -45,8 +52,11 @@ FIT_SEED = 0
 
 
 def fit_projection(backbone: Backbone, plan: SplitPlan, keep: Sequence[int], k: int, *, split: str,
-                   seed: int = FIT_SEED, max_tokens: int = FIT_TOKENS) -> Projection:
-    """The ``--project k`` basis of the kept states ``keep``, fitted on a seeded sample of ``plan``'s batches."""
+                   held: HeldStates | None = None, seed: int = FIT_SEED, max_tokens: int = FIT_TOKENS) -> Projection:
+    """The ``--project k`` basis of the kept states ``keep``, fitted on a seeded sample of ``plan``'s batches.
+
+    ``held``: where the sample's forward passes are kept (and read back) for reuse; None forwards every pass.
+    """
     width = backbone.hidden_size
     check_projection_size(k, width)
     order = np.random.default_rng(seed).permutation(len(plan.batches))
@@ -65,7 +75,8 @@ def fit_projection(backbone: Backbone, plan: SplitPlan, keep: Sequence[int], k: 
     means, bases, kept = [], [], []
     for start in range(0, len(keep), group):
         states = list(range(start, min(start + group, len(keep))))
-        n, shifts, sums, gram = _accumulate(backbone, plan, chosen, [keep[s] for s in states])
+        n, shifts, sums, gram = _accumulate(backbone, plan, chosen, [keep[s] for s in states], keep=keep,
+                                            split=split, held=held)
         for j in range(len(states)):
             mean = sums[j] / n  # (D,) of the shifted vectors
             cov = gram[j] / n - torch.outer(mean, mean)  # (D, D)
@@ -83,10 +94,11 @@ def fit_projection(backbone: Backbone, plan: SplitPlan, keep: Sequence[int], k: 
                       dtype=torch.float64), tokens=n, split=split, seed=seed)
 
 
-def _accumulate(backbone: Backbone, plan: SplitPlan, batches: list[int], layers: list[int]
+def _accumulate(backbone: Backbone, plan: SplitPlan, batches: list[int], layers: list[int], *,
+                keep: Sequence[int], split: str, held: HeldStates | None
                 ) -> tuple[int, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Token count, per-state shifts (G, D), and sums (G, D) and Gram matrices (G, D, D) of the shifted vectors
-    over ``batches``' real tokens, float64."""
+    over ``batches``' real tokens, float64, for the states ``layers`` (a group of ``keep``)."""
     width, device = backbone.hidden_size, backbone.device
     sums = torch.zeros((len(layers), width), dtype=torch.float64, device=device)
     gram = torch.zeros((len(layers), width, width), dtype=torch.float64, device=device)
@@ -94,16 +106,33 @@ def _accumulate(backbone: Backbone, plan: SplitPlan, batches: list[int], layers:
     n = 0
     with torch.inference_mode():
         for b in batches:
-            examples = [plan.examples[i] for i in plan.batches[b]]
-            ids, mask = pad_windows(examples, backbone.tokenizer.pad_token_id)
-            hidden = backbone.hidden_states(ids, mask)  # L+1 x (R, W, D)
-            index = token_index(examples, mask)  # (t,) stored tokens
-            vectors = [tokens_of(hidden[layer], index, device).float() for layer in layers]  # (t, D) each
+            vectors = _sample_tokens(backbone, plan, b, layers, keep=keep, split=split, held=held)  # (t, D) each
             if shifts is None:
                 shifts = torch.stack([x.mean(0) for x in vectors]).to(device)  # (G, D)
             for j, x in enumerate(vectors):
                 x = x.to(device) - shifts[j]  # (t, D) float32, centred near zero
                 sums[j] += x.sum(0, dtype=torch.float64)
                 gram[j] += (x.T @ x).double()
-            n += int(index.shape[0])
+            n += int(vectors[0].shape[0])
     return n, shifts.double().cpu(), sums.cpu(), gram.cpu()
+
+
+def _sample_tokens(backbone: Backbone, plan: SplitPlan, b: int, layers: list[int], *, keep: Sequence[int],
+                   split: str, held: HeldStates | None) -> list[torch.Tensor]:
+    """Batch ``b``'s stored tokens of the states ``layers``, (t, D) float32 each on the extraction device.
+
+    Read from ``held`` when an earlier pass (or the dtype probe) held the batch; else forwarded, and
+    the forward's kept states offered to ``held`` for the later passes and the main pass. Either way
+    the same values: the held states are this forward's, in its dtype.
+    """
+    device = backbone.device
+    batch = held.peek(split, b) if held is not None else None
+    if batch is not None:
+        return [batch.states[layer].to(device).float() for layer in layers]  # (t, D) each
+    examples = [plan.examples[i] for i in plan.batches[b]]
+    ids, mask = pad_windows(examples, backbone.tokenizer.pad_token_id)
+    hidden = backbone.hidden_states(ids, mask)  # L+1 x (R, W, D)
+    index = token_index(examples, mask)  # (t,) stored tokens
+    if held is not None:
+        held.hold(split, b, hidden, keep, index)
+    return [tokens_of(hidden[layer], index, device).float() for layer in layers]  # (t, D) each

@@ -36,11 +36,15 @@ def write_share(job: ExtractionJob, share: Share, progress: bool = True) -> Mani
     arrives as :class:`~layercache.errors.CacheWriteError`. Writes only the writer's own files.
     """
     part = ManifestPart(writer=share.writer, config_hash=job.manifest.config_hash)
-    with write_errors(job.out), extraction_progress(progress) as bars:
-        for name in job.plans:
-            batches = share.batches.get(name, ())
-            if batches:
-                _write_split(job, share, part, name, batches, bars)
+    job.held.keep_only(share.batches)  # another writer's batches are forwarded by that writer
+    try:
+        with write_errors(job.out), extraction_progress(progress) as bars:
+            for name in job.plans:
+                batches = share.batches.get(name, ())
+                if batches:
+                    _write_split(job, share, part, name, batches, bars)
+    finally:
+        job.held.clear()  # held states serve this run only; a stopped run's are never used again
     return part
 
 
@@ -63,7 +67,7 @@ def _write_split(job: ExtractionJob, share: Share, part: ManifestPart, name: str
                 batch = run_batch(job.backbone, examples, job.records.splits[name], keep=job.keep,
                                   tasks=job.manifest.tasks, packer=job.packer, out=buffer, split=name,
                                   first_row=int(plan.first_rows[b]),  # the batch's cache row, for a NaN refusal
-                                  hidden=job.probe.take(name, b) if job.probe is not None else None)
+                                  hidden=job.held.take(name, b))  # a forward that ran while preparing
                 writer.submit(functools.partial(_write_batch, shards, b, batch, buffers, buffer))
                 trimmer.batch_done()
                 bars.update(task, advance=batch.n_examples,
