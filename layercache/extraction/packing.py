@@ -131,12 +131,14 @@ class StatePacker:
             self._scratch = torch.empty((n, self.dim), dtype=torch.float32, device=self.device)
         return self._scratch[:n]
 
-    def pack(self, hidden: Sequence[torch.Tensor], keep: Sequence[int], index: torch.Tensor,
+    def pack(self, hidden: Sequence[torch.Tensor | None], keep: Sequence[int], index: torch.Tensor,
              lengths: torch.Tensor, out: torch.Tensor | None, scales: torch.Tensor | None = None) -> PackedStates:
         """Pack one batch.
 
-        ``hidden``: every state of the forward pass, (R, W, D) each; ``keep``: the S states to
-        store; ``index``: (t,) positions of the stored tokens in the flattened (R * W) rows,
+        ``hidden``: every state of the forward pass, (R, W, D) each, or a held batch's (t, D) stored
+        tokens with None at the states not kept (:mod:`.held`); each lies on the device that computed it
+        or on the host; ``keep``: the S states to store; ``index``: (t,) positions of the stored tokens in
+        the flattened (R * W) rows (``arange(t)`` for a held batch),
         example after example; ``lengths``: (b,) stored tokens per example; ``out``: (S, t, D)
         host tensor of the storage dtype that receives the token states, state-major, as
         :class:`~layercache.store.writer.ShardWriter` takes them (None: pooled only); ``scales``:
