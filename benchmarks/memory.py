@@ -192,7 +192,7 @@ def agnews_caches(data: Path, cache_dir: Path) -> dict[int, Path]:
     for n in TRAIN_SIZES:
         path = cache_dir / f"agnews-tiny-{n // 1000}k"
         extract(str(model), None, path, split_files={"train": str(big)}, limit=n, device="cpu", progress=False,
-                max_length=128)
+                max_length=64)  # the tiny model's limit
         out[n] = path
     return out
 

@@ -254,7 +254,7 @@ class CacheFeed:
             take = self._source(b)
             for rows in self._batches(block, rng, shuffle):
                 yield self._gather(block, take, rows)
-            self._release(b)
+            self._release(block)
 
     @translate_read_errors
     def batch(self, rows: Sequence[int]) -> CacheBatch:
@@ -276,6 +276,7 @@ class CacheFeed:
             at = np.nonzero(shard_of == shard)[0]  # positions in ``rows`` of this shard's rows
             block = _Block(int(shard), np.unique(rows[at]))
             parts.append(self._gather(block, self._block_source(block), rows[at]))
+            self._release(block)  # a copy: the pages it touched in a mapped shard may go
             where.append(at)
         return parts[0] if len(parts) == 1 else _joined(parts, np.concatenate(where))
 
@@ -299,17 +300,16 @@ class CacheFeed:
                         mapped.will_need(lo, hi, self.index)
         return self._mapped_take(*maps)
 
-    def _release(self, b: int) -> None:
-        """Drop the pages block ``b`` touched in its shard's maps from the process (its batches are copies)."""
-        maps = self._maps[self._blocks[b].shard]
+    def _release(self, block: _Block) -> None:
+        """Drop the pages ``block`` touched in its shard's maps from the process (its batches are copies)."""
+        maps = self._maps[block.shard]
         if maps is None:
             return
-        local, runs, offsets = self._runs(self._blocks[b])
+        local, runs, offsets = self._runs(block)
         for r in runs:
             lo, hi = int(offsets[local[r[0]]]), int(offsets[local[r[-1]] + 1])
-            for mapped in maps:
-                if mapped is not None:
-                    mapped.dont_need(lo, hi, self.index)
+            for mapped in (m for m in maps if m is not None):  # values, then scales (int8)
+                mapped.dont_need(lo, hi, self.index)
 
     def _mapped_take(self, values, scales) -> Take:
         """Gather values (and scales) straight from their shard's memory maps."""

@@ -40,6 +40,9 @@ import torch
 from ..errors import CacheError
 from .codecs import codec, codec_names
 
+FAULT_AROUND_BYTES = 64 << 10
+"""How far around a faulting page Linux maps cached pages too (``fault_around_bytes``, 64 KiB by default)."""
+
 
 class MappedStates:
     """Rows of one ``(N, S, D)`` state dataset, read straight from a memory map of its shard.
@@ -157,11 +160,20 @@ class MappedStates:
         memory: a feed that drops each block's pages when it is done with it keeps its RSS at about one
         block, however large the cache it streams. Whole chunks are dropped (a neighbouring row of the
         same chunk faults its page back in if it is read again).
-        """
-        self._advise("MADV_DONTNEED", lo, hi, states)
 
-    def _advise(self, name: str, lo: int, hi: int, states: Sequence[int]) -> None:
-        """``madvise(name)`` on the whole chunks holding rows ``[lo, hi)`` of ``states`` (where the OS has it)."""
+        One call drops the whole span from the first chunk to the last, other states' chunks between them
+        included, plus :data:`FAULT_AROUND_BYTES` on each side: a page fault maps the cached pages around
+        the one touched too (Linux's fault-around), and on a sparse read (a validation slice: rows far
+        apart) those neighbours belong to chunks no block ever drops, so they piled up in the process.
+        """
+        self._advise("MADV_DONTNEED", lo, hi, states, margin=FAULT_AROUND_BYTES)
+
+    def _advise(self, name: str, lo: int, hi: int, states: Sequence[int], margin: int | None = None) -> None:
+        """``madvise(name)`` on the whole chunks holding rows ``[lo, hi)`` of ``states`` (where the OS has it).
+
+        ``margin``: one call over the span of those chunks widened by ``margin`` bytes on each side, instead
+        of one call per run of adjacent chunks.
+        """
         advise = getattr(self._region, "madvise", None)
         flag = getattr(mmap, name, None)
         if advise is None or flag is None or hi <= lo:
@@ -172,6 +184,10 @@ class MappedStates:
         cells = self._starts[lo // C:(hi - 1) // C + 1][:, sorted({s // Sc for s in states})]
         begins = np.sort(cells.ravel()) * itemsize + self._skew
         page = mmap.PAGESIZE
+        if margin is not None:
+            start = max(0, int(begins[0]) - margin) // page * page
+            advise(flag, start, min(int(begins[-1]) + chunk_bytes + margin, len(self._region)) - start)
+            return
         # Runs of chunks that follow each other in the file become one call each.
         breaks = np.nonzero(np.diff(begins) != chunk_bytes)[0] + 1
         for run in np.split(begins, breaks):
