@@ -196,16 +196,19 @@ def load_backbone(name: str = DEFAULT_MODEL, *, device: str = "auto", dtype: str
     use_safetensors = True if not allow_pickle else None
     split = None if device_map is None else SplitLoad(device_map, max_memory)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(source, **_prefix_space_kwargs(config, words_input))
-        full = AutoModel.from_pretrained(source, dtype=torch_dtype, use_safetensors=use_safetensors,
-                                         **({} if split is None else split.kwargs))
-    except (OSError, ValueError, KeyError) as err:
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(source, **_prefix_space_kwargs(config, words_input))
+            full = AutoModel.from_pretrained(source, dtype=torch_dtype, use_safetensors=use_safetensors,
+                                             **({} if split is None else split.kwargs))
+        except (OSError, ValueError, KeyError) as err:
+            if not local and not allow_pickle and "safetensors" in str(err):
+                raise ModelLoadError(_pickle_refusal(name, maybe=True)) from err
+            raise ModelLoadError(f"Could not load model {name!r} ({_first_line(err)}); check that the folder "
+                                 "holds both weights and tokenizer files.") from err
+    except BaseException:
         if split is not None:
-            split.remove()
-        if not local and not allow_pickle and "safetensors" in str(err):
-            raise ModelLoadError(_pickle_refusal(name, maybe=True)) from err
-        raise ModelLoadError(f"Could not load model {name!r} ({_first_line(err)}); check that the folder "
-                             "holds both weights and tokenizer files.") from err
+            split.remove()  # whatever went wrong, the half-written offload folder goes now, not at exit
+        raise
     if not getattr(tokenizer, "is_fast", False):
         raise ModelLoadError(f"The tokenizer of {name!r} is not a fast tokenizer; layercache needs one "
                              "for word alignment (install `tokenizers` or convert the tokenizer).")

@@ -68,6 +68,11 @@ def memory_limits(max_memory: Mapping | None) -> dict[int | str, int | str] | No
             if not index.isdigit():
                 raise ConfigError(f"--max-memory names the device {key!r}; name devices {MEMORY_KEYS}.")
             device = int(index)
+            gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+            if device >= gpus:
+                have = "cpu" + (f", cuda:0 to cuda:{gpus - 1}" if gpus else "")
+                raise ConfigError(f"--max-memory names cuda:{device}, but torch sees {gpus} GPU(s); limit only the "
+                                  f"devices this machine has ({have}).")
         if isinstance(value, bool) or not isinstance(value, (int, float, str)) or \
                 (isinstance(value, (int, float)) and value <= 0):
             raise ConfigError(f"--max-memory gives {key} the limit {value!r}; give a size such as 20GiB.")
@@ -83,9 +88,9 @@ class SplitLoad:
     """
 
     def __init__(self, device_map: str, max_memory: Mapping | None, offload_root: str | Path | None = None):
+        limits = memory_limits(max_memory)  # refused before anything is written
         self.folder = Path(tempfile.mkdtemp(prefix="layercache-offload-", dir=offload_root))
         self.kwargs = {"device_map": device_map, "offload_folder": str(self.folder)}
-        limits = memory_limits(max_memory)
         if limits:
             self.kwargs["max_memory"] = limits
         self._cleanup = weakref.finalize(self, _remove_folder, self.folder)

@@ -102,8 +102,12 @@ def test_memory_limits_refused(limits, fragment):
         memory_limits(limits)
 
 
-def test_memory_limits_read_as_accelerate_writes_them():
+def test_memory_limits_read_as_accelerate_writes_them(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     assert memory_limits({"cuda:1": "20GiB", "0": 5e9, "CPU": 7}) == {1: "20GiB", 0: 5_000_000_000, "cpu": 7}
+    with pytest.raises(ConfigError, match="names cuda:2, but torch sees 2 GPU"):
+        memory_limits({"cuda:2": "20GiB"})
 
 
 def test_device_map_refusals(tiny_models, runs, tmp_path):
@@ -114,6 +118,11 @@ def test_device_map_refusals(tiny_models, runs, tmp_path):
                    "--device-map 'sideways' is not a placement", "auto, balanced")
     assert_refused(invoke("verify", tmp_path / "nothing", "--device-map", "auto", "--max-memory", "cpu"),
                    "--max-memory 'cpu' should look like DEVICE=SIZE")
+    before = _offload_folders()
+    if not torch.cuda.is_available():  # a GPU limit on a machine without one: refused before anything is written
+        assert_refused(invoke("extract", model, "builtin", "-o", tmp_path / "c", "--device-map", "auto",
+                              "--max-memory", "cuda:0=1GB"), "names cuda:0, but torch sees 0 GPU(s)")
+    assert _offload_folders() == before
     assert not (tmp_path / "c").exists()
 
 
