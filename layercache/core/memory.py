@@ -16,7 +16,10 @@ feed derives its slab budgets from it and drops the pages of a finished block fr
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import os
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -29,6 +32,8 @@ MIN_BUDGET = 64 << 20
 """The smallest budget accepted: below it the fixed costs of one read (a shard's layer, a block) do not fit."""
 UNKNOWN_AVAILABLE = 4 << 30
 """The default budget where the memory available cannot be read (no ``/proc/meminfo``, no ``sysconf``)."""
+TRIM_INTERVAL = 0.1
+"""Seconds at least between two :func:`release_free_heap` calls that do work (each costs under a millisecond)."""
 
 
 def available_bytes() -> int | None:
@@ -89,3 +94,32 @@ def current_budget() -> int:
     """The budget the innermost :func:`memory_limit` set, else the default budget (:func:`memory_budget`)."""
     budget = _BUDGET.get()
     return budget if budget is not None else memory_budget(None)
+
+
+def _malloc_trim():
+    """glibc's ``malloc_trim``, or None where the C library has none (macOS, musl)."""
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return None
+
+
+_TRIM = _malloc_trim()
+_last_trim = float("-inf")
+
+
+def release_free_heap() -> None:
+    """Hand the free pages of the C heap back to the OS (glibc ``malloc_trim``), at most every :data:`TRIM_INTERVAL`.
+
+    Why: a training loop allocates tensors of ever-changing shapes (batches padded to their longest row), and
+    glibc serves those of a few hundred KiB from its heap once it has raised its mmap threshold. The free holes
+    they leave stay resident, so a process's memory grew with the number of steps, not with anything it kept:
+    ``train-head`` under a 64 MiB budget peaked 30 MiB higher on 100k examples than on 10k. A feed calls this
+    when it finishes a block; where the C library has no ``malloc_trim`` it does nothing.
+    """
+    global _last_trim
+    now = time.monotonic()
+    if _TRIM is None or now - _last_trim < TRIM_INTERVAL:
+        return
+    _last_trim = now
+    _TRIM(0)

@@ -23,10 +23,10 @@ next epoch, and a block that covers its shard densely is read ahead in large req
 whose layout cannot be mapped is read through h5py instead, a block at a time, as one slab of
 contiguous runs; slabs are kept for the next epochs while they fit ``keep_bytes`` (an eighth of the
 memory budget, 1 GiB at most: :mod:`layercache.core.memory`), and larger subsets stream block by block
-every epoch. The pages a block touched in a mapped shard are dropped from the process once its batches
-are served, so neither path's resident memory grows with the cache. Labels, lengths and word ids are
-small and are loaded once. Evaluation uses the same path without shuffling, and reports rows so
-predictions can be put back in split order.
+every epoch. Once a block's batches are served, the pages it touched in a mapped shard are dropped from the
+process and the heap's free pages handed back, so resident memory grows with neither the cache nor the steps.
+Labels, lengths and word ids are small and loaded once. Evaluation uses the same path without shuffling, and
+reports rows so predictions can be put back in split order.
 
 :meth:`CacheFeed.batch` gathers any rows of the split, in the order given, by the same gather:
 the cache's public batch reads (``LayerCache.batch``, ``iter_batches``, ``torch_dataset``,
@@ -43,7 +43,7 @@ from functools import partial
 import numpy as np
 import torch
 
-from ..core.memory import current_budget
+from ..core.memory import current_budget, release_free_heap
 from ..core.tasks import IGNORE_INDEX
 from ..errors import CacheError, ConfigError
 from .batches import NO_WORD, CacheBatch, example_labels, first_subtoken_labels, padded_positions
@@ -59,8 +59,7 @@ BUCKET_BATCHES = 16
 MAX_GAP_ROWS = 4
 #: The most one block reads at once, and the most slabs a feed keeps across epochs, whatever the budget.
 MAX_BLOCK_BYTES, MAX_KEEP_BYTES = 128 << 20, 1 << 30
-#: The shares of the memory budget one block and a feed's kept slabs take: a fit holds a few feeds (training,
-#: validation, scoring) and computes on top of them.
+#: Shares of the memory budget for one block and for a feed's kept slabs (a fit holds a few feeds and computes too).
 BLOCK_SHARE, KEEP_SHARE = 1 / 16, 1 / 8
 
 
@@ -301,7 +300,9 @@ class CacheFeed:
         return self._mapped_take(*maps)
 
     def _release(self, block: _Block) -> None:
-        """Drop the pages ``block`` touched in its shard's maps from the process (its batches are copies)."""
+        """Drop the pages ``block`` touched in its shard's maps from the process (its batches are copies), and the
+        heap's free pages (:func:`~layercache.core.memory.release_free_heap`)."""
+        release_free_heap()
         maps = self._maps[block.shard]
         if maps is None:
             return
@@ -349,14 +350,13 @@ class CacheFeed:
         return rows * len(self.index) * self.codec.vector_bytes(self.cache.hidden_size)
 
     def _read(self, block: _Block, keep: bool = False) -> _Slab:
-        """Stored values of a block's rows, copied out of the shard through h5py.
+        """Stored values of a block's rows, copied out of the shard through h5py: (t, S', D) token states or
+        (n, S', D) pooled vectors, stored dtype, only the states this feed serves.
 
-        The slab holds (t, S', D) token states or (n, S', D) pooled vectors, stored dtype, only
-        the states this feed serves. Rows at most ``MAX_GAP_ROWS`` apart are read as one contiguous run (one large
-        read beats many small ones); farther rows start a new run, so a sparse subset never reads
-        the whole shard. A slab that will be kept gets memory mapped in up front (its pages
-        would otherwise be faulted in one by one while it is read); one that will not reuses
-        the feed's streaming buffer.
+        Rows at most ``MAX_GAP_ROWS`` apart are read as one contiguous run (one large read beats many small ones);
+        farther rows start a new run, so a sparse subset never reads the whole shard. A slab that will be kept is
+        memory mapped in up front (its pages would otherwise fault in one by one as it is read); one that will not
+        reuses the feed's streaming buffer.
         """
         ds = self.cache.shard_dataset(self.split, block.shard, self.dataset)  # present: the layout was checked
         local, runs, offsets = self._runs(block)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import bisect
 import copy
 import os
+from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -52,6 +53,16 @@ VALIDATION_NAMES = ("validation", "valid", "dev", "val")
 
 TEST_NAMES = ("test",)
 """Names of a test split, which :meth:`LayerCache.report_split` tries for a head's held-out scores."""
+
+OPEN_SHARDS = 4
+"""How many shard files a :class:`LayerCache` keeps open through HDF5 at once (the least recently used is let go).
+
+Why a bound: an open HDF5 file holds about 0.5 MiB of its own, and its metadata cache keeps the chunk index
+of every dataset read (a few MiB for a shard of small chunks) until the file is closed, so a reader that kept
+every shard open grew with the cache: a head's feed over hundreds of shards held hundreds of MiB that no
+memory budget counted. The states themselves do not need the handle: a memory map
+(:mod:`layercache.store.mapped`) outlives it.
+"""
 
 
 def state_positions(layers: LayerSpec | Sequence[LayerSpec] | None, names: Sequence[str],
@@ -91,7 +102,8 @@ class LayerCache(StateReads):
         self._shard_entries = {shard.file: shard for split in manifest.splits.values() for shard in split.shards}
         for file in self._shard_entries:  # refuse links out of the cache before any read
             confined_path(self.path, file)
-        self._handles: dict[str, h5py.File] = {}
+        self._handles: OrderedDict[str, h5py.File] = OrderedDict()  # at most OPEN_SHARDS, least recent first
+        self._checked: dict[str, tuple[int, int, int, int]] = {}  # file -> (device, inode, size, mtime) checked
         self._maps: dict[tuple[str, str], MappedStates | None] = {}
         self._pid = os.getpid()
         self._offsets: dict[str, np.ndarray] = {}
@@ -255,20 +267,35 @@ class LayerCache(StateReads):
 
     # --- shard access -----------------------------------------------------------------
     def _handle(self, file: str) -> h5py.File:
-        """The open shard ``file``, checked against its manifest entry the first time it is opened."""
+        """The open shard ``file``, checked against its manifest entry the first time it is opened.
+
+        At most :data:`OPEN_SHARDS` stay open. A handle let go is not closed by force (a caller may still
+        hold one of its datasets, which keeps the file open until it is dropped); reopening a file whose
+        identity (device, inode, size, modification time) is the one checked skips the checks, and a
+        file that changed meanwhile is checked again.
+        """
         if os.getpid() != self._pid:  # h5py handles must not cross a fork (DataLoader workers)
-            self._handles = {}
+            self._handles = OrderedDict()
             self._pid = os.getpid()
         handle = self._handles.get(file)
-        if handle is None:
-            handle = open_shard(confined_path(self.path, file))  # a FIFO is refused, never opened
-            try:
+        if handle is not None:
+            self._handles.move_to_end(file)
+            return handle
+        path = confined_path(self.path, file)
+        handle = open_shard(path)  # a FIFO is refused, never opened
+        try:
+            st = os.fstat(handle.id.get_vfd_handle())
+            identity = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+            if self._checked.get(file) != identity:
                 check_shard_layout(handle, self._shard_entries[file], self.manifest)
                 check_shard_labels(handle, self._shard_entries[file], self.manifest)
-            except BaseException:
-                handle.close()
-                raise
-            self._handles[file] = handle
+                self._checked[file] = identity
+        except BaseException:
+            handle.close()
+            raise
+        self._handles[file] = handle
+        while len(self._handles) > OPEN_SHARDS:
+            self._handles.popitem(last=False)  # dropped, not closed: see the docstring
         return handle
 
     def _mapped(self, file: str, name: str) -> MappedStates | None:
