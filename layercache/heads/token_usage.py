@@ -42,7 +42,8 @@ def per_token_usage(head: LayerHead, cache: LayerCache, split: str, key: str = "
     try:
         with torch.no_grad():
             for batch in feed.epoch(shuffle=False):
-                result = model(batch.states_on(), batch.mask)
+                states, scales = batch.stored_on()
+                result = model(states, batch.mask, scales)
                 for mixer_key, usage in result.usage.items():
                     values = (usage or {}).get(key)
                     if values is None or values.dim() != 2:  # (B, T) per token; (B,) would be per example

@@ -135,6 +135,39 @@ def test_half_precision_states_are_accepted():
     assert out.mixed.dtype == torch.float32
 
 
+def int8_batch(seed: int = 1) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(values int8 (B, T, S, D), scales (B, T, S, 1), mask): an int8 cache's batch, as stored."""
+    states, mask = batch(seed=seed)
+    scales = states.abs().amax(-1, keepdim=True) / 127  # (B, T, S, 1)
+    return torch.round(states / scales).to(torch.int8), scales, mask
+
+
+@pytest.mark.parametrize("spec", SPECS)
+@pytest.mark.parametrize("standardize", [False, True])
+def test_int8_states_with_their_scales_mix_as_the_dequantised_states(spec, standardize):
+    """Each mixer dequantises where it widens (the adaptive one in its own copy): the same output, bit for bit,
+    as the float32 states ``values · scales``, and the batch's own tensors untouched."""
+    values, scales, mask = int8_batch()
+    kept = values.clone(), scales.clone()
+    shift_scale = (torch.randn(S, D), torch.rand(S, D) + 0.5) if standardize else None
+    mixer = build(spec).eval()
+    torch.manual_seed(0)
+    scaled = mixer(values, mask, scales=scales, standardize=shift_scale)
+    torch.manual_seed(0)
+    plain = mixer(values.float() * scales, mask, standardize=shift_scale)
+    torch.testing.assert_close(scaled.mixed, plain.mixed, rtol=0, atol=0)
+    assert torch.equal(values, kept[0]) and torch.equal(scales, kept[1])
+
+
+def test_int8_states_need_their_scales_in_the_right_shape():
+    values, scales, mask = int8_batch()
+    mixer = build("scalar")
+    with pytest.raises(ValueError, match="int8 with scales"):
+        mixer(values, mask)
+    with pytest.raises(ValueError, match="scales must have shape"):
+        mixer(values, mask, scales=scales[:, :, :1])
+
+
 # ------------------------------------------------------------------------------ make_mixer
 def test_unknown_spec_lists_known_names():
     with pytest.raises(ValueError) as info:

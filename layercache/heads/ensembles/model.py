@@ -115,9 +115,10 @@ class EnsembleModel(nn.Module):
         return self.first.task(name)
 
     # --- computation --------------------------------------------------------------------
-    def forward(self, states: Tensor, mask: Tensor) -> HeadOutput:
-        """``states (B, T, S, D)``, ``mask (B, T)`` -> every task's averaged output (see the module docstring)."""
-        outs = [m(states, mask) for m in self.members]
+    def forward(self, states: Tensor, mask: Tensor, scales: Tensor | None = None) -> HeadOutput:
+        """``states (B, T, S, D)``, ``mask (B, T)`` (``scales (B, T, S, 1)`` for int8 states) -> every task's
+        averaged output (see the module docstring)."""
+        outs = [m(states, mask, scales) for m in self.members]
         outputs = {}
         for t in self.tasks:
             if t.kind == "regression":
@@ -129,7 +130,7 @@ class EnsembleModel(nn.Module):
                 logp = torch.stack([torch.log_softmax(o.outputs[t.name].float(), dim=-1) for o in outs])
                 outputs[t.name] = torch.logsumexp(logp, dim=0) - math.log(len(outs))  # log mean probability
         usage = {member_key(key, i): u for i, o in enumerate(outs) for key, u in o.usage.items()}
-        return HeadOutput(outputs=outputs, aux_loss=states.new_zeros(()), usage=usage)
+        return HeadOutput(outputs=outputs, aux_loss=torch.zeros((), device=states.device), usage=usage)
 
     def regression_values(self, task: str, output: Tensor) -> Tensor:
         """Predictions of a regression task ``(B,)``: the averaged output is already in the targets' units."""

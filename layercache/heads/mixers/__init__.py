@@ -33,6 +33,7 @@ from layercache.heads.mixers.base import (
     LayerMixer,
     MixOutput,
     bare_layer_norm,
+    dequantized,
     masked_mean,
     mean_mask,
     register_mixer,
@@ -54,6 +55,7 @@ _masked_mean = masked_mean
 
 __all__ = [
     "MixOutput",
+    "dequantized",
     "LayerMixer",
     "SelectLayer",
     "LastLayer",

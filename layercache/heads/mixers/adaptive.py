@@ -126,7 +126,8 @@ class AdaptiveMix(LayerMixer):
             w = w / w.sum()
         return w
 
-    def _mix(self, states: Tensor, mask: Tensor, standardize: tuple[Tensor, Tensor] | None = None) -> MixOutput:
+    def _mix(self, states: Tensor, mask: Tensor, standardize: tuple[Tensor, Tensor] | None = None,
+             scales: Tensor | None = None) -> MixOutput:
         B, T, S, D = states.shape
         w = self.weights()  # (S,)
         entropy = -(w * torch.log(w + 1e-6)).mean()  # over all S states; a cut one adds 0
@@ -142,7 +143,7 @@ class AdaptiveMix(LayerMixer):
         else:
             keep = list(range(S))
         low = MATMUL_DTYPES[self.matmul_dtype]
-        x = self._activated_inputs(states, keep, low, standardize)  # (S', B*T, D)
+        x = self._activated_inputs(states, keep, low, standardize, scales)  # (S', B*T, D)
         if low is None:
             f = torch.bmm(x, projection.transpose(1, 2))  # (S', B*T, k)
         else:  # bf16 operands, fp32 accumulation inside the kernel, fp32 from here on
@@ -155,24 +156,31 @@ class AdaptiveMix(LayerMixer):
         return MixOutput(mixed=mixed, aux_loss=self.entropy_weight * entropy)
 
     def _activated_inputs(self, states: Tensor, keep: list[int], dtype: torch.dtype | None = None,
-                          standardize: tuple[Tensor, Tensor] | None = None) -> Tensor:
+                          standardize: tuple[Tensor, Tensor] | None = None, scales: Tensor | None = None) -> Tensor:
         """``GELU(h_i)`` of the kept states, state-major ``(S', B*T, D)``, in ``dtype`` or the projection's.
 
         The states are constants (no gradient reaches them), so this runs without autograd, in one
         copy that converts, selects and lays out state-major (what the batched projection reads
         without another copy) and an in-place GELU: two passes over the batch's largest tensor
-        instead of the four a select, a GELU and an einsum's own re-layout would make. With
-        ``standardize`` (``(shift, scale)``, each ``(S, D)``) the copy is standardised in place
-        before the GELU: one more pass, instead of a standardised float32 copy of the whole batch.
+        instead of the four a select, a GELU and an einsum's own re-layout would make. ``scales``
+        (``(B, T, S, 1)``, int8 states) multiply the copy in place: one pass over it, where dequantising
+        first cost two more over a float32 batch and made an int8 epoch slower than a float16 one on a
+        CPU (benchmarks/README.md). With ``standardize`` (``(shift, scale)``, each ``(S, D)``) the copy
+        is standardised in place before the GELU: one more pass, instead of a standardised float32 copy
+        of the whole batch.
         """
         B, T, _, D = states.shape
         with torch.no_grad():
             x = torch.empty((len(keep), B, T, D), dtype=self.projection.dtype, device=states.device)
             if keep == list(range(states.shape[2])):
                 x.copy_(states.permute(2, 0, 1, 3))
+                if scales is not None:
+                    x.mul_(scales.permute(2, 0, 1, 3))  # (S, B, T, 1) over the width
             else:
                 for i, s in enumerate(keep):
                     x[i].copy_(states[:, :, s])
+                    if scales is not None:
+                        x[i].mul_(scales[:, :, s])  # (B, T, 1)
             if standardize is not None:
                 shift, scale = (t[keep].unsqueeze(1).unsqueeze(1) for t in standardize)  # (S', 1, 1, D)
                 torch.addcmul(shift, x, scale, out=x)

@@ -3,7 +3,9 @@
 A mixer reads ``states`` of shape ``(B, T, S, D)`` — B examples, T tokens (T = 1 for pooled
 vectors), S cached states in order (embeddings first, then layers 1..L), D hidden width — and a
 ``mask`` of shape ``(B, T)`` (True = real token), and returns a :class:`MixOutput` whose ``mixed``
-tensor ``(B, T, D_out)`` feeds a task head.
+tensor ``(B, T, D_out)`` feeds a task head. States of an int8 cache come as stored, with their
+``scales (B, T, S, 1)`` beside them (:func:`dequantized`): a mixer that widens its own inputs multiplies
+them in the pass that widens, the others receive them dequantised.
 
 Behaviour that differs per mixer (a spec argument, the default learning rate and task heads, what
 happens as training progresses, usage statistics) is a class attribute or method of
@@ -25,6 +27,16 @@ from torch import Tensor, nn
 from layercache.core.registry import Registry
 from layercache.errors import ConfigError
 from layercache.heads.network.normalize import standardized
+
+
+def dequantized(values: Tensor, scales: Tensor | None, dtype: torch.dtype) -> Tensor:
+    """``values`` in ``dtype``, multiplied by ``scales`` when given (an int8 cache's factors, one per token and
+    state, broadcast over the width). Never changes ``values`` itself."""
+    if scales is None:
+        return values.to(dtype)
+    if values.dtype == dtype:
+        return values * scales.to(dtype)
+    return values.to(dtype).mul_(scales.to(dtype))  # a fresh copy: scaled in place
 
 
 @dataclass
@@ -239,19 +251,21 @@ class LayerMixer(nn.Module):
             self._new_pass = True
         return super().train(mode)
 
-    def forward(self, states: Tensor, mask: Tensor | None = None, *,
+    def forward(self, states: Tensor, mask: Tensor | None = None, *, scales: Tensor | None = None,
                 standardize: tuple[Tensor, Tensor] | None = None) -> MixOutput:
         """Mix ``states (B, T, S, D)`` under ``mask (B, T)`` (None = every token is real).
 
+        ``scales``: ``(B, T, S, 1)``, for states stored as int8: the states are ``states · scales``
+        (:func:`dequantized`). A mixer that widens its own inputs applies them in that pass.
         ``standardize``: ``(shift, scale)``, each ``(S, D)``: mix ``h · scale + shift`` instead of ``h``
         (:func:`~layercache.heads.network.normalize.standardized`). A mixer that widens its own inputs applies
         it in that pass, to the states it reads.
         """
-        states, mask = self._check_inputs(states, mask)
-        if standardize is None:
+        states, mask, scales = self._check_inputs(states, mask, scales)
+        if self.widens_own_inputs:
+            out = self._mix(states, mask, standardize=standardize, scales=scales)
+        elif standardize is None:
             out = self._mix(states, mask)
-        elif self.widens_own_inputs:
-            out = self._mix(states, mask, standardize=standardize)
         else:
             out = self._mix(standardized(states, *standardize), mask)
         # Zero the padding with where (not a product): an inf/NaN at a padded position stays there.
@@ -262,7 +276,8 @@ class LayerMixer(nn.Module):
     def _mix(self, states: Tensor, mask: Tensor) -> MixOutput:
         raise NotImplementedError
 
-    def _check_inputs(self, states: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor]:
+    def _check_inputs(self, states: Tensor, mask: Tensor | None,
+                      scales: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor | None]:
         if not torch.is_tensor(states) or states.dim() != 4:
             shape = tuple(states.shape) if torch.is_tensor(states) else type(states).__name__
             raise ValueError(f"states must be a (B, T, S, D) tensor, got {shape}")
@@ -273,17 +288,19 @@ class LayerMixer(nn.Module):
                 f"for S={self.n_states}, D={self.dim} (every cached state needs its own weight; "
                 "a mismatch would silently drop or misalign layers)"
             )
-        if not states.is_floating_point():
-            raise ValueError(f"states must be a floating-point tensor, got dtype {states.dtype}")
+        if scales is not None and tuple(scales.shape) != (B, T, S, 1):
+            raise ValueError(f"scales must have shape (B, T, S, 1) = {(B, T, S, 1)}, got {tuple(scales.shape)}")
+        if not states.is_floating_point() and scales is None:
+            raise ValueError(f"states must be a floating-point tensor (or int8 with scales), got dtype {states.dtype}")
         if mask is None:
             mask = torch.ones(B, T, dtype=torch.bool, device=states.device)
         elif tuple(mask.shape) != (B, T):
             raise ValueError(f"mask must have shape (B, T) = {(B, T)}, got {tuple(mask.shape)}")
         mask = mask.to(device=states.device, dtype=torch.bool)
-        # Caches store fp16/bf16; compute in the mixer's own precision.
-        if states.dtype != self.compute_dtype and not self.widens_own_inputs:
-            states = states.to(self.compute_dtype)
-        return states, mask
+        # Caches store fp16/bf16 (or int8 with scales); compute in the mixer's own precision.
+        if not self.widens_own_inputs and (scales is not None or states.dtype != self.compute_dtype):
+            states, scales = dequantized(states, scales, self.compute_dtype), None
+        return states, mask, scales
 
     @property
     def compute_dtype(self) -> torch.dtype:

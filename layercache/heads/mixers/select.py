@@ -5,10 +5,11 @@ from __future__ import annotations
 from typing import ClassVar
 
 import numpy as np
+import torch
 from torch import Tensor
 
 from layercache.errors import ConfigError
-from layercache.heads.mixers.base import LayerMixer, MixOutput, register_mixer
+from layercache.heads.mixers.base import LayerMixer, MixOutput, dequantized, register_mixer
 from layercache.heads.network.normalize import standardized
 
 
@@ -65,13 +66,18 @@ class SelectLayer(LayerMixer):
         """``layer:<i>`` with this mixer's index as given (negative stays negative)."""
         return f"layer:{self.index}"
 
-    def _mix(self, states: Tensor, mask: Tensor, standardize: tuple[Tensor, Tensor] | None = None) -> MixOutput:
+    def _mix(self, states: Tensor, mask: Tensor, standardize: tuple[Tensor, Tensor] | None = None,
+             scales: Tensor | None = None) -> MixOutput:
         i = self.resolved_index
+        # Only the state read is widened (and dequantised, and standardised): the others never need it.
+        state = states[:, :, i]  # (B, T, D) stored precision
+        if scales is not None:
+            state = dequantized(state, scales[:, :, i], torch.float32)  # (B, T, D)
         if standardize is None:
-            mixed = states[:, :, i].to(self.compute_dtype)  # (B, T, D)
-        else:  # only the state read: the others never need it
+            mixed = state.to(self.compute_dtype)  # (B, T, D)
+        else:
             shift, scale = standardize
-            mixed = standardized(states[:, :, i], shift[i], scale[i]).to(self.compute_dtype)  # (B, T, D)
+            mixed = standardized(state, shift[i], scale[i]).to(self.compute_dtype)  # (B, T, D)
         return MixOutput(mixed=mixed, aux_loss=mixed.new_zeros(()))
 
     def layer_weights(self) -> np.ndarray:

@@ -26,7 +26,7 @@ from torch import Tensor, nn
 
 from ...core.tasks import LabelTask
 from ...errors import ConfigError
-from ..mixers import LayerMixer, MixOutput, make_mixer
+from ..mixers import LayerMixer, MixOutput, dequantized, make_mixer
 from .normalize import StateNorm
 from .tasks import make_task_head, task_loss
 
@@ -151,30 +151,35 @@ class HeadModel(nn.Module):
         self.norm.set_stats(mean, std)
 
     # --- computation --------------------------------------------------------------------
-    def mix(self, states: Tensor, mask: Tensor) -> dict[str, MixOutput]:
+    def mix(self, states: Tensor, mask: Tensor, scales: Tensor | None = None) -> dict[str, MixOutput]:
         """``states (B, T, S, D)`` and ``mask (B, T)``, normalised and mixed: mixer key -> its output.
 
-        What every head reads (``mixed (B, T, D_out)``); :meth:`forward` puts the heads on top.
+        ``scales (B, T, S, 1)``: the factors of int8 states (:func:`~layercache.heads.mixers.base.dequantized`),
+        handed to the mixers, which apply them where they widen the states. What every head reads
+        (``mixed (B, T, D_out)``); :meth:`forward` puts the heads on top.
         """
         standardize = None
         if self._mixers_standardize:
             standardize = self.norm.affine
         elif self.normalize != "none":
+            if scales is not None:
+                states, scales = dequantized(states, scales, torch.float32), None
             states = self.norm(states)  # (B, T, S, D) float32
-        return {key: mixer(states, mask, standardize=standardize) for key, mixer in self.mixers.items()}
+        return {key: mixer(states, mask, scales=scales, standardize=standardize) for key, mixer in self.mixers.items()}
 
     def mixer_key(self, task: str) -> str:
         """The key in ``self.mixers`` (and in :meth:`mix`'s result) of the mixer ``task``'s head reads."""
         return "shared" if self.share_mixer else task
 
-    def forward(self, states: Tensor, mask: Tensor) -> HeadOutput:
-        """``states (B, T, S, D)``, ``mask (B, T)`` -> every task's output."""
-        mixed = self.mix(states, mask)
+    def forward(self, states: Tensor, mask: Tensor, scales: Tensor | None = None) -> HeadOutput:
+        """``states (B, T, S, D)``, ``mask (B, T)`` (and an int8 cache's ``scales (B, T, S, 1)``) -> every task's
+        output."""
+        mixed = self.mix(states, mask, scales)
         outputs = {}
         for t in self.tasks:
             mix = mixed[self.mixer_key(t.name)]
             outputs[t.name] = self.heads[t.name](mix.mixed, mask)
-        aux = sum((m.aux_loss for m in mixed.values()), states.new_zeros(()))
+        aux = sum((m.aux_loss for m in mixed.values()), torch.zeros((), device=states.device))
         return HeadOutput(outputs=outputs, aux_loss=aux, usage={k: m.usage for k, m in mixed.items()})
 
     def loss(self, out: HeadOutput, labels: dict[str, Tensor]) -> tuple[Tensor, dict[str, float]]:

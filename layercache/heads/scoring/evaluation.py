@@ -76,8 +76,8 @@ def predict(model: HeadModel, feed: Feed, device: str | torch.device = "cpu") ->
     rows_seen, per_task = [], {t.name: [] for t in model.tasks}
     totals: dict[str, dict[str, list]] = {}  # mixer key -> summary key -> [sum, count]
     for batch in feed.epoch(shuffle=False):
-        states, mask = batch.states_on(device), batch.mask.to(device)
-        out = model(states, mask)
+        (states, scales), mask = batch.stored_on(device), batch.mask.to(device)
+        out = model(states, mask, scales)
         check_outputs(out.outputs, feed, batch)  # a NaN state would otherwise become a silent wrong label
         rows_seen.append(batch.rows)
         for t in model.tasks:

@@ -162,7 +162,8 @@ def _read(model: HeadModel, feed: Feed, device) -> _Inputs:
         if error is not None:
             raise error
         mask = batch.mask.to(device)
-        mixed = model.mix(batch.states_on(device), mask)
+        states, scales = batch.stored_on(device)
+        mixed = model.mix(states, mask, scales)
         if tokens:
             # The tokens evaluation reads a word's prediction from (and the only ones that carry labels).
             word_ids, n_words = batch.word_ids.numpy(), feed.n_words(batch.rows)  # (B, T), (B,)

@@ -244,7 +244,8 @@ def train_model(model: HeadModel, train_feed: Feed, val_feed: Feed, config: Trai
             for batch in train_feed.epoch(shuffle=True, seed=config.seed * 1_000_003 + epoch):
                 for mixer in model.mixers.values():  # e.g. gumbel anneals its temperature
                     mixer.training_progress(min(1.0, step / max(1, total - 1)))
-                out = model(batch.states_on(device), batch.mask.to(device))
+                states, scales = batch.stored_on(device)  # int8: dequantised where the mixer widens them
+                out = model(states, batch.mask.to(device), scales)
                 loss, _ = model.loss(out, {k: v.to(device) for k, v in batch.labels.items()})
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
