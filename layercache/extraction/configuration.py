@@ -9,6 +9,7 @@ from __future__ import annotations
 from ..core.checksum import json_sha256
 from ..core.version import __version__
 from ..sources.records import DatasetRecords
+from ..store.codecs import pooled_dtype_for
 from ..store.manifest import FORMAT_VERSION, Manifest, SplitInfo
 from ..store.sections import DatasetSection, ExtractionSection, ModelSection, StorageSection, TokenizerSection
 from .batching import PLANNER
@@ -26,7 +27,8 @@ def new_manifest(backbone, records: DatasetRecords, plans, *, keep, store, pooli
                              files=records.files)
     storage = StorageSection(dtype=storage_dtype, layers=keep, layer_names=[names[i] for i in keep],
                              all_layer_names=names, store=store, pooling=pooling, shard_bytes=shard_bytes,
-                             final_norm=backbone.final_norm, mean_skip_first=mean_skip_first, project=project)
+                             final_norm=backbone.final_norm, mean_skip_first=mean_skip_first, project=project,
+                             pooled_dtype=pooled_dtype_for(storage_dtype, store))  # float16 beside int8 tokens
     # storage_dtype_auto is not hashed: auto and the explicit dtype it resolved to are one configuration
     extraction = ExtractionSection(batch_tokens=batch_tokens, batch_size=batch_size, planner=PLANNER,
                                    device=str(backbone.device), forward_dtype=model.forward_dtype,

@@ -82,8 +82,9 @@ def _shard_estimates(manifest: Manifest, name: str, plans: dict[str, SplitPlan] 
         batches = [(split.n_examples / n_batches, split.n_tokens / n_batches)] * split.n_batches
         word_ids = any(task.kind == "token" for task in manifest.tasks)
     vector = len(storage.layers) * codec(storage.dtype).vector_bytes(manifest.hidden_size)
+    pooled_vector = len(storage.layers) * codec(storage.stored_pooled_dtype).vector_bytes(manifest.hidden_size)
     per_token = vector if storage.stores_tokens else 0
-    per_example = vector * len(storage.pooling)
+    per_example = pooled_vector * len(storage.pooling)
     sizes, n, t = [], 0, 0
     for i, b in enumerate(todo):
         n, t = n + batches[b][0], t + batches[b][1]
@@ -102,8 +103,7 @@ def _shard_file_bytes(manifest: Manifest, n: int, t: int, word_ids: bool) -> int
     """
     storage = manifest.storage
     S, D = len(storage.layers), manifest.hidden_size
-    stored_as = codec(storage.dtype)
-    vector = S * D * stored_as.bytes_per_value
+    stored_as, pooled_as = codec(storage.dtype), codec(storage.stored_pooled_dtype)
     token_tasks = any(task.kind == "token" for task in manifest.tasks)
     chunks = {  # dataset -> (chunks, bytes per chunk)
         "offsets": (_n_chunks(n + 1, INDEX_CHUNK), 8 * INDEX_CHUNK),
@@ -115,8 +115,8 @@ def _shard_file_bytes(manifest: Manifest, n: int, t: int, word_ids: bool) -> int
         if stored_as.scaled:  # (t, S, 1) float32, a chunk holds every state of CHUNK_TOKENS tokens
             chunks["scales/hidden"] = (_n_chunks(t, CHUNK_TOKENS), CHUNK_TOKENS * S * SCALE_BYTES)
     for mode in storage.pooling:
-        chunks[f"pooled/{mode}"] = (S * _n_chunks(n, POOLED_CHUNK), POOLED_CHUNK * vector // S)
-        if stored_as.scaled:
+        chunks[f"pooled/{mode}"] = (S * _n_chunks(n, POOLED_CHUNK), POOLED_CHUNK * D * pooled_as.bytes_per_value)
+        if pooled_as.scaled:
             chunks[f"scales/pooled/{mode}"] = (_n_chunks(n, POOLED_CHUNK), POOLED_CHUNK * S * SCALE_BYTES)
     if word_ids:
         chunks["word_ids"] = (_n_chunks(t, IDS_CHUNK), 4 * IDS_CHUNK)

@@ -255,7 +255,8 @@ def _writer_job(out: Path, inputs: JobInputs, manifest: Manifest, held: HeldStat
     stored, backbone = manifest.storage, inputs.backbone
     packer = StatePacker(len(inputs.keep), backbone.hidden_size, storage_dtype=stored.dtype, pooling=stored.pooling,
                          device=backbone.device, mean_skip_first=stored.skips_first_in_mean,
-                         projection=read_projection(out, manifest))  # checked against its checksum
+                         projection=read_projection(out, manifest),  # checked against its checksum
+                         pooled_dtype=stored.stored_pooled_dtype)
     threaded = writer_thread_helps(backbone.device)
     buffers = (_storage_buffers(inputs.plans, len(inputs.keep), manifest.hidden_size, stored.dtype,
                                 IN_FLIGHT_BATCHES if threaded else 1)

@@ -113,12 +113,14 @@ class StatePacker:
     """
 
     def __init__(self, n_states: int, dim: int, *, storage_dtype: str, pooling: Sequence[str],
-                 device: torch.device, mean_skip_first: bool = False, projection: Projection | None = None):
+                 device: torch.device, mean_skip_first: bool = False, projection: Projection | None = None,
+                 pooled_dtype: str | None = None):
         self.n_states, self.dim = n_states, dim
         self.projection = None if projection is None else projection.to(device)
         self.out_dim = dim if projection is None else projection.dim  # width of what is stored
         self.storage_dtype = storage_dtype
         self.codec = codec(storage_dtype)
+        self.pooled_codec = codec(pooled_dtype or storage_dtype)  # float16 beside int8 token states
         self.pooling = list(pooling)
         self.mean_skip_first = mean_skip_first
         self.device = torch.device(device)
@@ -197,10 +199,12 @@ class StatePacker:
             overflow = projected_overflow
         else:
             overflow = self._overflow(states, index, sumsq)
-        if overflow and out is not None:
+        if out is not None and self.pooled_codec is not self.codec:  # float16 means beside int8 tokens
+            overflow += self._pooled_overflow(pooled)
+        if overflow and out is not None and self.codec.limit is not None:
             # (S, t, D): the cast's infs become +-limit (see the module docstring)
             out.clamp_(-self.codec.limit, self.codec.limit)
-        encoded = {m: self.codec.encode(v) for m, v in pooled.items()}  # mode -> (values, scales or None)
+        encoded = {m: self.pooled_codec.encode(v) for m, v in pooled.items()}  # mode -> (values, scales or None)
         return PackedStates(pooled={m: values for m, (values, _) in encoded.items()},
                             pooled_scales={m: sc for m, (_, sc) in encoded.items() if sc is not None},
                             stat_sum=stat_sum.cpu().numpy(), stat_sumsq=stat_sumsq, overflow=overflow)
@@ -239,8 +243,8 @@ class StatePacker:
 
 
     def _pooled_overflow(self, pooled: dict[str, torch.Tensor]) -> int:
-        """Values of the pooled vectors beyond the codec's limit (clamped by its ``encode``)."""
-        limit = self.codec.limit
+        """Values of the pooled vectors beyond their codec's limit (clamped by its ``encode``)."""
+        limit = self.pooled_codec.limit
         if limit is None:
             return 0
         return sum(int((vectors.abs() > limit).sum()) for vectors in pooled.values())

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ..core.units import human_bytes, human_seconds
-from ..store.codecs import codec, codec_names
+from ..store.codecs import codec, codec_names, pooled_dtype_for
 from ..store.manifest import Manifest
 from .estimate import DISK_MARGIN, estimate_bytes, projection_bytes
 from .plan import SplitPlan
@@ -152,7 +152,8 @@ def choice_manifest(manifest: Manifest, choice: StorageChoice) -> Manifest:
     pooling = list(manifest.storage.pooling) or ["mean"]
     storage = dataclasses.replace(manifest.storage, store=choice.store, dtype=choice.dtype,
                                   pooling=pooling if choice.store == POOLED else list(manifest.storage.pooling),
-                                  project=int(choice.project) if choice.project else None)
+                                  project=int(choice.project) if choice.project else None,
+                                  pooled_dtype=pooled_dtype_for(choice.dtype, choice.store))
     return dataclasses.replace(manifest, storage=storage)
 
 
@@ -206,7 +207,8 @@ def _notes(manifest: Manifest, choice: StorageChoice, token_tasks: list[str]) ->
         notes.append(f"no token states, {modes} vectors only: drops {dropped}every mixer or head that reads each "
                      "token (heads read pooled vectors, --source pooled:<mode>)")
     if choice.dtype == "int8" and not choice.project:
-        notes.append("one float32 scale per vector; values within 0.4 % of each vector's largest")
+        notes.append("one float32 scale per vector; values within 0.4 % of each vector's largest; "
+                     "pooled vectors float16")
     if choice.project:
         width = manifest.model.hidden_size
         basis = human_bytes(projection_bytes(choice_manifest(manifest, choice)))

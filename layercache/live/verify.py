@@ -269,8 +269,8 @@ def _verify(cache, sample, seed, split, backbone: Backbone | Callable[[], Backbo
         check_backbone(cache, backbone)
     else:
         backbone = backbone()
-    storage = m.storage.dtype
-    stored_as = codec(storage)
+    storage, pooled_storage = m.storage.dtype, m.storage.stored_pooled_dtype  # float16 pooled beside int8 tokens
+    stored_as, pooled_as = codec(storage), codec(pooled_storage)
     projection = cache.projection()  # None unless --project: fresh states are then projected as extraction did
     if projection is not None:
         projection = projection.to(backbone.device)
@@ -286,16 +286,17 @@ def _verify(cache, sample, seed, split, backbone: Backbone | Callable[[], Backbo
         for start in range(0, len(rows[name]), BATCH_EXAMPLES):
             batch = rows[name][start:start + BATCH_EXAMPLES]
             fresh_tokens, fresh_pooled, lengths = _fresh(cache, name, batch, backbone, keep, projection)
-            if stored_as.limit is not None:  # extraction clamps what the codec cannot hold, and so does the comparison
-                if cache.stores_tokens:
-                    for j, state in enumerate(names):
-                        acc["tokens", state].diff.clamped += _beyond(fresh_tokens[:, j], stored_as.limit)
+            # Extraction clamps what the codec cannot hold, and so does the comparison.
+            if stored_as.limit is not None and cache.stores_tokens:
+                for j, state in enumerate(names):
+                    acc["tokens", state].diff.clamped += _beyond(fresh_tokens[:, j], stored_as.limit)
+                fresh_tokens = stored_as.clamp(fresh_tokens)
+            if pooled_as.limit is not None:
                 for mode in m.pooling:
                     for j, state in enumerate(names):
                         acc[f"pooled:{mode}", state].diff.clamped += _beyond(fresh_pooled[mode][:, j],
-                                                                                  stored_as.limit)
-                fresh_tokens = stored_as.clamp(fresh_tokens)
-                fresh_pooled = {k: stored_as.clamp(v) for k, v in fresh_pooled.items()}
+                                                                                  pooled_as.limit)
+                fresh_pooled = {k: pooled_as.clamp(v) for k, v in fresh_pooled.items()}
             source = cache.example_index(name)[batch]  # (b,) source rows, for the failure sentence
             if cache.stores_tokens:
                 stored = torch.from_numpy(np.concatenate(cache.tokens(name, batch)))  # (t, S, D)
@@ -307,8 +308,8 @@ def _verify(cache, sample, seed, split, backbone: Backbone | Callable[[], Backbo
             for mode in m.pooling:
                 stored = torch.from_numpy(cache.pooled(name, mode, rows=batch))  # (b, S, D)
                 for j, state in enumerate(names):
-                    acc[f"pooled:{mode}", state].add(stored[:, j], fresh_pooled[mode][:, j], rms[j], storage,
-                                                     forward, name, batch, source, None)
+                    acc[f"pooled:{mode}", state].add(stored[:, j], fresh_pooled[mode][:, j], rms[j],
+                                                     pooled_storage, forward, name, batch, source, None)
             if progress is not None:
                 progress(len(batch))
     diffs = [a.result() for a in acc.values()]
@@ -398,6 +399,7 @@ def _failure(worst: StateDiff, storage: str, forward: str, m) -> str:
     if "token" in at:
         where += f", token {at['token']}"
     what = "token states" if worst.what == "tokens" else f"{worst.what.split(':')[1]}-pooled vectors"
+    storage = storage if worst.what == "tokens" else m.storage.stored_pooled_dtype  # the dataset's own dtype
     cause = ("a different model revision or tokenizer than the manifest records" if m.model.forward_dtype == forward
              else f"the forward dtype ({forward} now, {m.model.forward_dtype} at extraction; pass --dtype "
                   f"{m.model.forward_dtype}) or a different model revision")

@@ -60,6 +60,7 @@ def render_summary(summary: dict, console: Console) -> None:
         ("storage", f"{storage['store']}, {storage['dtype']}"
                     + (f" ({summary['storage_dtype_auto']})" if summary.get("storage_dtype_auto") else "")
                     + f", pooled: {', '.join(storage['pooling']) or 'none'}"
+                    + (f" ({storage['pooled_dtype']})" if storage.get("pooled_dtype") and storage["pooling"] else "")
                     + ("; mean pooling skips each example's first token" if storage.get("mean_skip_first") else "")),
         ("layers", ", ".join(storage["layer_names"])),
         *([("projection", _projection_text(summary["projection"]))] if summary.get("projection") else []),

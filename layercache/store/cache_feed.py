@@ -145,7 +145,7 @@ class CacheFeed:
         parsed = require_source(cache, source)
         self.pooled_mode = parsed.mode  # None for token states
         self.source = source
-        self.storage_dtype = cache.manifest.storage.dtype
+        self.storage_dtype = cache.manifest.storage.dataset_dtype(self.dataset)  # of the dataset this feed reads
         self.codec = codec(self.storage_dtype)
         n = cache.num_examples(split)
         self.rows = np.arange(n) if rows is None else np.unique(np.asarray(rows, dtype=np.int64))

@@ -258,7 +258,7 @@ MANIFEST_SCHEMA = Record(
                            "pooling": list_of(text(POOLING_MODES)), "shard_bytes": integer(1)},
                           # mean_skip_first: absent (caches written before it existed) means false.
                           {"all_layer_names": list_of(text()), "final_norm": text(FINAL_NORMS),
-                           "mean_skip_first": boolean(), "project": integer(1)}),
+                           "mean_skip_first": boolean(), "project": integer(1), "pooled_dtype": _storage_dtype}),
         "extraction": Record({}, {"batch_tokens": integer(1), "batch_size": integer(1), "planner": text(),
                                   "fp16_overflow": integer(), "fp16_overflow_by_split": dict_of(integer()),
                                   "storage_dtype_auto": text(), "projection_variance": list_of(number()),

@@ -116,6 +116,23 @@ class StorageSection(Section):
     project: int | None = field(default=None, metadata=_OMIT)
     """K: every state stored as its coordinates in K principal directions (``--project K``,
     :mod:`layercache.store.projection`); absent: stored at the model's width."""
+    pooled_dtype: str | None = field(default=None, metadata=_OMIT)
+    """The on-disk dtype of the pooled vectors where it is not :attr:`dtype`: float16 beside int8 token states
+    (:func:`~layercache.store.codecs.pooled_dtype_for`). Absent: :attr:`dtype` (and in caches written before it
+    existed, an int8 cache's pooled vectors are int8 too)."""
+
+    def __post_init__(self) -> None:
+        if self.pooled_dtype == self.dtype:  # recorded only where it differs
+            self.pooled_dtype = None
+
+    @property
+    def stored_pooled_dtype(self) -> str:
+        """The on-disk dtype of the pooled vectors (``pooled/<mode>``)."""
+        return self.pooled_dtype or self.dtype
+
+    def dataset_dtype(self, name: str) -> str:
+        """The on-disk dtype of state dataset ``name`` of a shard: ``hidden`` or ``pooled/<mode>``."""
+        return self.stored_pooled_dtype if name.startswith("pooled/") else self.dtype
 
     @property
     def stores_tokens(self) -> bool:

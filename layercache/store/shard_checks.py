@@ -105,8 +105,9 @@ def check_shard_layout(h: h5py.File, info: ShardInfo, manifest: Manifest) -> Non
         expected["hidden"] = (t, S, D)
     for mode in manifest.pooling:
         expected[f"pooled/{mode}"] = (n, S, D)
-    if codec(manifest.storage.dtype).scaled:  # int8: every state dataset has its scales beside it
-        for name in [name for name in expected if name == "hidden" or name.startswith("pooled/")]:
+    states = [name for name in expected if name == "hidden" or name.startswith("pooled/")]
+    for name in states:  # int8: a state dataset has its scales beside it (pooled vectors beside int8 tokens: none)
+        if codec(manifest.storage.dataset_dtype(name)).scaled:
             expected[scales_dataset(name)] = (expected[name][0], S, 1)
     token_tasks = [task for task in manifest.tasks if task.kind == "token"]
     if token_tasks:
@@ -123,6 +124,9 @@ def check_shard_layout(h: h5py.File, info: ShardInfo, manifest: Manifest) -> Non
                 problem = f"has no dataset {name!r}"
             elif ds.shape != shape:
                 problem = f"has {name} of shape {ds.shape}, the manifest implies {shape}"
+            elif name in states and _stored_dtype(ds) not in (None, manifest.storage.dataset_dtype(name)):
+                problem = (f"stores {name} as {_stored_dtype(ds)}, the manifest says "
+                           f"{manifest.storage.dataset_dtype(name)}")
             if problem:
                 break
         else:
@@ -138,6 +142,12 @@ def check_shard_layout(h: h5py.File, info: ShardInfo, manifest: Manifest) -> Non
         problem = f"cannot be read ({_first_line(err)})"
     if problem:
         raise CacheError(f"Shard {info.file} {problem}: it is damaged or from another cache; {_REFETCH}.")
+
+
+def _stored_dtype(ds: h5py.Dataset) -> str | None:
+    """The storage dtype a state dataset's ``dtype`` attribute names (None where it has none)."""
+    stored = ds.attrs.get("dtype")
+    return stored.decode() if isinstance(stored, bytes) else None if stored is None else str(stored)
 
 
 def check_shard_labels(h: h5py.File, info: ShardInfo, manifest: Manifest) -> None:

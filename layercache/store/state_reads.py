@@ -17,7 +17,7 @@ import torch
 
 from ..core.layers import LayerSpec
 from ..errors import CacheError
-from .codecs import codec, scales_dataset
+from .codecs import StorageCodec, codec, scales_dataset
 from .read_errors import translate_read_errors
 
 
@@ -33,8 +33,8 @@ class StateReads:
             raise CacheError(f"The cache has no pooled {mode!r} vectors (it has: {have}); "
                              "re-extract with --pooling " + mode + ".")
         index = self.layer_index(layers)
-        stored_as = codec(self.manifest.storage.dtype)
         name = f"pooled/{mode}"
+        stored_as = self._codec_of(name)
         if rows is None:
             parts = [stored_as.decode(*self._stored(self._handle(s.file), name, slice(None), index))
                      for s in self.split_info(split).shards]
@@ -54,23 +54,27 @@ class StateReads:
                              "re-extract with --pooling " + mode + ".")
         index = self.layer_index(layers)
         name = f"pooled/{mode}"
-        stored_as = codec(self.manifest.storage.dtype)
+        stored_as = self._codec_of(name)
         parts = [self._stored(self._handle(s.file), name, slice(None), index) for s in self.split_info(split).shards]
         if stored_as.scaled:
             return torch.from_numpy(np.concatenate([stored_as.decode(*part) for part in parts]))
         return stored_as.as_torch(np.concatenate([values for values, _ in parts]))
 
+    def _codec_of(self, name: str) -> StorageCodec:
+        """The codec state dataset ``name`` (``hidden``, ``pooled/<mode>``) is stored in."""
+        return codec(self.manifest.storage.dataset_dtype(name))
+
     def _stored(self, handle: h5py.File, name: str, rows, index: list[int]) -> tuple[np.ndarray, np.ndarray | None]:
         """``handle[name][rows, index, :]`` as stored, and its scales read the same way (None if unscaled)."""
         values = _read_states(handle[name], rows, index)
-        if not codec(self.manifest.storage.dtype).scaled:
+        if not self._codec_of(name).scaled:
             return values, None
         return values, _read_states(handle[scales_dataset(name)], rows, index)
 
     def _gather_rows(self, split: str, rows: np.ndarray, name: str, index: list[int]) -> np.ndarray:
         """Float32 ``(len(rows), S', D)`` of state dataset ``name`` at split ``rows`` (any order)."""
         out = None
-        stored_as = codec(self.manifest.storage.dtype)
+        stored_as = self._codec_of(name)
         for shard, local, where in self._group_by_shard(split, rows):
             handle = self._handle(self.split_info(split).shards[shard].file)
             order = np.argsort(local)

@@ -119,6 +119,8 @@ class ShardWriter:
     tasks: list[LabelTask]
     first_row: int
     first_batch: int
+    pooled_dtype: str | None = None
+    """The pooled vectors' dtype where it is not ``dtype`` (float16 beside int8 token states); None: ``dtype``."""
     _file: h5py.File | None = field(default=None, init=False, repr=False)
     _datasets: dict[str, h5py.Dataset] = field(default_factory=dict, init=False, repr=False)
     """Every appendable dataset, open until the file closes. Opening one per append would close it
@@ -153,9 +155,14 @@ class ShardWriter:
     @property
     def payload_bytes(self) -> int:
         """Bytes of state data appended so far (what the shard-size target counts)."""
-        per_vector = self.n_states * codec(self.dtype).vector_bytes(self.dim)
+        token_bytes = self.n_states * codec(self.dtype).vector_bytes(self.dim)
+        pooled_bytes = self.n_states * codec(self._pooled_dtype).vector_bytes(self.dim)
         tokens = self._n_tokens if self.store_tokens else 0
-        return per_vector * (tokens + self._n_examples * len(self.pooling))
+        return token_bytes * tokens + pooled_bytes * self._n_examples * len(self.pooling)
+
+    @property
+    def _pooled_dtype(self) -> str:
+        return self.pooled_dtype or self.dtype
 
     # --- writing ------------------------------------------------------------------------
     def _open(self, batch: ExtractedBatch) -> h5py.File:
@@ -181,11 +188,12 @@ class ShardWriter:
         if self._has_word_ids:
             f.create_dataset("word_ids", shape=(0,), dtype=np.int32, chunks=(IDS_CHUNK,), **resizable)
         f.create_dataset("example_index", shape=(0,), dtype=np.int64, chunks=(INDEX_CHUNK,), **resizable)
+        pooled_as = codec(self._pooled_dtype)
         for mode in self.pooling:
-            ds = f.create_dataset(f"pooled/{mode}", shape=(0, S, D), maxshape=(None, S, D), dtype=vec_dtype,
-                                  chunks=(POOLED_CHUNK, 1, D), track_times=False)
-            ds.attrs["dtype"] = self.dtype
-            if scaled:
+            ds = f.create_dataset(f"pooled/{mode}", shape=(0, S, D), maxshape=(None, S, D),
+                                  dtype=pooled_as.file_dtype, chunks=(POOLED_CHUNK, 1, D), track_times=False)
+            ds.attrs["dtype"] = self._pooled_dtype
+            if pooled_as.scaled:
                 _scales_dataset(f, f"pooled/{mode}", S, POOLED_CHUNK)
         if any(t.kind == "token" for t in self.tasks):
             f.create_dataset("word_offsets", data=np.zeros(1, np.int64), chunks=(INDEX_CHUNK,), **resizable)
@@ -219,8 +227,8 @@ class ShardWriter:
             self._open(batch)
         if (batch.word_ids is not None) != self._has_word_ids:
             raise ValueError("every batch of a shard must agree on having word ids")
-        if codec(self.dtype).scaled and (self.store_tokens and batch.hidden_scales is None
-                                         or any(m not in batch.pooled_scales for m in self.pooling)):
+        if (codec(self.dtype).scaled and self.store_tokens and batch.hidden_scales is None
+                or codec(self._pooled_dtype).scaled and any(m not in batch.pooled_scales for m in self.pooling)):
             raise ValueError(f"{self.dtype} states arrived without their scales")
         ds = self._datasets
         if self.store_tokens:

@@ -1,8 +1,9 @@
 """An int8 cache end to end: what extraction writes, what every reader serves, verify, repair and refusals.
 
-int8 stores each vector (a token's state, an example's pooled state) as ``round(x / s)`` with
-``s = max|x| / 127`` and keeps ``s`` beside it (``scales/<dataset>``, ``(N, S, 1)`` float32). Every
-read must apply the scales it read with the same index, and nothing may serve int8 values unscaled.
+int8 stores each token's state as ``round(x / s)`` with ``s = max|x| / 127`` and keeps ``s`` beside it
+(``scales/hidden``, ``(N, S, 1)`` float32). The pooled vectors beside them are float16 (caches written before
+that kept them int8 with ``scales/pooled/<mode>``, and still read). Every read must apply the scales it read
+with the same index, and nothing may serve int8 values unscaled.
 """
 
 from __future__ import annotations
@@ -34,8 +35,10 @@ def caches(tiny_models, tmp_path_factory):
 
 
 def test_int8_shards_hold_int8_values_and_one_scale_per_vector(caches):
+    """Token states int8 with one scale per token and state; the pooled vectors beside them float16, no scales
+    (a mean is read as one vector, and there is one per example: see ``pooled_dtype_for``)."""
     cache = lc.LayerCache.open(caches["int8"])
-    assert cache.manifest.storage.dtype == "int8"
+    assert cache.manifest.storage.dtype == "int8" and cache.manifest.storage.stored_pooled_dtype == "float16"
     S, D = len(cache.layer_names), cache.hidden_size
     info = cache.split_info("train")
     assert len(info.shards) > 1  # rows cross shard boundaries below
@@ -43,7 +46,9 @@ def test_int8_shards_hold_int8_values_and_one_scale_per_vector(caches):
         t, n = info.shards[0].n_tokens, info.shards[0].n_examples
         assert h["hidden"].dtype == np.int8 and h["hidden"].shape == (t, S, D)
         assert h["scales/hidden"].dtype == np.float32 and h["scales/hidden"].shape == (t, S, 1)
-        assert h["scales/pooled/mean"].shape == h["scales/pooled/first"].shape == (n, S, 1)
+        for mode in ("mean", "first"):
+            assert h[f"pooled/{mode}"].dtype == np.float16 and h[f"pooled/{mode}"].shape == (n, S, D)
+            assert f"scales/pooled/{mode}" not in h
         assert int(np.abs(h["hidden"][:]).max()) == 127
 
 
@@ -56,7 +61,7 @@ def test_every_read_is_the_float32_cache_within_half_a_step(caches):
         assert (np.abs(x - y) <= bound).all()
     for mode in ("mean", "first"):
         x, y = exact.pooled("train", mode), int8.pooled("train", mode)  # (n, S, D)
-        assert (np.abs(x - y) <= np.abs(x).max(-1, keepdims=True) / 254 * (1 + 1e-5) + 1e-7).all()
+        np.testing.assert_array_equal(y, x.astype(np.float16).astype(np.float32))  # float16 beside int8 tokens
         np.testing.assert_array_equal(int8.pooled("train", mode, rows=rows), y[rows])
         np.testing.assert_array_equal(int8.pooled_stored("train", mode).numpy(), y)
     layer = np.concatenate(list(int8.layer_tokens("train", "layer_2")))  # (t, D)
@@ -78,8 +83,8 @@ def test_the_feed_carries_int8_values_and_scales_and_dequantises_where_asked(cac
     np.testing.assert_array_equal(lc.LayerCache.open(caches["int8"]).batch("train", rows, layers=index).states,
                                   served.numpy())
     pooled = CacheFeed(cache, "train", source="pooled:first", memory_map=memory_map).batch(rows)
-    assert pooled.scales.shape == pooled.states.shape[:3] + (1,)
-    np.testing.assert_array_equal(pooled.states_on()[:, 0].numpy(), cache.pooled("train", "first", rows=rows))
+    assert pooled.states.dtype == torch.float16 and pooled.scales is None  # pooled vectors beside int8: float16
+    np.testing.assert_array_equal(pooled.states_on()[:, 0].float().numpy(), cache.pooled("train", "first", rows=rows))
     # an epoch serves the same values as the single batches
     seen = {int(r): b.states_on()[j] for b in feed.epoch(shuffle=True, seed=3) for j, r in enumerate(b.rows)}
     assert torch.equal(seen[17][:len(cache.tokens("train", [17])[0])], served[2, :len(cache.tokens("train", [17])[0])])
@@ -126,6 +131,42 @@ def test_a_shard_without_its_scales_is_refused_in_one_sentence(caches, tmp_path)
         del h["scales/hidden"]
     with pytest.raises(CacheError, match="has no dataset 'scales/hidden'"):
         lc.LayerCache.open(copy).tokens("train", [0])
+
+
+def test_a_pooled_dataset_in_another_dtype_than_the_manifest_says_is_refused(caches, tmp_path):
+    import shutil
+
+    copy = tmp_path / "cache"
+    shutil.copytree(caches["int8"], copy)
+    shard = lc.LayerCache.open(copy).split_info("train").shards[0].file
+    with h5py.File(copy / shard, "r+") as h:  # the shape is right, the dtype the manifest promises is not
+        values = h["pooled/mean"][:]
+        del h["pooled/mean"]
+        h.create_dataset("pooled/mean", data=values.astype(np.int8)).attrs["dtype"] = "int8"
+    with pytest.raises(CacheError, match="stores pooled/mean as int8, the manifest says float16"):
+        lc.LayerCache.open(copy).pooled("train", "mean")
+
+
+def test_an_int8_cache_written_before_float16_pooled_vectors_still_reads(caches, tiny_models, tmp_path, monkeypatch):
+    """Its manifest has no ``pooled_dtype``, and its pooled vectors are int8 with scales: served dequantised."""
+    from layercache.extraction import configuration
+
+    monkeypatch.setenv("LAYERCACHE_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(configuration, "pooled_dtype_for", lambda storage_dtype, store: storage_dtype)
+    old = lc.extract(str(tiny_models["bert"]), "builtin", tmp_path / "old", limit=40, progress=False,
+                     storage_dtype="int8", pooling=["mean", "first"], shard_bytes=4_000, batch_size=8).path
+    assert "pooled_dtype" not in (old / "manifest.json").read_text()
+    cache, exact = lc.LayerCache.open(old), lc.LayerCache.open(caches["float32"])
+    assert cache.manifest.storage.stored_pooled_dtype == "int8"
+    x, y = exact.pooled("train", "mean"), cache.pooled("train", "mean")  # (n, S, D)
+    assert not np.array_equal(x, y)
+    assert (np.abs(x - y) <= np.abs(x).max(-1, keepdims=True) / 254 * (1 + 1e-5) + 1e-7).all()
+    batch = CacheFeed(cache, "train", source="pooled:mean").batch([0, 39])
+    assert batch.states.dtype == torch.int8 and batch.scales is not None
+    np.testing.assert_array_equal(batch.states_on()[:, 0].numpy(), y[[0, 39]])
+    np.testing.assert_array_equal(cache.tokens("train", [3])[0], lc.LayerCache.open(caches["int8"]).tokens(
+        "train", [3])[0])  # token states: the same int8 either way
+    assert verify_cache(old, sample=8).passed
 
 
 def test_repair_re_extracts_a_damaged_int8_shard_to_the_same_bytes(caches, tiny_models, tmp_path):

@@ -155,5 +155,5 @@ def test_a_stopped_projected_int8_run_resumes_with_its_basis_to_the_same_cache(t
     assert [s.file for s in a.split_info("train").shards] == [s.file for s in b.split_info("train").shards]
     for x, y in zip(a.split_info("train").shards, b.split_info("train").shards):
         with h5py.File(resumed / x.file) as f, h5py.File(whole / y.file) as g:
-            for name in ("hidden", "scales/hidden", "pooled/mean", "scales/pooled/mean"):
+            for name in ("hidden", "scales/hidden", "pooled/mean"):  # pooled: float16 beside int8 tokens
                 np.testing.assert_array_equal(f[name][:], g[name][:])

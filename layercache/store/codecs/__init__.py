@@ -15,9 +15,10 @@ from .base import (
     check_storage_dtype,
     codec,
     codec_names,
+    pooled_dtype_for,
     register_codec,
     scales_dataset,
 )
 
 __all__ = ["AUTO", "CODECS", "SCALE_BYTES", "StorageCodec", "check_storage_dtype", "codec", "codec_names",
-           "register_codec", "scales_dataset"]
+           "pooled_dtype_for", "register_codec", "scales_dataset"]
