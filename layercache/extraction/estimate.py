@@ -81,8 +81,8 @@ def _shard_estimates(manifest: Manifest, name: str, plans: dict[str, SplitPlan] 
         n_batches = max(split.n_batches, 1)
         batches = [(split.n_examples / n_batches, split.n_tokens / n_batches)] * split.n_batches
         word_ids = any(task.kind == "token" for task in manifest.tasks)
-    vector = len(storage.layers) * codec(storage.dtype).vector_bytes(manifest.hidden_size)
-    pooled_vector = len(storage.layers) * codec(storage.stored_pooled_dtype).vector_bytes(manifest.hidden_size)
+    vector = len(storage.layers) * codec(storage.dtype).cut_bytes(manifest.hidden_size)  # as the writer counts
+    pooled_vector = len(storage.layers) * codec(storage.stored_pooled_dtype).cut_bytes(manifest.hidden_size)
     per_token = vector if storage.stores_tokens else 0
     per_example = pooled_vector * len(storage.pooling)
     sizes, n, t = [], 0, 0

@@ -211,7 +211,7 @@ class CacheFeed:
         A block is read as runs of nearby rows (see :meth:`_read`), so what it costs is the
         span of those runs, gaps included, over the states this feed serves.
         """
-        per_token = len(self.index) * self.codec.vector_bytes(self.cache.hidden_size)
+        per_token = len(self.index) * self.codec.cut_bytes(self.cache.hidden_size)  # int8 as float16: same blocks
         blocks = []
         shard_of = np.searchsorted(self._starts, self.rows, side="right") - 1
         for shard in np.unique(shard_of):

@@ -154,9 +154,10 @@ class ShardWriter:
 
     @property
     def payload_bytes(self) -> int:
-        """Bytes of state data appended so far (what the shard-size target counts)."""
-        token_bytes = self.n_states * codec(self.dtype).vector_bytes(self.dim)
-        pooled_bytes = self.n_states * codec(self._pooled_dtype).vector_bytes(self.dim)
+        """Bytes of state data appended so far as the shard-size target counts them (int8 as float16:
+        :meth:`~layercache.store.codecs.StorageCodec.cut_bytes`)."""
+        token_bytes = self.n_states * codec(self.dtype).cut_bytes(self.dim)
+        pooled_bytes = self.n_states * codec(self._pooled_dtype).cut_bytes(self.dim)
         tokens = self._n_tokens if self.store_tokens else 0
         return token_bytes * tokens + pooled_bytes * self._n_examples * len(self.pooling)
 

@@ -22,12 +22,12 @@ from layercache.store.codecs import codec
 
 @pytest.fixture(scope="module")
 def caches(tiny_models, tmp_path_factory):
-    """The same 40 built-in examples per split through the tiny BERT, stored as float32 and as int8."""
+    """The same 40 built-in examples per split through the tiny BERT, stored as float32, float16 and int8."""
     root = tmp_path_factory.mktemp("int8")
     out = {}
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("LAYERCACHE_HOME", str(root / "home"))
-        for dtype in ("float32", "int8"):
+        for dtype in ("float32", "float16", "int8"):
             out[dtype] = lc.extract(str(tiny_models["bert"]), "builtin", root / dtype, limit=40, progress=False,
                                     storage_dtype=dtype, pooling=["mean", "first"], shard_bytes=4_000,
                                     batch_size=8).path
@@ -88,6 +88,19 @@ def test_the_feed_carries_int8_values_and_scales_and_dequantises_where_asked(cac
     # an epoch serves the same values as the single batches
     seen = {int(r): b.states_on()[j] for b in feed.epoch(shuffle=True, seed=3) for j, r in enumerate(b.rows)}
     assert torch.equal(seen[17][:len(cache.tokens("train", [17])[0])], served[2, :len(cache.tokens("train", [17])[0])])
+
+
+def test_an_int8_cache_is_cut_and_served_as_its_float16_twin(caches):
+    """Shards and feed blocks count int8 states as float16: the same shards, and for a seed the same batches, so a
+    head trained on either differs only by the rounding."""
+    half, int8 = (lc.LayerCache.open(caches[d]) for d in ("float16", "int8"))
+    for split in half.splits:
+        cut = [(s.first_row, s.n_examples) for s in half.split_info(split).shards]
+        assert len(cut) > 1 and cut == [(s.first_row, s.n_examples) for s in int8.split_info(split).shards]
+    feeds = [CacheFeed(c, "train", tasks=["topic"], batch_size=4, block_bytes=6_000) for c in (half, int8)]
+    assert len(feeds[0]._blocks) > 1
+    for a, b in zip(*(f.epoch(shuffle=True, seed=5) for f in feeds)):
+        np.testing.assert_array_equal(a.rows, b.rows)
 
 
 def test_a_head_trains_on_int8_as_on_float32(caches, one_torch_thread):

@@ -64,6 +64,12 @@ class StorageCodec:
         """Bytes one stored vector of ``dim`` values takes on disk, its scale included."""
         return dim * self.bytes_per_value + (SCALE_BYTES if self.scaled else 0)
 
+    def cut_bytes(self, dim: int) -> int:
+        """Bytes a stored vector of ``dim`` values counts for where shards and feed blocks are cut: its own, but at
+        least a float16 vector's. So an int8 cache is cut where its float16 twin is: the same shards, the same
+        blocks, and for a seed the same batches, so a head trained on either differs only by the rounding."""
+        return max(self.vector_bytes(dim), 2 * dim)
+
     def quantize(self, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Float ``values (..., D)`` as stored, on their device: the storage precision ``(..., D)`` and the
         float32 scales ``(..., 1)`` (``None`` for an unscaled codec)."""
