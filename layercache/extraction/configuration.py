@@ -48,10 +48,14 @@ def new_manifest(backbone, records: DatasetRecords, plans, *, keep, store, pooli
 
 def difference(old: Manifest, new: Manifest) -> str:
     """Name the first thing that differs between two caches' configurations, for the refusal."""
+    # With one dtype, only an older layercache makes the pooled vectors' dtype differ (int8 before 1a00df1).
+    pooled = [c.storage.stored_pooled_dtype if old.storage.dtype == new.storage.dtype else None for c in (old, new)]
     checks = [("model", old.model.fingerprint, new.model.fingerprint),
               ("tokenizer or max length", old.tokenizer.to_json(), new.tokenizer.to_json()),
               ("dataset", old.dataset.to_json(), new.dataset.to_json()),
               ("set of splits", list(old.splits), list(new.splits)),
+              ("pooled-vector dtype (an int8 cache from a layercache that stored them int8; this one stores "
+               "them float16)", *pooled),
               ("storage (layers, dtype, store, pooling, --mean-skip-first, --project or shard size)",
                old.storage.hashed(), new.storage.hashed()),
               ("forward dtype", old.model.forward_dtype, new.model.forward_dtype),

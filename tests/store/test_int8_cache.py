@@ -180,6 +180,11 @@ def test_an_int8_cache_written_before_float16_pooled_vectors_still_reads(caches,
     np.testing.assert_array_equal(cache.tokens("train", [3])[0], lc.LayerCache.open(caches["int8"]).tokens(
         "train", [3])[0])  # token states: the same int8 either way
     assert verify_cache(old, sample=8).passed
+    monkeypatch.undo()  # this version again: the same command names why it will not add to that cache
+    monkeypatch.setenv("LAYERCACHE_HOME", str(tmp_path / "home"))
+    with pytest.raises(CacheError, match="different pooled-vector dtype .*--overwrite"):
+        lc.extract(str(tiny_models["bert"]), "builtin", old, limit=40, progress=False, storage_dtype="int8",
+                   pooling=["mean", "first"], shard_bytes=4_000, batch_size=8)
 
 
 def test_repair_re_extracts_a_damaged_int8_shard_to_the_same_bytes(caches, tiny_models, tmp_path):
