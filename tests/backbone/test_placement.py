@@ -4,6 +4,11 @@ single device, with the disk-offloaded weights in a temporary folder that goes a
 This machine has no GPU, so the split here is CPU memory plus disk: blocks that fit under ``max_memory``
 stay in memory, the rest are offloaded to disk and brought to the CPU block by block. That is the path
 that lets a model larger than every device run at all; several GPUs take the same code with more devices.
+
+Nothing here depends on what else runs on the machine: each test counts the offload folders of its own
+temporary folder (another process's extraction or test run makes and removes its own in the system's), and
+torch computes on one thread, so the bitwise comparisons never set two calls that each chose their threads
+from the load against each other.
 """
 
 from __future__ import annotations
@@ -30,6 +35,16 @@ from layercache.live.verify import verify_cache  # noqa: E402
 from tests.cli_support import assert_refused, invoke  # noqa: E402
 
 TEXTS = ["the film was not good", "a fine day", "every word of it"]
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+@pytest.fixture(autouse=True)
+def own_temporary_folder(tmp_path, monkeypatch):
+    """The test's own TMPDIR: the offload folders counted are this test's, whatever other processes make."""
+    folder = tmp_path / "tmp"
+    folder.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(folder))
+    return folder
 
 
 def _most_of_the_weights(folder: Path) -> dict[str, int]:
