@@ -178,7 +178,7 @@ def load_backbone(name: str = DEFAULT_MODEL, *, device: str = "auto", dtype: str
         # The fingerprint, not the path, is what identifies the model: the configuration hash covers
         # only the fingerprint, so a cache that recorded a relative path resumes under either form.
         name = source = str(Path(source).expanduser().resolve())
-    check_device_map(device_map, device)
+    check_device_map(device_map, device, max_memory)
     torch_device = resolve_device(device)
     torch_dtype = resolve_forward_dtype(dtype, torch_device)
     try:

@@ -27,15 +27,17 @@ from pathlib import Path
 
 import torch
 
-from ..core.devices import DEVICE_MAPS
+from ..core.devices import DEVICE_MAPS, check_max_memory
 from ..errors import ConfigError
 
 MEMORY_KEYS = "cuda:N (or N), cpu"
 """How ``--max-memory`` names a device, as its messages write it."""
 
 
-def check_device_map(device_map: str | None, device: str) -> None:
-    """Refuse an unknown strategy, a missing accelerate, or a ``--device`` beside ``--device-map``."""
+def check_device_map(device_map: str | None, device: str, max_memory: Mapping | None = None) -> None:
+    """Refuse an unknown strategy, a missing accelerate, a ``--device`` beside ``--device-map``, or
+    ``--max-memory`` without it."""
+    check_max_memory(device_map, max_memory)
     if device_map is None:
         return
     if device_map not in DEVICE_MAPS:

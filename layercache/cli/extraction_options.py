@@ -134,5 +134,5 @@ def extraction_specs(*, dataset: Optional[str], config, split, text_column, labe
                           mean_skip_first=mean_skip_first, shard_bytes=parse_size(shard_size), project=project)
     batching = BatchSpec(batch_tokens=batch_tokens, batch_size=batch_size, max_length=max_length, stride=stride,
                          dtype=dtype, device=device, device_map=device_map,
-                         max_memory=parse_max_memory(max_memory))
+                         max_memory=parse_max_memory(max_memory, device_map))
     return data, storage, batching

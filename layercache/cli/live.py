@@ -68,11 +68,11 @@ def predict(
     apply_threads(threads)
     from ..live.predict import predict_texts, split_runs
 
+    limits = parse_max_memory(max_memory, device_map)
     runs, texts = split_runs(args, literal=ctx.meta.get(LITERAL_KEY, 0))
     result = predict_texts(runs, [*texts, *(text or [])], file=file, text_field=text_field, out=out,
                            backbone=backbone, device=device, batch_size=batch_size, allow_pickle=allow_pickle,
-                           progress=file is not None, device_map=device_map,
-                           max_memory=parse_max_memory(max_memory))
+                           progress=file is not None, device_map=device_map, max_memory=limits)
     if out is not None:
         base.out_console.print(f"Predictions written: [bold]{out}[/] ({len(result.texts)} texts)", soft_wrap=True)
         return
@@ -132,7 +132,7 @@ def verify(
     from ..progress import counting_progress
     from ..store.reader import LayerCache
 
-    limits = parse_max_memory(max_memory)
+    limits = parse_max_memory(max_memory, device_map)
     with LayerCache.open(cache) as handle:
         try:
             backbone = load_cache_backbone(handle, device=device, dtype=dtype, allow_pickle=allow_pickle,

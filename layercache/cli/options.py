@@ -37,8 +37,8 @@ def device_map_option():
 def max_memory_option():
     """``--max-memory DEVICE=SIZE``, repeatable: the most ``--device-map`` puts on each device."""
     return typer.Option(None, "--max-memory", help=(
-        "With --device-map: the most one device may hold, DEVICE=SIZE (cuda:0=20GiB, cpu=60GiB); repeatable. "
-        "What fits nowhere is offloaded to a temporary folder on disk."))
+        "With --device-map (refused without it): the most one device may hold, DEVICE=SIZE (cuda:0=20GiB, "
+        "cpu=60GiB); repeatable. What fits nowhere is offloaded to a temporary folder on disk."))
 
 
 def threads_option():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 
+from ..core.devices import check_max_memory
 from ..errors import ConfigError
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
@@ -29,8 +30,12 @@ def size_text(n: int) -> str:
     return str(n)
 
 
-def parse_max_memory(values: list[str] | None) -> dict[str, int] | None:
-    """``--max-memory cuda:0=20GiB --max-memory cpu=60GiB`` -> ``{"cuda:0": 21474836480, "cpu": ...}`` (bytes)."""
+def parse_max_memory(values: list[str] | None, device_map: str | None) -> dict[str, int] | None:
+    """``--max-memory cuda:0=20GiB --max-memory cpu=60GiB`` -> ``{"cuda:0": 21474836480, "cpu": ...}`` (bytes).
+
+    Refused without ``--device-map`` (``device_map``), before the command does anything: it would be ignored.
+    """
+    check_max_memory(device_map, values)
     if not values:
         return None
     out = {}

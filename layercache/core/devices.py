@@ -32,3 +32,11 @@ def resolve_device(device: str):
         return torch.device(device)
     except RuntimeError:
         raise ConfigError(f"Device {device!r} is not understood; use {DEVICE_SPELLINGS}.") from None
+
+
+def check_max_memory(device_map: str | None, max_memory) -> None:
+    """Refuse ``max_memory`` without ``device_map``: only a split model has per-device limits (else ignored)."""
+    if max_memory and device_map is None:
+        raise ConfigError("--max-memory (max_memory=) limits what --device-map puts on each device, and no "
+                          "--device-map was given, so the limits would be ignored; add --device-map auto (or "
+                          "leave --max-memory out).")

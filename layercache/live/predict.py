@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ..core.confine import NAME_MAX, kind_of
+from ..core.devices import check_max_memory
 from ..errors import ConfigError
 from ..heads.run_folders.run_folder import CONFIG_FILE, WEIGHTS_FILE
 from ..progress import counting_progress
@@ -140,6 +141,7 @@ def predict_texts(runs: Sequence[str | os.PathLike], texts: Sequence[Input] = ()
         device_map, max_memory: split a backbone larger than one device (see
             :func:`~layercache.backbone.loader.load_backbone`).
     """
+    check_max_memory(device_map, max_memory)
     target = None
     if out is not None:
         target = check_output_file(out, [*([file] if file is not None else []), *run_files(runs)])
