@@ -134,6 +134,37 @@ def _torch_threads_restored():
         torch.set_num_threads(before)
 
 
+@pytest.fixture
+def thread_policy(monkeypatch):
+    """The library's thread policy (core/threads.py) as in a fresh process: torch at its own default count, no
+    thread variable in the environment, no choice made or cached, and faked cores. Returns a namespace: ``default``
+    (torch's count), ``usable`` (cores, above both counts below), ``idle`` (set it; default: ``other``), ``other``
+    (a count other than ``default``, what ``auto`` takes when ``idle`` is left alone) and ``samples`` (idle samples
+    taken)."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from layercache.core import threads
+
+    default = torch.get_num_interop_threads()  # torch's own default intra-op count
+    for name in threads.THREAD_ENVIRONMENT:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(threads, "_chosen", None)
+    monkeypatch.setattr(threads, "_auto", None)
+    torch.set_num_threads(default)
+    state = SimpleNamespace(default=default, usable=max(default, 2) + 1, other=1 if default > 1 else 2, samples=0)
+    state.idle = float(state.other)
+
+    def idle_cores(sample_s=threads.IDLE_SAMPLE_S):
+        state.samples += 1
+        return state.idle
+
+    monkeypatch.setattr(threads, "usable_cores", lambda: state.usable)
+    monkeypatch.setattr(threads, "idle_cores", idle_cores)
+    return state
+
+
 LIVE_SIZES = {"train": 32, "validation": 12}
 LIVE_OPTIONS = {"bert": {}, "bert-stride": {"max_length": 12, "stride": 4}, "gpt2": {"mean_skip_first": True}}
 """live_caches' names and the extract options each was made with."""

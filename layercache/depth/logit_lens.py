@@ -30,6 +30,7 @@ import torch
 import torch.nn.functional as F
 
 from ..core.layers import LayerSpec
+from ..core.threads import computes
 from ..errors import CacheError, ConfigError
 from ..store.lens import LensWeights
 from ..store.reader import LayerCache
@@ -63,6 +64,7 @@ class LogitLens:
     n_predictions: int
 
 
+@computes
 def lens_logits(states: torch.Tensor | np.ndarray, lens: LensWeights, *, normed: bool = False) -> torch.Tensor:
     """(n, V) float32 logits of states (n, D) through the final norm (skipped when ``normed``) and the unembedding.
 
@@ -89,6 +91,7 @@ def lens_logits(states: torch.Tensor | np.ndarray, lens: LensWeights, *, normed:
     return logits
 
 
+@computes
 def layer_logits(cache: LayerCache, split: str, rows: Sequence[int], layer: LayerSpec = -1) -> list[np.ndarray]:
     """The lens logits of one kept state for the given rows: one float32 array (t_i, V) per row.
 
@@ -102,6 +105,7 @@ def layer_logits(cache: LayerCache, split: str, rows: Sequence[int], layer: Laye
     return [lens_logits(_model_space(cache, h, [position])[:, 0], lens, normed=normed).numpy() for h in per_row]
 
 
+@computes
 def logit_lens(cache: LayerCache, split: str | None = None, *, layers: LayerSpec | Sequence[LayerSpec] | None = None,
                rows: Sequence[int] | None = None, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> LogitLens:
     """Score every kept state (or ``layers``) of a decoder cache with the logit lens on ``split``.

@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..core.memory import available_bytes
+from ..core.threads import computes
 from ..core.units import human_bytes, human_seconds
 from ..errors import ConfigError
 from ..store.codecs import AUTO, codec
@@ -124,6 +125,7 @@ class CachePlan:
         }
 
 
+@computes
 def plan_cache(model: str = "minilm", data: DataSpec | None = None, storage: StorageSpec | None = None,
                batching: BatchSpec | None = None, *, out: str | os.PathLike | None = None, project: int | None = None,
                disk_budget: int | None = None, sample_batches: int = SAMPLE_BATCHES,

@@ -38,6 +38,7 @@ from ..core.extraction_defaults import (
     DEFAULT_STORE,
 )
 from ..core.layers import LayerSpec
+from ..core.threads import computes
 from ..errors import ConfigError
 from ..store.codecs import AUTO, check_storage_dtype
 from ..store.paths import default_cache_path
@@ -57,6 +58,7 @@ __all__ = ["extract", "ExtractResult", "DataSpec", "StorageSpec", "BatchSpec", "
 log = logging.getLogger("layercache")
 
 
+@computes
 def extract(
     model: str = DEFAULT_MODEL,
     dataset: str | None = DEFAULT_DATASET,

@@ -49,6 +49,7 @@ from sklearn.base import BaseEstimator
 
 from ..core.devices import resolve_device
 from ..core.tasks import LabelTask, find_task, labelled_tasks
+from ..core.threads import computes
 from ..core.version import __version__
 from ..errors import ConfigError, LayercacheError
 from ..store.cache_feed import CacheFeed
@@ -193,6 +194,7 @@ class LayerHead(BaseEstimator):
         self.progress = progress
 
     # --- fitting ------------------------------------------------------------------------
+    @computes
     def fit(self, cache: LayerCache, split: str = "train", val_split: str | None = None, *,
             feeds: FeedPool | None = None, deadline: float | None = None, checkpoints: Path | None = None,
             fresh: bool = False) -> "LayerHead":
@@ -348,6 +350,7 @@ class LayerHead(BaseEstimator):
 
     # --- ensembles (:mod:`.ensembles.members`) --------------------------------------------------
     @classmethod
+    @computes
     def from_seeds(cls, members: list["LayerHead"], cache: LayerCache, split: str = "train",
                    val_split: str | None = None, *, feeds: FeedPool | None = None) -> "LayerHead":
         """One head that predicts with the average of ``members``, heads that differ only in their seed (fitted on
@@ -355,6 +358,7 @@ class LayerHead(BaseEstimator):
         return seed_ensemble(cls, members, cache, split, val_split, feeds=feeds)
 
     @classmethod
+    @computes
     def from_members(cls, members: list["LayerHead"], cache: LayerCache, split: str = "train",
                      val_split: str | None = None, *, feeds: FeedPool | None = None,
                      labels: list[str] | None = None) -> "LayerHead":
@@ -367,15 +371,18 @@ class LayerHead(BaseEstimator):
         if not hasattr(self, "model_"):
             raise ConfigError("This head is not trained yet; call fit(cache) or LayerHead.load(run) first.")
 
+    @computes
     def predict(self, cache: LayerCache, split: str) -> PassResult:
         """Predictions of every task over ``split`` (row order), plus the mixers' usage."""
         feed = self._scoring_feed(cache, split)  # first: it refuses an unfitted head in one sentence
         return predict(self.model_, feed)
 
+    @computes
     def score(self, cache: LayerCache, split: str) -> dict[str, dict]:
         """Metrics of every task on ``split`` (which must carry the labels)."""
         return self.evaluate(cache, split)[0]
 
+    @computes
     def evaluate(self, cache: LayerCache, split: str) -> tuple[dict[str, dict], PassResult]:
         """Metrics and predictions of every task on ``split``."""
         feed = self._scoring_feed(cache, split)

@@ -11,12 +11,14 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ..core.threads import computes
 from ..errors import ConfigError
 from ..store.reader import LayerCache
 from .data.finite import check_split_stats
 from .estimator import LayerHead
 
 
+@computes
 def per_token_usage(head: LayerHead, cache: LayerCache, split: str, key: str = "depth") -> dict[str, np.ndarray]:
     """Each per-token usage value ``key`` of ``head``'s mixers over every stored token of ``split``.
 

@@ -31,6 +31,7 @@ from pathlib import Path
 from ..core.files import write_file_atomic
 from ..core.memory import memory_limit
 from ..core.plotting import pyplot
+from ..core.threads import computes
 from ..errors import ConfigError
 from ..store.reader import TEST_NAMES, LayerCache, using_cache
 from .data.finite import check_split_stats
@@ -113,6 +114,7 @@ def check_run_folder(run: Path, overwrite: bool = False) -> None:
                           "read-only disk); choose another --out.")
 
 
+@computes
 def train_head(cache: str | os.PathLike | LayerCache | None = None, mixer: str = "adaptive", *,
                out: str | os.PathLike | None = None, split: str = "train", val_split: str | None = None,
                test_split: str | None = None, overwrite: bool = False,
@@ -188,6 +190,7 @@ def write_trained_run(run: str | os.PathLike | StagedRun, head: LayerHead, cache
     return TrainResult(run=run.final, head=head, metrics=metrics, layer_weights=weights)
 
 
+@computes
 def evaluate_run(run: str | os.PathLike, cache: str | os.PathLike | LayerCache | None = None,
                  split: str = "test") -> dict:
     """Score a saved run on a split of a cache (refusing a cache from another backbone)."""

@@ -34,6 +34,7 @@ from ..backbone.loader import Backbone, load_backbone, weight_files, wrap_backbo
 from ..backbone.placement import tokens_of
 from ..core.confine import OwnedFolder, lstat_or_none
 from ..core.files import write_text_atomic
+from ..core.threads import computes
 from ..errors import CacheMismatchError, ConfigError
 from ..extraction.forward import pad_windows, token_index
 from ..heads.estimator import LayerHead
@@ -103,6 +104,7 @@ class LiveBundle:
         return cls(backbone, heads, max_length=settings["max_length"], stride=settings["stride"])
 
     # --- predicting ----------------------------------------------------------------------------
+    @computes
     def predict(self, inputs: Input | Sequence[Input], *, batch_size: int = 32,
                 progress: Callable[[int], None] | None = None) -> BundlePredictions:
         """Every head's predictions for ``inputs`` (texts, or lists of pre-split words), in input order.

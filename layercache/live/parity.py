@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from ..backbone.loader import Backbone
+from ..core.threads import computes
 from ..heads.estimator import LayerHead
 from ..store.reader import LayerCache, using_cache
 from .bundle import LiveBundle
@@ -70,6 +71,7 @@ class ParityResult:
                 "agreement": self.agreement, "max_abs_diff": self.max_abs_diff}
 
 
+@computes
 def parity(run: str | os.PathLike, cache: str | os.PathLike | LayerCache | None = None, split: str = "test", *,
            rows: Sequence[int] | None = None, backbone: Backbone | None = None, device: str = "auto",
            batch_size: int = 32, allow_pickle: bool = False) -> ParityResult:

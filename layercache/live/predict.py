@@ -25,6 +25,7 @@ from pathlib import Path
 
 from ..core.confine import NAME_MAX, kind_of
 from ..core.devices import check_max_memory
+from ..core.threads import computes
 from ..errors import ConfigError
 from ..heads.run_folders.run_folder import CONFIG_FILE, WEIGHTS_FILE
 from ..progress import counting_progress
@@ -123,6 +124,7 @@ def run_files(runs: Sequence[str | os.PathLike]) -> list[Path]:
     return [Path(run, name) for run in runs for name in RUN_FILES]
 
 
+@computes
 def predict_texts(runs: Sequence[str | os.PathLike], texts: Sequence[Input] = (), *,
                   file: str | os.PathLike | None = None, text_field: str = "text",
                   out: str | os.PathLike | None = None, backbone: str | None = None, device: str = "auto",

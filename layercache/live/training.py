@@ -21,6 +21,7 @@ import os
 import torch
 
 from ..backbone.loader import Backbone
+from ..core.threads import computes
 from ..errors import ConfigError
 from ..extraction.forward import pool
 from ..heads.estimator import LayerHead
@@ -61,6 +62,7 @@ class LiveLayerHead(LayerHead):
         feeds.append(feed)
         return feed
 
+    @computes
     def fit(self, cache: LayerCache, split: str = "train", val_split: str | None = None, **kwargs) -> "LiveLayerHead":
         """Fit as :meth:`LayerHead.fit` does, every batch from the live backbone (one head: no seed ensemble)."""
         if self.seeds != 1:
@@ -75,6 +77,7 @@ class LiveLayerHead(LayerHead):
         return self
 
 
+@computes
 def train_head_live(cache: str | os.PathLike | LayerCache | None = None, mixer: str = "adaptive", *,
                     backbone: Backbone | None = None, allow_pickle: bool = False, **kwargs) -> TrainResult:
     """:func:`~layercache.heads.workflow.train_head` with the backbone in the loop (see the module docstring).

@@ -60,6 +60,7 @@ import torch
 from ..backbone.loader import Backbone, load_backbone, tokenizer_fingerprint
 from ..backbone.placement import tokens_of
 from ..backbone.words import word_prefix
+from ..core.threads import computes
 from ..errors import CacheMismatchError, ConfigError
 from ..extraction.forward import pad_windows, pool, token_index
 from ..heads.run_folders.provenance import short_digest
@@ -224,6 +225,7 @@ def sample_rows(cache: LayerCache, splits: Sequence[str], sample: int, seed: int
     return out
 
 
+@computes
 def verify_cache(cache: str | os.PathLike | LayerCache | None = None, *, sample: int = 100, seed: int = 0,
                  split: str | None = None, device: str = "auto", dtype: str | None = None,
                  backbone: Backbone | None = None, allow_pickle: bool = False,

@@ -36,6 +36,7 @@ import torch
 from sklearn.utils.validation import check_is_fitted
 from torch.nn import functional as F
 
+from ..core.threads import computes
 from ..errors import CacheError, ConfigError
 from ..store.reader import LayerCache
 from .base import Probe
@@ -91,6 +92,7 @@ class CumulativeProbes(Probe):
         self.val_fraction = val_fraction
         self.max_train = max_train
 
+    @computes
     def fit(self, cache: LayerCache, split: str = "train", val_split: str | None = None, *,
             probes: LinearProbes | None = None) -> "CumulativeProbes":
         """Fit every prefix's mix and probe on ``split``, validating on ``val_split``, the cache's
@@ -123,6 +125,7 @@ class CumulativeProbes(Probe):
         self.fit_seconds_ = time.perf_counter() - t0
         return self
 
+    @computes
     def fit_arrays(self, X: np.ndarray, y: np.ndarray, X_val: np.ndarray, y_val: np.ndarray) -> "CumulativeProbes":
         """Fit on your own features ``X`` (n, L, d), targets ``y`` (n,), validating on ``X_val``, ``y_val``.
 
@@ -152,14 +155,17 @@ class CumulativeProbes(Probe):
         self.fit_seconds_ = time.perf_counter() - t0
         return self
 
+    @computes
     def predict(self, cache: LayerCache, split: str) -> np.ndarray:
         """(L, n) predictions of every prefix's probe on ``split`` (class ids or values)."""
         return self.predictions(cache, split)[0]
 
+    @computes
     def score(self, cache: LayerCache, split: str) -> np.ndarray:
         """(L,) score of every prefix's probe on ``split``: accuracy, or R^2 for regression."""
         return _metric(*self.predictions(cache, split), self.kind_)
 
+    @computes
     def correct(self, cache: LayerCache, split: str) -> np.ndarray:
         """(L, n) per example (word) and prefix: 1 when right (accuracy), or the squared error (regression).
 
@@ -171,6 +177,7 @@ class CumulativeProbes(Probe):
             return (predicted.astype(np.float64) - target) ** 2
         return (predicted == target[None, :]).astype(np.float64)
 
+    @computes
     def predictions(self, cache: LayerCache, split: str) -> tuple[np.ndarray, np.ndarray]:
         """``(predicted (L, n), target (n,))`` of every prefix on ``split``, from one read of it (a run of rows at
         a time when its features do not fit the memory budget)."""

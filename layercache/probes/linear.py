@@ -26,6 +26,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.validation import check_is_fitted
 
 from ..core.holdout import stratified_holdout
+from ..core.threads import computes
 from ..errors import CacheError, ConfigError
 from ..solvers import fit_logistic, fit_ridge, outputs_to_predictions
 from ..store.reader import LayerCache
@@ -122,6 +123,7 @@ class LinearProbes(Probe):
         self.max_train = max_train
 
     # --- fitting from a cache ---------------------------------------------------------
+    @computes
     def fit(self, cache: LayerCache, split: str = "train", val_split: str | None = None) -> "LinearProbes":
         """Fit every layer's probe on ``split``; choose ``C`` on ``val_split``, the cache's validation
         split, or a seeded slice of ``split``."""
@@ -153,6 +155,7 @@ class LinearProbes(Probe):
         self.timings_ = {"read": read_s, **self.timings_}
         return self
 
+    @computes
     def predict(self, cache: LayerCache, split: str) -> np.ndarray:
         """(L, n) predictions of every layer's probe for ``split``: class ids, or regression values.
 
@@ -161,6 +164,7 @@ class LinearProbes(Probe):
         """
         return self.predictions(cache, split)[0]
 
+    @computes
     def predictions(self, cache: LayerCache, split: str) -> tuple[np.ndarray, np.ndarray]:
         """``(predicted (L, n), target (n,))`` for ``split``: :meth:`predict` with the labels it is scored
         against (the control labels when ``control``), from one read of the split (a group of layers at a
@@ -177,12 +181,14 @@ class LinearProbes(Probe):
             y = np.concatenate(targets)
         return np.concatenate(predicted), y
 
+    @computes
     def score(self, cache: LayerCache, split: str) -> np.ndarray:
         """(L,) score of every layer's probe on ``split``: accuracy (over words for a token task),
         R^2 for regression; on the control labels when ``control``."""
         return self._score(*self.predictions(cache, split))
 
     # --- fitting from arrays ----------------------------------------------------------
+    @computes
     def fit_arrays(self, X: np.ndarray, y: np.ndarray, X_val: np.ndarray | None = None,
                    y_val: np.ndarray | None = None) -> "LinearProbes":
         """Fit on your own features ``X`` (n, L, d) and targets ``y`` (n,).
@@ -228,6 +234,7 @@ class LinearProbes(Probe):
         self.fit_seconds_ = time.perf_counter() - t0
         return self
 
+    @computes
     def predict_arrays(self, X: np.ndarray) -> np.ndarray:
         """(L, n) predictions for features ``X`` (n, L, d): class labels (from ``classes_``) or values."""
         check_is_fitted(self, "coef_")
@@ -238,6 +245,7 @@ class LinearProbes(Probe):
         pred = self._predict_standardised(self._standardise(_layers_first(X), None))
         return pred if self.classes_ is None else self.classes_[pred]
 
+    @computes
     def score_arrays(self, X: np.ndarray, y: np.ndarray) -> np.ndarray:
         """(L,) accuracy (R^2 for regression) of every layer's probe on ``X`` (n, L, d), ``y`` (n,)."""
         pred = self.predict_arrays(X)

@@ -32,6 +32,7 @@ import torch
 from sklearn.exceptions import ConvergenceWarning
 
 from ..core.memory import current_budget
+from ..core.threads import computes
 from ..errors import CacheError, ConfigError
 from ..solvers import LinearFit, fit_logistic, linear_outputs
 from ..store.reader import LayerCache
@@ -126,6 +127,7 @@ class OnlineCodeMDL(Probe):
         self.tol = tol
         self.max_train = max_train
 
+    @computes
     def fit(self, cache: LayerCache, split: str = "train") -> "OnlineCodeMDL":
         """Measure every layer's online codelength of the task's labels on ``split``."""
         t0 = time.perf_counter()
@@ -148,6 +150,7 @@ class OnlineCodeMDL(Probe):
         self.fit_seconds_ = time.perf_counter() - t0
         return self
 
+    @computes
     def fit_arrays(self, X: np.ndarray, y: np.ndarray, n_classes: int | None = None) -> "OnlineCodeMDL":
         """Measure the online codelength of integer labels ``y`` (n,) given features ``X`` (n, L, d).
 

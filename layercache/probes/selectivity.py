@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..core.threads import computes
 from ..store.reader import LayerCache
 from .linear import LinearProbes
 
@@ -42,6 +43,7 @@ class Selectivity:
                 "selectivity": [float(x) for x in self.selectivity]}
 
 
+@computes
 def selectivity(cache: LayerCache, task: str | None = None, *, split: str = "train", val_split: str | None = None,
                 eval_split: str | None = None, **params) -> Selectivity:
     """Fit :class:`LinearProbes` on ``task`` and on its control task, and compare them layer by layer.

@@ -42,6 +42,7 @@ from pathlib import Path
 import numpy as np
 
 from ..core.memory import memory_limit
+from ..core.threads import computes
 from ..core.version import __version__
 from ..depth import expected_layer, layer_similarity
 from ..errors import CacheError, ConfigError
@@ -64,6 +65,7 @@ def default_eval_split(cache: LayerCache, asked: str | None = None) -> str | Non
     return cache.report_split(asked, names=TEST_NAMES + VALIDATION_NAMES, exclude="train")
 
 
+@computes
 def build_probe_report(cache: LayerCache, *, tasks: Sequence[str] | None = None, eval_split: str | None = None,
                        runs: Iterable[str | os.PathLike] = (), act_run: str | os.PathLike | None = None,
                        mdl: bool = True, cumulative: bool = True, seed: int = 0,
@@ -249,6 +251,7 @@ def count_steps(cache: LayerCache, tasks: Sequence[str] | None, eval_split: str 
     return n
 
 
+@computes
 def probe_report(cache: str | os.PathLike | LayerCache | None = None, out: str | os.PathLike | None = None, *,
                  train_act: bool = True, act_epochs: int = 8, progress: bool = True,
                  say: Callable[[str], None] = _no_step, memory_budget: int | None = None,

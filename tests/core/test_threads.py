@@ -83,3 +83,86 @@ def test_use_threads_sets_torch():
         assert use_threads(1).threads == 1 and torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(before)
+
+
+# ---------------------------------------------------------------- the library's computing calls (@computes)
+@threads.computes
+def seen_threads() -> int:
+    """A computing call that reports the torch threads it runs with."""
+    return torch.get_num_threads()
+
+
+def test_a_computing_call_takes_the_idle_cores_and_puts_torch_back(thread_policy):
+    assert seen_threads() == thread_policy.other
+    assert torch.get_num_threads() == thread_policy.default
+    assert seen_threads() == thread_policy.other and thread_policy.samples == 1  # the choice stands a while
+
+
+def test_the_idle_cores_are_sampled_again_after_a_while(thread_policy):
+    seen_threads()
+    when, choice = threads._auto
+    threads._auto = (when - threads.AUTO_REFRESH_S - 1, choice)
+    thread_policy.idle = float(thread_policy.usable)  # the other load has gone
+    assert seen_threads() == thread_policy.usable and thread_policy.samples == 2
+
+
+def test_one_usable_core_needs_no_sample(thread_policy):
+    thread_policy.usable = 1
+    assert resolve_threads("auto").threads == 1 and thread_policy.samples == 0
+
+
+def test_nested_calls_run_under_the_outermost_choice(thread_policy):
+    @threads.computes
+    def outer() -> tuple[int, int, int]:
+        inside = seen_threads()
+        return torch.get_num_threads(), inside, torch.get_num_threads()
+
+    assert outer() == (thread_policy.other,) * 3  # the inner call neither chose again nor restored
+    assert thread_policy.samples == 1 and torch.get_num_threads() == thread_policy.default
+
+
+def test_torch_is_put_back_when_the_call_fails(thread_policy):
+    @threads.computes
+    def failing():
+        raise ValueError("planted")
+
+    with pytest.raises(ValueError, match="planted"):
+        failing()
+    assert torch.get_num_threads() == thread_policy.default and threads._running == 0
+
+
+def test_a_count_the_user_set_in_torch_is_kept(thread_policy):
+    mine = thread_policy.other + 1  # neither torch's default nor what auto would take
+    mine = mine if mine != thread_policy.default else mine + 1
+    torch.set_num_threads(mine)
+    assert seen_threads() == mine and thread_policy.samples == 0
+    assert torch.get_num_threads() == mine
+
+
+@pytest.mark.parametrize("variable", threads.THREAD_ENVIRONMENT)
+def test_a_thread_variable_in_the_environment_is_kept(thread_policy, monkeypatch, variable):
+    monkeypatch.setenv(variable, str(thread_policy.default))
+    assert seen_threads() == thread_policy.default and thread_policy.samples == 0
+
+
+def test_use_threads_is_kept_even_at_torchs_default(thread_policy):
+    use_threads(thread_policy.default)  # as --threads N does; the same count as torch's default
+    assert seen_threads() == thread_policy.default and thread_policy.samples == 0
+
+
+def test_an_explicit_count_is_used_for_the_block(thread_policy):
+    torch.set_num_threads(thread_policy.other)  # the user's own choice ...
+    with threads.computing_threads(thread_policy.default):  # ... and a count for one block, which wins
+        assert seen_threads() == thread_policy.default
+    assert torch.get_num_threads() == thread_policy.other
+    with pytest.raises(ConfigError, match="more than the"):
+        with threads.computing_threads(thread_policy.usable + 1):
+            pass
+
+
+def test_a_generator_is_refused():
+    def rows():
+        yield 1
+
+    with pytest.raises(TypeError, match="generator"):
+        threads.computes(rows)

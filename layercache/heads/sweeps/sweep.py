@@ -55,6 +55,7 @@ from pathlib import Path
 
 from ...core.memory import memory_limit
 from ...core.plotting import pyplot
+from ...core.threads import computes
 from ...core.units import human_seconds, parse_duration
 from ...errors import ConfigError
 from ...progress import steps_progress
@@ -84,6 +85,7 @@ CHOSEN = ("mixer", "mixer_options", "lr", "seed", "seeds", "val_seed", "progress
 
 
 # --- the sweep ---------------------------------------------------------------------------------
+@computes
 def sweep(cache: str | os.PathLike | LayerCache | None = None, *, out: str | os.PathLike | None = None,
           tasks: str | list[str] | None = None, budget: str | float | None = DEFAULT_BUDGET,
           seeds: int | Sequence[int] = DEFAULT_SEEDS, seed: int = 0, pick: str = DEFAULT_PICK, ensemble: int = 0,

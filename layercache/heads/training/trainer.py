@@ -18,6 +18,7 @@ import numpy as np
 import torch
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 
+from ...core.threads import computes
 from ...errors import ConfigError
 from ...progress import progress_bar
 from ...store.feed import Feed
@@ -188,6 +189,7 @@ def _schedule(optimizer, config: TrainConfig, total_steps: int):
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
 
+@computes
 def train_model(model: HeadModel, train_feed: Feed, val_feed: Feed, config: TrainConfig, *, device: str = "cpu",
                 progress: bool = True, log=None, selection: Selection | None = None,
                 deadline: float | None = None, checkpoint: EpochCheckpoint | None = None) -> TrainHistory:
