@@ -47,8 +47,8 @@ def threads_option():
 
 
 def quiet_option():
-    """``--quiet`` / ``-q``: no progress bar."""
-    return typer.Option(False, "--quiet", "-q", help="No progress bar.")
+    """``--quiet`` / ``-q``: no progress bar, and no progress lines in a pipe or log."""
+    return typer.Option(False, "--quiet", "-q", help="No progress bar (nor progress lines in a pipe or log).")
 
 
 def allow_pickle_option():

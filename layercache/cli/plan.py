@@ -16,7 +16,14 @@ from . import base
 from . import extraction_options as eo
 from .base import app, friendly
 from .choices import choice_help
-from .options import allow_pickle_option, device_map_option, device_option, max_memory_option, threads_option
+from .options import (
+    allow_pickle_option,
+    device_map_option,
+    device_option,
+    max_memory_option,
+    quiet_option,
+    threads_option,
+)
 from .parsing import parse_size
 from .threads import apply_threads
 
@@ -65,6 +72,7 @@ def plan(
     json_path: Optional[Path] = typer.Option(None, "--json", help="Also write the plan as JSON to this file."),
     allow_pickle: bool = allow_pickle_option(),
     threads: str = threads_option(),
+    quiet: bool = quiet_option(),
 ):
     """Price every way to store MODEL's states of DATASET (bytes, fits, times, when a cache pays); writes no cache."""
     apply_threads(threads)
@@ -78,7 +86,7 @@ def plan(
         device=device, device_map=device_map, max_memory=max_memory)
     budget = parse_size(disk_budget) if disk_budget is not None else None
     result = plan_cache(model, data, storage, batching, out=out, project=project, disk_budget=budget,
-                        sample_batches=sample_batches, allow_pickle=allow_pickle)
+                        sample_batches=sample_batches, allow_pickle=allow_pickle, progress=not quiet)
     render_plan(result, base.out_console, dataset or "files")
     if json_path is not None:
         from ..core.files import write_text_atomic

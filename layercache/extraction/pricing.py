@@ -46,6 +46,7 @@ from ..core.memory import available_bytes
 from ..core.threads import computes
 from ..core.units import human_bytes, human_seconds
 from ..errors import ConfigError
+from ..progress import steps_progress
 from ..store.codecs import AUTO, codec
 from ..store.codecs.float16 import FP16_MAX
 from ..store.paths import default_cache_path
@@ -129,14 +130,16 @@ class CachePlan:
 def plan_cache(model: str = "minilm", data: DataSpec | None = None, storage: StorageSpec | None = None,
                batching: BatchSpec | None = None, *, out: str | os.PathLike | None = None, project: int | None = None,
                disk_budget: int | None = None, sample_batches: int = SAMPLE_BATCHES,
-               disk_probe_bytes: int = DISK_PROBE_BYTES, allow_pickle: bool = False) -> CachePlan:
+               disk_probe_bytes: int = DISK_PROBE_BYTES, allow_pickle: bool = False,
+               progress: bool = True) -> CachePlan:
     """Price every way to store ``model``'s states of ``data`` before writing any: see the module for the model.
 
     The options are ``extract``'s (``data``, ``storage``, ``batching``, ``out``); ``project`` is the
     projection width the user has in mind (priced beside D/2, D/4, D/8 and marked as their choice);
     ``disk_budget`` judges ``fits`` against at most that many bytes. ``sample_batches`` planned batches
     are timed (0: no forward, timings not measured); ``disk_probe_bytes`` is the size of the temporary
-    file that measures the disk. Writes nothing but that file, which it removes.
+    file that measures the disk. Writes nothing but that file, which it removes. ``progress`` shows the
+    measurement running (:func:`~layercache.progress.steps_progress`).
     """
     data, storage, batching = data or DataSpec(), storage or StorageSpec(), batching or BatchSpec()
     if project is None:
@@ -145,26 +148,31 @@ def plan_cache(model: str = "minilm", data: DataSpec | None = None, storage: Sto
     _check_plan_options(project, disk_budget, sample_batches, disk_probe_bytes)
     out = Path(out).expanduser() if out is not None else default_cache_path(model, data.dataset or "files",
                                                                             data.config)
-    inputs = load_inputs(model, data, storage, batching, allow_pickle=allow_pickle)
-    backbone, plans = inputs.backbone, inputs.plans
-    if project is not None:
-        check_projection_size(project, backbone.hidden_size)  # the sentence extract would give
-    first = next((n for n, p in plans.items() if p.batches), None)
-    forward = forward_speed(backbone, plans[first], inputs.keep, sample_batches) if first and sample_batches else None
+    with steps_progress(progress, 3, "plan") as step:
+        step("loading the data and the model, tokenizing")
+        inputs = load_inputs(model, data, storage, batching, allow_pickle=allow_pickle)
+        backbone, plans = inputs.backbone, inputs.plans
+        if project is not None:
+            check_projection_size(project, backbone.hidden_size)  # the sentence extract would give
+        first = next((n for n, p in plans.items() if p.batches), None)
+        step("timing the forward pass")
+        forward = forward_speed(backbone, plans[first], inputs.keep, sample_batches) \
+            if first and sample_batches else None
+        folder = nearest_existing(out)
+        free = free_disk_bytes(out)
+        step(f"measuring the disk at {folder}")
+        notes = []
+        disk = None
+        try:
+            disk = disk_speed(folder, max(min(disk_probe_bytes, free // 4), 1))
+        except OSError as err:
+            notes.append(f"disk speed not measured: {err.strerror or err} at {folder}")
     dtype, reason = _storage_dtype(storage.storage_dtype, forward)
     manifest = new_manifest(backbone, inputs.records, plans, keep=inputs.keep, store=storage.store, pooling=pooling,
                             storage_dtype=dtype, mean_skip_first=storage.mean_skip_first, stride=batching.stride,
                             batch_tokens=batching.batch_tokens, batch_size=batching.batch_size,
                             shard_bytes=storage.shard_bytes, limit=data.limit, dtype_choice=reason)
-    folder = nearest_existing(out)
-    free = free_disk_bytes(out)
     space = min(free, disk_budget) if disk_budget else free
-    notes = []
-    disk = None
-    try:
-        disk = disk_speed(folder, max(min(disk_probe_bytes, free // 4), 1))
-    except OSError as err:
-        notes.append(f"disk speed not measured: {err.strerror or err} at {folder}")
     memory = available_bytes()
     yours = your_choice(manifest, project)
     if project and storage.storage_dtype == AUTO:  # the projected choices are priced as int8 + project K

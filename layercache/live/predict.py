@@ -139,7 +139,7 @@ def predict_texts(runs: Sequence[str | os.PathLike], texts: Sequence[Input] = ()
             read (refused when it is the input file or a run's file, a link, a FIFO, or cannot be
             written), written atomically after.
         allow_pickle: load a backbone that has only pickle weights, as ``extract --allow-pickle`` did.
-        progress: a bar on stderr (in a terminal), advanced as each batch finishes.
+        progress: a bar on stderr (in a terminal; plain lines in a pipe or log), advanced as each batch finishes.
         device_map, max_memory: split a backbone larger than one device (see
             :func:`~layercache.backbone.loader.load_backbone`).
     """
@@ -154,7 +154,7 @@ def predict_texts(runs: Sequence[str | os.PathLike], texts: Sequence[Input] = ()
         raise ConfigError("Nothing to predict: give texts after the run folders, or --file with one text per line.")
     bundle = LiveBundle.from_runs(runs, backbone, device=device, allow_pickle=allow_pickle, device_map=device_map,
                                   max_memory=max_memory)
-    with counting_progress("predicting", progress, total=len(texts)) as (advance, _):
+    with counting_progress("predicting", progress, total=len(texts), unit="texts") as (advance, _):
         result = bundle.predict(texts, batch_size=batch_size, progress=advance)
     if target is not None:
         write_jsonl(result, target)

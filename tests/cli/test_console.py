@@ -41,6 +41,28 @@ def test_no_progress_residue_when_stdout_and_stderr_are_pipes(cache, tiny_models
     assert "Run written" in trained.output and "Cache written" in extracted.output
 
 
+PLAIN = re.compile(r"(?P<what>training epoch \d+/2|extracting \w+): (?P<count>(step )?\d+/\d+( examples)?) \(\d+%\), "
+                   r"(\d+:\d\d elapsed, (\d+:\d\d|\?) left|done in \d+:\d\d)(; .+)?")
+
+
+def test_a_pipe_gets_plain_progress_lines_with_what_how_far_and_the_times(cache, tiny_models, tsv, tmp_path,
+                                                                          monkeypatch):
+    """In a pipe or a log, every LAYERCACHE_PROGRESS_INTERVAL seconds (here: at every update) one plain line."""
+    monkeypatch.setenv("LAYERCACHE_PROGRESS_INTERVAL", "0")
+    trained = invoke("train-head", cache, "--mixer", "scalar", "--task", "sentiment", "--epochs", "2", "--out",
+                     tmp_path / "run", "--threads", "1")
+    extracted = invoke("extract", tiny_models["bert"], tsv, "--out", tmp_path / "cache", "--threads", "1")
+    for result, what in ((trained, "training epoch"), (extracted, "extracting train")):
+        assert result.exit_code == 0, result.output
+        lines = [line for line in result.output.splitlines() if line.startswith(what)]
+        assert lines and all(PLAIN.fullmatch(line) for line in lines), result.output
+        assert "done in" in lines[-1] and not RESIDUE.search(result.output)
+    assert any("validation after epoch 1: sentiment accuracy" in line for line in trained.output.splitlines())
+    quiet = invoke("train-head", cache, "--mixer", "scalar", "--task", "sentiment", "--epochs", "1", "--out",
+                   tmp_path / "quiet", "--threads", "1", "--quiet")
+    assert quiet.exit_code == 0 and "training epoch" not in quiet.output, quiet.output
+
+
 def test_a_bar_is_drawn_in_a_terminal_only(monkeypatch):
     from layercache import progress
 

@@ -16,11 +16,10 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 import torch
-from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 
 from ...core.threads import computes
 from ...errors import ConfigError
-from ...progress import progress_bar
+from ...progress import training_progress
 from ...store.feed import Feed
 from ..data.finite import DivergedError, NonFiniteOutputsError, check_loss, first_non_finite_input
 from ..network.model import HeadModel
@@ -228,19 +227,16 @@ def train_model(model: HeadModel, train_feed: Feed, val_feed: Feed, config: Trai
         best_state, step, first, done = saved["best_state"], saved["step"], saved["epoch"] + 1, saved["done"]
         started -= saved["seconds"]
         restore_random_state(saved["random"])
-    bar = progress_bar(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                       TextColumn("loss {task.fields[loss]:.4f}"), TextColumn("{task.fields[val]}"),
-                       TimeElapsedColumn(), enabled=progress)
-    with bar:
-        task_id = bar.add_task(f"epoch {first}", total=total, loss=float("nan"), val="", completed=step)
+    with training_progress(progress, epochs=config.epochs, total=total, step=step, first_epoch=first) as bar:
         for epoch in range(first, config.epochs + 1 if not done else first):
             t0 = time.perf_counter()
             # Checked between epochs only: a part of an epoch would leave the schedule and the
             # validation score of a run nobody asked for.
             if deadline is not None and history.epochs and t0 + (t0 - started) / len(history.epochs) > deadline:
                 history.out_of_time = True
-                bar.update(task_id, total=step)
+                bar.end_at(step)
                 break
+            bar.epoch(epoch)
             model.train()
             losses = []
             for batch in train_feed.epoch(shuffle=True, seed=config.seed * 1_000_003 + epoch):
@@ -262,7 +258,7 @@ def train_model(model: HeadModel, train_feed: Feed, val_feed: Feed, config: Trai
                 # diverged optimisation; either way nothing after this step would mean anything.
                 check_loss(value, train_feed, batch, epoch=epoch, step=step, lr=config.lr)
                 losses.append(value)
-                bar.update(task_id, advance=1, loss=float(np.mean(losses[-50:])))
+                bar.step(float(np.mean(losses[-50:])))
             try:
                 metrics, _ = evaluate(model, val_feed, device)
             except NonFiniteOutputsError:
@@ -278,8 +274,7 @@ def train_model(model: HeadModel, train_feed: Feed, val_feed: Feed, config: Trai
             record = EpochRecord(epoch, float(np.mean(losses)) if losses else float("nan"), score, val,
                                  optimizer.param_groups[0]["lr"], time.perf_counter() - t0)
             history.epochs.append(record)
-            text = " ".join(f"val {selection.metrics[k]} {v:.4f}" for k, v in val.items())
-            bar.update(task_id, description=f"epoch {epoch}/{config.epochs}", val=text)
+            bar.validated(epoch, {task: (selection.metrics[task], value) for task, value in val.items()})
             if log is not None:
                 log(record)
             # The one selection rule (best_epoch), applied to the epochs so far.
@@ -295,7 +290,7 @@ def train_model(model: HeadModel, train_feed: Feed, val_feed: Feed, config: Trai
                                  "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
                                  "history": history.to_json(), "best_state": best_state, "random": random_state()})
             if history.stopped_early:
-                bar.update(task_id, total=step)
+                bar.end_at(step)
                 break
     if best_state is not None:
         model.load_state_dict(best_state)
