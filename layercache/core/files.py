@@ -12,7 +12,7 @@ from __future__ import annotations
 import errno
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from .confine import open_regular
@@ -40,15 +40,26 @@ def new_file_mode() -> int:
 NO_SPACE = (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC), errno.EFBIG)
 
 
+def is_disk_full(err: BaseException) -> bool:
+    """Whether ``err`` says the disk (or the user's quota) is full: an ``OSError`` with its number, or a library's
+    own error that carries the text (``safetensors`` reports a full disk as ``os error 28``)."""
+    text = str(err)
+    return getattr(err, "errno", None) in NO_SPACE or "No space left" in text or "os error 28" in text
+
+
+def free_space_or(err: BaseException, fix: str = "choose another --out") -> str:
+    """What to do about a failed write: ``fix``, led by ``free space on that disk or`` when the disk is full."""
+    return f"free space on that disk or {fix}" if is_disk_full(err) else fix
+
+
 def why_unwritable(err: BaseException) -> str:
     """Why a write failed, in the words every refusal of an unwritable path uses (``the disk is full`` ...).
 
-    ``err`` is an ``OSError`` or a library's own error that carries its text (``safetensors``
-    reports a full disk as ``os error 28``).
+    ``err`` is an ``OSError`` or a library's own error that carries its text (:func:`is_disk_full`).
     """
     code = getattr(err, "errno", None)
     text = str(err)
-    if code in NO_SPACE or "No space left" in text or "os error 28" in text:
+    if is_disk_full(err):
         return "the disk is full"
     if code in (errno.ENOTDIR, errno.EEXIST):
         return "a file stands where a folder of its path should be"
@@ -71,19 +82,7 @@ def write_text_atomic(path: str | os.PathLike, text: str, *, fsync: bool = True)
     on any failure, and the error propagates. The rename replaces a link or a special file standing
     at ``path`` (never what a link points to).
     """
-    target = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}-", suffix=".tmp", dir=target.parent)
-    try:
-        os.fchmod(fd, new_file_mode())
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            if fsync:
-                handle.flush()
-                os.fsync(handle.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_texts_atomic({Path(path): text}, fsync=fsync)
 
 
 def write_file_atomic(path: str | os.PathLike, write: Callable[[Path], None],
@@ -116,4 +115,32 @@ def write_file_atomic(path: str | os.PathLike, write: Callable[[Path], None],
         return result
     except BaseException:
         tmp.unlink(missing_ok=True)
+        raise
+
+
+def write_texts_atomic(texts: Mapping[Path, str], *, fsync: bool = True) -> None:
+    """Replace several files together: each text is written to a temporary file beside its path (synced unless
+    ``fsync=False``), and only once every one is written are they renamed into place.
+
+    For files that belong together (a report's ``report.json`` and ``report.html``): a failure while
+    writing (a full disk) removes the temporary files and leaves every old file as it was, never a new
+    one beside an old one. Each file gets the mode of any new file (:func:`new_file_mode`).
+    """
+    staged: dict[Path, Path] = {}
+    try:
+        for path, text in texts.items():
+            target = Path(path)
+            fd, tmp = tempfile.mkstemp(prefix=f".{target.name}-", suffix=".tmp", dir=target.parent)
+            staged[target] = Path(tmp)
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                os.fchmod(handle.fileno(), new_file_mode())
+                handle.write(text)
+                if fsync:
+                    handle.flush()
+                    os.fsync(handle.fileno())
+        for target, tmp in staged.items():
+            os.replace(tmp, target)
+    except BaseException:
+        for tmp in staged.values():
+            tmp.unlink(missing_ok=True)
         raise

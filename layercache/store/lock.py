@@ -25,6 +25,7 @@ import sys
 from pathlib import Path
 
 from ..core.confine import OwnedFolder, open_regular
+from ..core.files import free_space_or, why_unwritable
 from ..errors import CacheLockedError, CacheWriteError
 
 LOCK_NAME = ".layercache.lock"
@@ -53,8 +54,7 @@ class CacheLock:
             path = self.owner.file(LOCK_NAME)  # lstat: a link or a FIFO in its place is refused, not followed
             fd = open_regular(path, os.O_RDWR | os.O_CREAT, 0o666, what="lock file")  # O_NOFOLLOW, no FIFO wait
         except OSError as err:
-            raise CacheWriteError(f"Cannot create the lock file {self.path} ({os.strerror(err.errno)}); "
-                                  "choose an --out folder you can write to.") from None
+            raise _unwritable(self.path, "create", err) from None
         if fcntl is not None:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -67,8 +67,12 @@ class CacheLock:
                 raise CacheLockedError(
                     f"{self.path.parent} is being written by another layercache process ({holder}); wait for it "
                     "to finish or stop it, or choose another --out.") from None
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n{' '.join(sys.argv)[:500]}\n".encode(errors="replace"))
+        try:
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()}\n{' '.join(sys.argv)[:500]}\n".encode(errors="replace"))
+        except OSError as err:  # a full disk: give the lock up at once, never hold it past the refusal
+            os.close(fd)
+            raise _unwritable(self.path, "write", err) from None
         self._fd = fd
         return self
 
@@ -83,6 +87,12 @@ class CacheLock:
 
     def __exit__(self, *exc) -> None:
         self.release()
+
+
+def _unwritable(path: Path, doing: str, err: OSError) -> CacheWriteError:
+    """The refusal of a lock file that cannot be made or written, saying why and what to do."""
+    return CacheWriteError(f"Cannot {doing} the lock file {path} ({why_unwritable(err)}); "
+                           f"{free_space_or(err, 'choose an --out folder you can write to')}.")
 
 
 def _read_holder(fd: int) -> str:

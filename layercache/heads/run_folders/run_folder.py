@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ...core.confine import OwnedFolder, kind_of, lstat_or_none, open_regular
-from ...core.files import why_unwritable
+from ...core.files import free_space_or, why_unwritable
 from ...errors import CacheLockedError, ConfigError, LayercacheError, RunInterrupted, UnsafePathError
 from ...store.lock import LOCK_NAME, CacheLock
 
@@ -116,7 +116,7 @@ class RunFolder:
             raise ConfigError(f"The {what} {path} cannot be created: a file stands on its path; give a folder "
                               f"path for the {what.split()[0]}.") from None
         except OSError as err:
-            raise _unwritable(what, Path(path), err) from None
+            raise unwritable_folder(what, Path(path), err) from None
         owner.check_root()
         return cls(owner, created)._locked(overwrite)
 
@@ -136,7 +136,7 @@ class RunFolder:
         try:
             parent.mkdir(parents=True, exist_ok=True)
         except OSError as err:
-            raise _unwritable(what, parent, err) from None
+            raise unwritable_folder(what, parent, err) from None
         for n in range(1, 100_000):
             candidate = parent / f"{prefix}-{n:03d}"
             try:
@@ -144,7 +144,7 @@ class RunFolder:
             except FileExistsError:
                 continue
             except OSError as err:
-                raise _unwritable(what, candidate, err) from None
+                raise unwritable_folder(what, candidate, err) from None
             return cls(OwnedFolder.at(candidate, what), created=True)._locked(overwrite=False)
         raise ConfigError(f"{parent} already holds 99,999 folders named {prefix}-NNN; pass --out.")
 
@@ -154,7 +154,9 @@ class RunFolder:
         self._lock_created = lstat_or_none(self.owner.path(LOCK_NAME)) is None
         try:
             self._lock.acquire()
-        except BaseException:
+        except BaseException as err:
+            if not isinstance(err, CacheLockedError):  # the lock file could not be made or written (a full disk)
+                self.release()  # removes a lock file and a folder this claim made: nothing is left behind
             self._lock_created = False
             raise
         try:
@@ -191,7 +193,7 @@ class RunFolder:
             try:
                 os.mkdir(staging)  # fails on anything already there, a link included
             except OSError as err:
-                raise _unwritable(self.what, self.path, err) from None
+                raise unwritable_folder(self.what, self.path, err) from None
             self._staging = staging
         return self._staging
 
@@ -202,7 +204,10 @@ class RunFolder:
         folder = OwnedFolder(self.staging, self.what)
         if lstat_or_none(folder.path(name)) is not None:  # rewritten: the previous one goes
             self._remove_tree(folder.path(name))
-        return StagedRun(folder.folder(name, create=True), self.path / name)
+        try:
+            return StagedRun(folder.folder(name, create=True), self.path / name)
+        except OSError as err:
+            raise unwritable_folder(self.what, self.path, err) from None
 
     def file(self, name: str) -> Path:
         """The staged path of the file ``name`` (``sweep.json``)."""
@@ -320,5 +325,6 @@ def _refuse_occupied(owner: OwnedFolder, overwrite: bool) -> None:
                                   "--overwrite cannot replace it; move it away or choose another --out.")
 
 
-def _unwritable(what: str, path: Path, err: OSError) -> ConfigError:
-    return ConfigError(f"The {what} {path} cannot be written ({why_unwritable(err)}); choose another --out.")
+def unwritable_folder(what: str, path: Path, err: OSError) -> ConfigError:
+    """The one sentence for a run or sweep folder that cannot be written: why (a full disk ...) and what to do."""
+    return ConfigError(f"The {what} {path} cannot be written ({why_unwritable(err)}); {free_space_or(err)}.")

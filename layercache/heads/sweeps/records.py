@@ -15,7 +15,7 @@ from pathlib import Path
 from ...core.confine import OwnedFolder
 from ...core.files import write_text_atomic
 from ...errors import ConfigError
-from ..run_folders.run_folder import SWEEP_FILE
+from ..run_folders.run_folder import SWEEP_FILE, unwritable_folder
 
 VARIANT_CONFIDENCE = 0.95
 """A grid variant is kept over its mixer's default only when it scores above the default in at least this
@@ -182,8 +182,7 @@ class SweepResult:
         try:
             write_text_atomic(path, json.dumps(self.to_json(), indent=2, default=float) + "\n")
         except OSError as err:
-            raise ConfigError(f"The sweep folder {self.out} cannot be written ({err.strerror or err}); choose "
-                              "another --out.") from None
+            raise unwritable_folder("sweep folder", self.out, err) from None
         return path
 
     @classmethod
