@@ -14,6 +14,7 @@ changes how a text becomes ids. A cache, a resumed run and a trained head all co
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,8 +26,17 @@ from ..core.devices import FORWARD_DTYPE_NAMES, resolve_device
 from ..core.hub_access import cache_only
 from ..errors import ConfigError, ModelLoadError
 from .location import hub_unavailable, looks_like_folder, offline_refusal, resolve_model_source
-from .placement import SplitLoad, check_device_map, input_device, keep_states_in_place, placement
+from .placement import (
+    SplitLoad,
+    check_device_map,
+    describe_split,
+    input_device,
+    keep_states_in_place,
+    placement,
+)
 from .words import word_prefix
+
+log = logging.getLogger("layercache")
 
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 
@@ -175,6 +185,7 @@ def load_backbone(name: str = DEFAULT_MODEL, *, device: str = "auto", dtype: str
                                  files=weight_files(source, revision, allow_pickle),
                                  placed=(input_device(full), torch_dtype))
         backbone.placement = placement(full)
+        log.info(describe_split(full, device_map, backbone.device))
         split.own(backbone)
         return backbone
     return wrap_backbone(full, tokenizer, name=name, source=source, device=torch_device, max_length=max_length,

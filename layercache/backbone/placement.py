@@ -28,6 +28,7 @@ from pathlib import Path
 import torch
 
 from ..core.devices import DEVICE_MAPS, check_max_memory
+from ..core.units import human_bytes
 from ..errors import ConfigError
 
 MEMORY_KEYS = "cuda:N (or N), cpu"
@@ -121,6 +122,35 @@ def placement(model: torch.nn.Module) -> dict[str, int] | None:
         return None
     counts = Counter(_device_name(d) for d in device_map.values())
     return dict(sorted(counts.items()))
+
+
+def describe_split(model: torch.nn.Module, strategy: str, computes_on: torch.device) -> str:
+    """One line saying where ``--device-map strategy`` put a split model's parts: per device, how many and how large.
+
+    ``"--device-map auto split the model: cpu 1 part (139.6 KiB), disk 2 parts (70.9 KiB); the parts on disk
+    are brought to cpu block by block"``. Sizes are the parameters and buffers as loaded (an offloaded part's
+    on ``meta``, same shape and dtype).
+    """
+    parts: dict[str, list[int]] = {}
+    for name, device in (getattr(model, "hf_device_map", None) or {}).items():
+        module = model.get_submodule(name)
+        size = sum(t.numel() * t.element_size() for t in (*module.parameters(), *module.buffers()))
+        count = parts.setdefault(_device_name(device), [0, 0])
+        count[0] += 1
+        count[1] += size
+    shown = ", ".join(f"{device} {n} part{'s' if n != 1 else ''} ({human_bytes(size)})"
+                      for device, (n, size) in sorted(parts.items(), key=lambda item: _device_order(item[0])))
+    here = str(computes_on)
+    away = [d for d in sorted(parts, key=_device_order) if d in ("cpu", "disk") and d != here]
+    brought = f"; the parts on {' and '.join(away)} are brought to {here} block by block" if away else ""
+    return f"--device-map {strategy} split the model: {shown}{brought}."
+
+
+def _device_order(device: str) -> tuple:
+    """GPUs by index, then cpu, then disk: the order accelerate fills them."""
+    if device.startswith("cuda:"):
+        return (0, int(device.split(":")[1]))
+    return (1 if device == "cpu" else 2, 0)
 
 
 def _device_name(device) -> str:

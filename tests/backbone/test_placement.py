@@ -150,3 +150,19 @@ def test_torchrun_ranks_with_a_device_map_are_refused(tmp_path):
                          World(rank=0, size=2, local_rank=0), overwrite=False, repair=False, allow_pickle=False,
                          progress=False)
     assert not (tmp_path / "c").exists()
+
+
+def test_extract_verify_and_predict_say_how_the_model_was_split(tiny_models, runs, tmp_path):
+    """One line on stderr: per device, how many parts of the model and how many bytes (issue 36)."""
+    model = tiny_models["bert"]
+    limits = [f"cpu={_most_of_the_weights(model)['cpu']}"]
+    split = ["--device-map", "auto", "--max-memory", *limits, "--threads", "1"]
+    commands = {"extract": ["extract", model, "builtin", "-o", tmp_path / "cache", "--limit", "4"],
+                "verify": ["verify", tmp_path / "cache", "--sample", "2"],
+                "predict": ["predict", runs["bert"]["sentiment"], "a fine day"]}
+    for name, args in commands.items():
+        result = invoke(*args, *split)
+        assert result.exit_code == 0, result.output
+        shown = " ".join(result.output.split())
+        assert "--device-map auto split the model: cpu 1 part (" in shown, (name, shown)
+        assert " disk 2 parts (" in shown and "the parts on disk are brought to cpu block by block" in shown
