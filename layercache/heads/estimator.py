@@ -79,7 +79,7 @@ from .run_folders.persistence import (
 from .run_folders.provenance import cache_identity, cache_mean_skip_first, check_backbone_matches, check_cache_matches
 from .scoring.evaluation import PassResult, evaluate, predict
 from .scoring.selection import Selection, default_selection, requested_metrics, resolve_selection
-from .training.checkpoint import EpochCheckpoint
+from .training.checkpoint import CheckpointFolder
 from .training.class_weights import BALANCED, class_weight_values, label_counts, parse_class_weight
 from .training.collapse import collapse_warning
 from .training.convex import convergence_warnings, fit_convex, resolved_c_grid
@@ -196,7 +196,8 @@ class LayerHead(BaseEstimator):
     # --- fitting ------------------------------------------------------------------------
     @computes
     def fit(self, cache: LayerCache, split: str = "train", val_split: str | None = None, *,
-            feeds: FeedPool | None = None, deadline: float | None = None, checkpoints: Path | None = None,
+            feeds: FeedPool | None = None, deadline: float | None = None,
+            checkpoints: Path | CheckpointFolder | None = None,
             fresh: bool = False) -> "LayerHead":
         """Train on ``split``; validate on ``val_split``, the cache's validation split, or a slice of train.
 
@@ -204,8 +205,9 @@ class LayerHead(BaseEstimator):
         fits of one cache share them (``layercache sweep``); by default each fit builds its own.
         ``deadline``: a :func:`time.perf_counter` value after which minibatch training starts no new
         epoch (see :func:`~.training.trainer.train_model`); the convex fit ignores it (it takes a fraction of
-        an epoch's time). ``checkpoints``: a folder where each fit saves its state after every epoch and from
-        which a stopped fit resumes (:mod:`.training.checkpoint`; ``fresh`` discards what is there first).
+        an epoch's time). ``checkpoints``: a folder (or a :class:`~.training.checkpoint.CheckpointFolder`, which
+        remembers each fit's checkpoint) where each fit saves its state after every epoch and from which a stopped
+        fit resumes (:mod:`.training.checkpoint`; ``fresh`` discards what is there first).
         """
         if feeds is not None and feeds.cache is not cache:
             raise ConfigError("The feed pool given to fit() reads another cache; pass a FeedPool of the cache being "
@@ -266,8 +268,8 @@ class LayerHead(BaseEstimator):
             self.history_: TrainHistory = fit_convex(model, train_feed, val_feed, self.selection_, C_grid=self.C_grid,
                                                      device=device, seed=self.seed)
         else:
-            checkpoint = None if checkpoints is None else EpochCheckpoint.of_fit(
-                checkpoints, jsonable(self.get_params()), cache.manifest.config_hash, split, val_split, layer_names,
+            checkpoint = None if checkpoints is None else CheckpointFolder.at(checkpoints).fit(
+                jsonable(self.get_params()), cache.manifest.config_hash, split, val_split, layer_names,
                 fresh=fresh)
             self.history_ = train_model(model, train_feed, val_feed, self.train_config_, device=device,
                                         progress=self.progress, selection=self.selection_, deadline=deadline,

@@ -40,6 +40,7 @@ from .run_folders.persistence import unwritable
 from .run_folders.run_files import RunFiles
 from .run_folders.run_folder import IGNORED, STAGING_PREFIX, RunFolder, StagedRun
 from .scoring.evaluation import PassResult
+from .training.checkpoint import CheckpointFolder
 
 
 @dataclass
@@ -67,12 +68,6 @@ def checkpoints_root(cache_path: str | os.PathLike) -> Path:
     """Where the fits of a cache's heads keep their state between epochs until their run is written
     (``<cache>.runs/.checkpoints``, one file per fit): the same command finds it again, whatever its ``--out``."""
     return runs_root(cache_path) / ".checkpoints"
-
-
-def remove_checkpoints(head) -> None:
-    """Delete the checkpoints of ``head``'s fits, once its run is written."""
-    for checkpoint in getattr(head, "checkpoints_", []):
-        checkpoint.remove()
 
 
 def claim_run_folder(cache_path: str | os.PathLike, out: str | os.PathLike | None, name: str, overwrite: bool,
@@ -146,16 +141,17 @@ def train_head(cache: str | os.PathLike | LayerCache | None = None, mixer: str =
             read = [handle.layer_names[i] for i in handle.layer_index(params.get("layers"))]
             check_split_stats(handle, test_name, read)  # refuse a damaged test split before training
         head = estimator(mixer, **params)
+        # Each epoch's state is saved, so the same command resumes a killed fit; --overwrite starts afresh.
+        checkpoints = CheckpointFolder(checkpoints_root(handle.path))
         with claim_run_folder(handle.path, out, mixer, overwrite) as folder:  # locked until written, or removed
+            folder.resume_hint = checkpoints.resume_hint  # Ctrl-C says which epoch the same command resumes from
             started = time.perf_counter()
-            # Each epoch's state is saved, so the same command resumes a killed fit; --overwrite starts afresh.
-            head.fit(handle, split=split, val_split=val_split, checkpoints=checkpoints_root(handle.path),
-                     fresh=overwrite)
+            head.fit(handle, split=split, val_split=val_split, checkpoints=checkpoints, fresh=overwrite)
             train_seconds = time.perf_counter() - started
             test = None if test_name is None else (test_name, *head.evaluate(handle, test_name))
             result = write_trained_run(folder.run(), head, handle, train_seconds=train_seconds, test=test)
             folder.commit()
-            remove_checkpoints(head)
+            checkpoints.remove()
             return result
 
 

@@ -1,5 +1,5 @@
 """``train-head`` and ``sweep`` killed mid-way resume from the same command to the weights of an uninterrupted run;
-``--overwrite`` starts afresh."""
+``--overwrite`` starts afresh. Ctrl-C says which epoch the same command resumes from, and the rerun says it resumes."""
 
 from __future__ import annotations
 
@@ -9,7 +9,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from cli_support import invoke
 from safetensors.torch import load_file
+
+from layercache.heads.training.checkpoint import EpochCheckpoint
 
 HERE = Path(__file__).parent
 COMMON = ["--threads", "1", "--quiet"]
@@ -78,4 +81,30 @@ def test_a_killed_sweep_resumes_to_the_same_leaderboard_and_best_weights(cache, 
                 for row in data["leaderboard"]]
 
     assert board(tmp_path / "whole") == board(tmp_path / "resumed")
+    assert checkpoints(cache) == []
+
+
+def test_ctrl_c_says_the_same_command_resumes_from_epoch_n_and_the_rerun_says_it_does(cache, tmp_path, monkeypatch):
+    args = ["train-head", cache, "--mixer", "scalar", "--task", "sentiment", "--epochs", "4", "--patience", "0",
+            "--out", tmp_path / "run", *COMMON]
+    original, saved = EpochCheckpoint.save, []
+
+    def save(self, state):
+        original(self, state)
+        saved.append(state["epoch"])
+        if len(saved) == 2:
+            raise KeyboardInterrupt  # Ctrl-C in epoch 3, epoch 2's checkpoint saved
+
+    with monkeypatch.context() as patched:
+        patched.setattr(EpochCheckpoint, "save", save)
+        stopped = invoke(*args)
+    said = " ".join(stopped.output.split())
+    assert stopped.exit_code == 130, said
+    assert "the fit's checkpoint after epoch 2 of 4 is kept" in said, said
+    assert "running the same command again resumes from epoch 3" in said and "start the run afresh" not in said
+    assert len(checkpoints(cache)) == 1
+    again = invoke(*args)
+    said = " ".join(again.output.split())
+    assert again.exit_code == 0, said
+    assert "Resuming the fit from epoch 3" in said, said
     assert checkpoints(cache) == []

@@ -3,11 +3,22 @@ the same weights as one that was never stopped."""
 
 from __future__ import annotations
 
+import errno
+import logging
+import os
+
 import pytest
 import torch
 
+from layercache.errors import OutputWriteError
 from layercache.heads.network.model import HeadModel
-from layercache.heads.training.checkpoint import EpochCheckpoint, fit_key
+from layercache.heads.training.checkpoint import (
+    CHECKPOINT_FORMAT,
+    CheckpointFolder,
+    EpochCheckpoint,
+    checkpoint_bytes,
+    fit_key,
+)
 from layercache.heads.training.trainer import TrainConfig, seed_everything, train_model
 from layercache.store.cache_feed import CacheFeed
 from layercache.store.reader import LayerCache
@@ -65,8 +76,64 @@ def test_a_checkpoint_of_another_fit_or_a_damaged_one_is_ignored(cache, tmp_path
     assert all(torch.equal(v, fresh.state_dict()[k]) for k, v in whole.state_dict().items())
     mine.path.write_bytes(b"not a checkpoint")
     assert mine.load() is None
-    torch.save({"format": 1, "key": mine.key, "payload": Stop("planted")}, mine.path)  # a pickled object
-    assert mine.load() is None  # weights_only refuses it: no code runs
+    mine.path.write_bytes(checkpoint_bytes({"format": CHECKPOINT_FORMAT, "key": mine.key, "payload": Stop("planted")}))
+    assert mine.load() is None  # a pickled object, checksum and all: weights_only refuses it, no code runs
+
+
+@pytest.fixture
+def logged(caplog):
+    """caplog with layercache's own log records (the CLI's handler stops them from reaching the root logger)."""
+    logger = logging.getLogger("layercache")
+    level = logger.level
+    logger.addHandler(caplog.handler)
+    logger.setLevel(logging.INFO)
+    yield caplog
+    logger.removeHandler(caplog.handler)
+    logger.setLevel(level)
+
+
+def test_a_checkpoint_with_zeroed_bytes_is_named_and_never_resumed(cache, tmp_path, logged, one_torch_thread):
+    # What a kill -9 left on a disk that lost a block: the file reads, its tensors do not hold what was saved.
+    whole, _ = _fit(cache)
+    checkpoint = EpochCheckpoint(tmp_path / ".checkpoints", fit_key("zeroed"))
+    with pytest.raises(Stop):
+        _fit(cache, checkpoint, stop_at=3)
+    data = bytearray(checkpoint.path.read_bytes())
+    middle = len(data) // 2
+    assert any(data[middle:middle + 64])  # the bytes zeroed were not zero: the file changes
+    data[middle:middle + 64] = bytes(64)
+    checkpoint.path.write_bytes(bytes(data))
+    assert checkpoint.load() is None
+    warnings = [r.getMessage() for r in logged.records if r.levelno == logging.WARNING]
+    assert any(str(checkpoint.path) in w and "checksum" in w and "starts afresh" in w for w in warnings), warnings
+    resumed, _ = _fit(cache, checkpoint)  # trained afresh: the weights of a run that was never stopped
+    assert all(torch.equal(v, resumed.state_dict()[k]) for k, v in whole.state_dict().items())
+
+
+def test_a_full_disk_at_a_checkpoint_stops_training_in_one_sentence_keeping_the_last(cache, tmp_path, monkeypatch,
+                                                                                    one_torch_thread):
+    import layercache.heads.training.checkpoint as module
+
+    checkpoint = EpochCheckpoint(tmp_path / ".checkpoints", fit_key("full disk"))
+    original, saves = module.write_file_atomic, []
+
+    def write(path, write_bytes, after=None):
+        saves.append(path)
+        if len(saves) == 3:  # epoch 3's state: the disk is full by then
+            def full(tmp):
+                write_bytes(tmp)  # half of it landed in the temporary file
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            return original(path, full, after)
+        return original(path, write_bytes, after)
+
+    monkeypatch.setattr(module, "write_file_atomic", write)
+    with pytest.raises(OutputWriteError) as refused:
+        _fit(cache, checkpoint)
+    message = str(refused.value)
+    assert message == (f"The training checkpoint {checkpoint.path} cannot be written (the disk is full); free space "
+                       "on that disk and run the same command again, which resumes from epoch 3.")
+    assert [p.name for p in checkpoint.folder.iterdir()] == [checkpoint.name]  # no temporary file beside it
+    assert EpochCheckpoint(checkpoint.folder, checkpoint.key).load()["epoch"] == 2  # epoch 2's, whole
 
 
 def test_a_link_planted_for_the_checkpoint_folder_is_never_written_through(cache, tmp_path, one_torch_thread):
@@ -81,3 +148,18 @@ def test_a_link_planted_for_the_checkpoint_folder_is_never_written_through(cache
     (outside / checkpoint.name).write_bytes(b"someone else's file")
     checkpoint.remove()  # never through the link either
     assert (outside / checkpoint.name).exists()
+
+
+def test_what_an_interruption_keeps_is_said_with_the_epoch_the_same_command_resumes_from(tmp_path):
+    folder = CheckpointFolder(tmp_path / ".checkpoints")
+    assert folder.resume_hint() is None  # nothing saved yet: the message says the run starts afresh
+    first = folder.fit({"epochs": 5, "seed": 0}, "hash", "train", None, ["layer_1"])
+    first._holds({"epoch": 3, "done": True})  # stopped early after epoch 3
+    assert folder.resume_hint() == (f"the fit's checkpoint after epoch 3 of 5 is kept in {folder.path}, so running the "
+                                    "same command again restores its weights without training (--overwrite starts "
+                                    "afresh)")
+    second = folder.fit({"epochs": 5, "seed": 1}, "hash", "train", None, ["layer_1"])
+    second._holds({"epoch": 2, "done": False})
+    assert folder.resume_hint() == (f"the checkpoints of 2 fits are kept in {folder.path} (1 finished, the last after "
+                                    "epoch 2 of 5), so running the same command again resumes the last from epoch 3 "
+                                    "(--overwrite starts afresh)")

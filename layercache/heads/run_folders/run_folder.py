@@ -32,6 +32,7 @@ import os
 import secrets
 import shutil
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -87,6 +88,9 @@ class RunFolder:
         self._lock_created = False
         self._staging: Path | None = None
         self.committed = False
+        self.resume_hint: Callable[[], str | None] | None = None
+        """What running the same command again resumes after Ctrl-C (training checkpoints kept), as the end of a
+        sentence, or None: set by the caller that keeps them; without it the message says the run starts afresh."""
 
     @property
     def path(self) -> Path:
@@ -258,9 +262,10 @@ class RunFolder:
         if kind is not None and issubclass(kind, KeyboardInterrupt) and not isinstance(err, RunInterrupted):
             kept = "removed" if self.created and not self.path.exists() else "left as it was"
             noun = self.what.split()[0]
+            resumes = self.resume_hint() if self.resume_hint is not None else None
+            again = resumes or f"run the same command again to start the {noun} afresh"
             raise RunInterrupted(f"Interrupted before the {noun} was complete, so nothing of it was written ("
-                                 f"{self.path} was {kept}); run the same command again to start the {noun} "
-                                 "afresh.") from None
+                                 f"{self.path} was {kept}); {again}.") from None
 
     # --- what is in the folder ----------------------------------------------------------------
     def _entries(self, staging: bool) -> list[Path]:

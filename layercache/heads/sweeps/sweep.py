@@ -65,6 +65,7 @@ from ..data.finite import DivergedError, check_split_stats
 from ..estimator import LayerHead, resolve_tasks
 from ..run_folders.run_folder import BEST_RUN, SWEEP_FILE
 from ..scoring.evaluation import evaluate
+from ..training.checkpoint import CheckpointFolder
 from ..workflow import check_run_folder, checkpoints_root, claim_run_folder
 from .budget import Costs
 from .candidates import LR_FACTORS, Candidate, candidate_grid
@@ -159,10 +160,10 @@ def sweep(cache: str | os.PathLike | LayerCache | None = None, *, out: str | os.
             run = _Sweep(handle, folder, head_tasks, layer_names, seed_list, seed, split, val_split, test_name,
                          params, started, seconds, progress, pick, float(confidence))
             run.fresh = overwrite  # --overwrite: no candidate resumes from a checkpoint an earlier sweep left
+            folder.resume_hint = run.checkpoints.resume_hint  # Ctrl-C says what the same command resumes
             result = run.run(plan, ensemble)
             folder.commit()  # best/, ensemble/ and sweep.json appear together, complete
-            for checkpoint in run.checkpoints:  # every candidate's run is written: nothing left to resume
-                checkpoint.remove()
+            run.checkpoints.remove()  # every candidate's run is written: nothing left to resume
             return result
 
 
@@ -220,7 +221,7 @@ class _Sweep:
         self.first_error_raises = True  # until one candidate has trained, a refusal is about the settings
         # Every fit saves its state after each epoch (:mod:`..training.checkpoint`), so a killed sweep run
         # again resumes each candidate where it stopped; a finished candidate's fit resumes at its end.
-        self.fresh, self.checkpoints = False, []
+        self.fresh, self.checkpoints = False, CheckpointFolder(checkpoints_root(cache.path))
 
     # --- the clock ---------------------------------------------------------------------------
     def left(self) -> float:
@@ -372,8 +373,7 @@ class _Sweep:
         t0 = time.perf_counter()
         with _quiet_heads():
             head.fit(self.cache, self.split, self.val_split, feeds=self.pool, deadline=deadline,
-                     checkpoints=checkpoints_root(self.cache.path), fresh=self.fresh)
-        self.checkpoints.extend(getattr(head, "checkpoints_", []))
+                     checkpoints=self.checkpoints, fresh=self.fresh)
         fit_seconds = time.perf_counter() - t0
         score = head.selection_.score(head.validation_metrics_)
         test = test_score = None
