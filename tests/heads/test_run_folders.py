@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from cli_support import assert_refused, invoke
+from fs_support import tree_state
 
 import layercache as lc
 from layercache.errors import CacheLockedError, ConfigError
@@ -123,6 +124,37 @@ def test_a_folder_holding_only_a_lock_file_counts_as_empty_and_a_run_with_one_lo
     assert result.exit_code == 0, result.output
     assert _visible(left) == RUN_FILES | {".layercache.lock"}
     assert LayerHead.load(left).mixer == "last"
+
+
+def test_a_stale_staging_folder_holding_someones_file_is_left_whole(cache, tmp_path):
+    out = tmp_path / "run"
+    stale = out / ".layercache-partial-0badc0de"  # what a killed run staged: layercache's own, removed
+    (stale / "best").mkdir(parents=True)
+    (stale / "weights.safetensors").write_bytes(b"half")
+    (stale / ".config.json-k9x2a1b7.tmp").write_text("{")
+    (stale / "best" / "config.json").write_text("{}")
+    kept = out / ".layercache-partial-5eed5eed"  # the same, with someone's file put in it: nothing of it goes
+    shutil.copytree(stale, kept)
+    (kept / "best" / "thesis.tex").write_text("mine\n")
+    before = tree_state(kept)
+    (out / ".layercache-partial-f11e").write_text("a file of that name, which layercache never makes\n")
+    result = invoke("train-head", cache, *CLI_QUICK, "--out", out)
+    assert result.exit_code == 0, result.output
+    assert tree_state(kept) == before
+    assert (out / ".layercache-partial-f11e").is_file()
+    assert _visible(out) == RUN_FILES | {kept.name, ".layercache-partial-f11e"}
+    assert LayerHead.load(out).mixer == "last"
+
+
+def test_a_sweep_overwrite_refuses_a_best_folder_whose_staging_holds_someones_file(cache, tmp_path):
+    out = tmp_path / "sweep"
+    (out / "best" / ".layercache-partial-0badc0de").mkdir(parents=True)
+    (out / "best" / ".layercache-partial-0badc0de" / "thesis.tex").write_text("mine\n")
+    (out / "sweep.json").write_text("{}\n")
+    with pytest.raises(ConfigError, match="layercache did not write"):
+        sweep(cache, out=out, overwrite=True, candidates=["last"], seeds=1, budget=None, progress=False,
+              tasks=["sentiment"])
+    assert (out / "best" / ".layercache-partial-0badc0de" / "thesis.tex").read_text() == "mine\n"
 
 
 # --- 3. interrupted or failed runs leave nothing half-written ---------------------------------------------

@@ -14,8 +14,9 @@ handled:
   (``.layercache-partial-<random>``) and moved into place by :meth:`RunFolder.commit` only once it
   is complete, ``config.json`` (or a sweep's ``sweep.json``) last: that is the file that makes a
   folder a run. A run that fails (a full disk) or is interrupted removes its staging folder, and a
-  folder it created itself, so the same command can run again; a staging folder left by a killed
-  process is removed by the next writer, under the lock.
+  folder it created itself, so the same command can run again; what a killed process left staged
+  is removed by the next writer, under the lock (only what layercache writes there: a file or folder
+  someone else put into a staging folder stays, and so does the staging folder holding it).
 - **Links and foreign files.** Every path below the folder goes through
   :class:`~layercache.core.confine.OwnedFolder` (a link, a FIFO or a device where layercache would
   write is refused). A folder that is not empty is refused unless ``overwrite``; then only
@@ -28,6 +29,7 @@ a folder that holds only a lock file, or a stale staging folder, counts as empty
 
 from __future__ import annotations
 
+import logging
 import os
 import secrets
 import shutil
@@ -40,6 +42,8 @@ from ...core.confine import OwnedFolder, kind_of, lstat_or_none, open_regular
 from ...core.files import free_space_or, why_unwritable
 from ...errors import CacheLockedError, ConfigError, LayercacheError, RunInterrupted, UnsafePathError
 from ...store.lock import LOCK_NAME, CacheLock
+
+log = logging.getLogger("layercache")
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "weights.safetensors"
@@ -166,7 +170,7 @@ class RunFolder:
         try:
             self._check_lock_is_ours()
             for entry in self._entries(staging=True):
-                self._remove_tree(entry)
+                clear_staging(entry)
             _refuse_occupied(self.owner, overwrite)
         except BaseException:
             self.release()
@@ -289,13 +293,16 @@ class RunFolder:
         if name in OWN_RUNS and st is not None and stat.S_ISDIR(st.st_mode):
             inner = OwnedFolder(self.owner.path(name), self.what)
             for entry in os.listdir(inner.root):
-                inner.remove(entry) if entry in OWN_FILES or entry in IGNORED else self._remove_tree(inner.path(entry))
+                if entry in OWN_FILES or entry in IGNORED:
+                    inner.remove(entry)
+                else:  # a stale staging folder: _refuse_occupied let nothing else through
+                    clear_staging(inner.path(entry))
             os.rmdir(inner.root)
         else:
             self.owner.remove(name)
 
     def _remove_tree(self, path: Path) -> None:
-        """Remove ``path``, a staging folder (layercache's own) or a link or file standing in its place."""
+        """Remove ``path``: a run folder staged by this process, or a link or file standing in its place."""
         st = lstat_or_none(path)
         if st is None:
             return
@@ -324,10 +331,47 @@ def _refuse_occupied(owner: OwnedFolder, overwrite: bool) -> None:
         st = lstat_or_none(owner.path(name))
         if name in OWN_RUNS and st is not None and stat.S_ISDIR(st.st_mode):
             foreign = [n for n in os.listdir(owner.path(name)) if n not in OWN_FILES and n not in IGNORED
-                       and not n.startswith(STAGING_PREFIX)]
+                       and not (n.startswith(STAGING_PREFIX) and is_stale_staging(owner.path(name, n)))]
             if foreign:
                 raise ConfigError(f"{owner.path(name)} holds {foreign[0]!r}, which layercache did not write, so "
                                   "--overwrite cannot replace it; move it away or choose another --out.")
+
+
+def clear_staging(path: Path) -> bool:
+    """Remove a staging folder that a killed process left, if it holds only what layercache writes there
+    (:data:`OWN_FILES`, their temporary files, own run folders holding those); returns whether it was removed.
+
+    One that holds anything else (a file someone put there) stays whole, named in a warning: it does
+    not make its folder occupied, and nothing in it is layercache's to delete. So does a file or a link
+    of a staging folder's name, which layercache never makes.
+    """
+    if not is_stale_staging(path):
+        if lstat_or_none(path) is not None:
+            log.warning("Left %s in place: it holds files layercache did not write; move them away and delete it.",
+                        path)
+        return False
+    shutil.rmtree(path)  # only layercache's own files, checked just above; it never follows a link inside
+    return True
+
+
+def is_stale_staging(path: Path) -> bool:
+    """Whether ``path`` is a real folder holding nothing but what layercache stages (see :func:`clear_staging`)."""
+    st = lstat_or_none(path)
+    if st is None or not stat.S_ISDIR(st.st_mode):
+        return False
+    for entry in os.listdir(path):
+        mode = os.lstat(path / entry).st_mode
+        if stat.S_ISDIR(mode):
+            if entry not in OWN_RUNS or not is_stale_staging(path / entry):
+                return False
+        elif entry not in OWN_FILES and not _temporary_of_own(entry):
+            return False
+    return True
+
+
+def _temporary_of_own(name: str) -> bool:
+    """Whether ``name`` is the temporary file of an atomic write of an own file (``.config.json-x1y2.tmp``)."""
+    return name.startswith(".") and name.endswith(".tmp") and any(name.startswith(f".{own}-") for own in OWN_FILES)
 
 
 def unwritable_folder(what: str, path: Path, err: OSError) -> ConfigError:
