@@ -9,6 +9,8 @@ from __future__ import annotations
 import errno
 import functools
 import logging
+import os
+from contextlib import contextmanager
 
 import typer
 from rich.console import Console
@@ -53,7 +55,9 @@ EXIT_INTERRUPTED = 130
 
 
 def friendly(command):
-    """Turn LayercacheError into one red sentence and exit code 2; Ctrl-C into a resume hint."""
+    """Turn LayercacheError into one red sentence and exit code 2; Ctrl-C into a resume hint. Under torchrun,
+    only rank 0 prints (:func:`spoken_by_rank_zero`)."""
+    command = spoken_by_rank_zero(command)
 
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
@@ -61,6 +65,8 @@ def friendly(command):
         try:
             return command(*args, **kwargs)
         except LayercacheError as err:
+            if follower_rank() and getattr(err, "reported_by_rank_zero", False):
+                raise typer.Exit(EXIT_USAGE) from None  # rank 0 prints it, for every rank
             err_console.print(f"[bold red]Error:[/] {err}", highlight=False, soft_wrap=True)
             raise typer.Exit(EXIT_USAGE) from None
         except OSError as err:
@@ -71,11 +77,56 @@ def friendly(command):
             err_console.print(f"[bold red]Error:[/] {file_system_refusal(err)}", highlight=False, soft_wrap=True)
             raise typer.Exit(EXIT_USAGE) from None
         except KeyboardInterrupt as err:  # a RunInterrupted (train-head, sweep) says itself what was kept
+            if follower_rank():  # Ctrl-C reaches every rank; rank 0 says what was kept
+                raise typer.Exit(EXIT_INTERRUPTED) from None
             err_console.print(str(err) or "Interrupted; committed shards are kept, run the same command again to "
                               "resume.", highlight=False, soft_wrap=True)
             raise typer.Exit(EXIT_INTERRUPTED) from None
 
     return wrapper
+
+
+def follower_rank() -> bool:
+    """Whether this process is one of torchrun's ranks other than rank 0 (``RANK``, ``WORLD_SIZE``)."""
+    try:
+        return int(os.environ.get("WORLD_SIZE", "1")) > 1 and int(os.environ.get("RANK", "0")) != 0
+    except ValueError:
+        return False
+
+
+def spoken_by_rank_zero(command):
+    """``command``, silent on a torchrun rank other than 0: every rank runs the same command, and each line
+    printed once per rank buries the one that matters. Such a rank prints only its own failures: its log
+    records at ERROR and the error it ends with (:func:`friendly` prints that, after this has returned),
+    unless the error says what rank 0 reports for every rank (``reported_by_rank_zero``)."""
+
+    @functools.wraps(command)
+    def silent_unless_rank_zero(*args, **kwargs):
+        if not follower_rank():
+            return command(*args, **kwargs)
+        with _only_errors():
+            return command(*args, **kwargs)
+
+    return silent_unless_rank_zero
+
+
+@contextmanager
+def _only_errors():
+    """Both consoles quiet, and the log's records below ERROR dropped (errors on a console of their own)."""
+    handlers = [h for h in logging.getLogger("layercache").handlers if isinstance(h, RichHandler)]
+    before = out_console.quiet, err_console.quiet, [(h, h.level, h.console) for h in handlers]
+    out_console.quiet = err_console.quiet = True
+    errors = Console(stderr=True)
+    for handler in handlers:
+        handler.setLevel(logging.ERROR)
+        handler.console = errors
+    try:
+        yield
+    finally:
+        out_console.quiet, err_console.quiet = before[0], before[1]
+        for handler, level, console in before[2]:
+            handler.setLevel(level)
+            handler.console = console
 
 
 ENVIRONMENT_ERRNOS = frozenset((*NO_SPACE, errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOTDIR, errno.EISDIR,

@@ -47,6 +47,9 @@ GROUP_TIMEOUT = timedelta(minutes=30)
 class RankFailedError(LayercacheError):
     """One or more ranks of a distributed extraction stopped with an error (each named with its rank)."""
 
+    reported_by_rank_zero = True
+    """Every rank raises it to stop; only rank 0 prints it (the failed rank has printed its own error)."""
+
 
 @dataclass(frozen=True)
 class World:
