@@ -80,18 +80,6 @@ def test_a_checkpoint_of_another_fit_or_a_damaged_one_is_ignored(cache, tmp_path
     assert mine.load() is None  # a pickled object, checksum and all: weights_only refuses it, no code runs
 
 
-@pytest.fixture
-def logged(caplog):
-    """caplog with layercache's own log records (the CLI's handler stops them from reaching the root logger)."""
-    logger = logging.getLogger("layercache")
-    level = logger.level
-    logger.addHandler(caplog.handler)
-    logger.setLevel(logging.INFO)
-    yield caplog
-    logger.removeHandler(caplog.handler)
-    logger.setLevel(level)
-
-
 def test_a_checkpoint_with_zeroed_bytes_is_named_and_never_resumed(cache, tmp_path, logged, one_torch_thread):
     # What a kill -9 left on a disk that lost a block: the file reads, its tensors do not hold what was saved.
     whole, _ = _fit(cache)
