@@ -430,7 +430,9 @@ def main(argv=None) -> int:
 
     for m in mixers:
         make_mixer(m, 7, 384)  # a typo fails now, not after the extraction
-    torch.set_num_threads(args.threads)
+    from layercache.core.threads import use_threads  # kept by every computing call, even at torch's default count
+
+    use_threads(args.threads)
     t_start = time.perf_counter()
     with work_folder(args.cache_dir, "layercache-heads-bench-") as workdir:
         meta = {

@@ -84,15 +84,15 @@ def main(argv=None) -> int:
     epochs = 1 if args.quick else 5
     out_json = args.out or (HERE / "results" / ("live-quick.json" if args.quick else "live.json"))
     quiet_transformers()
-    import torch
 
     import layercache as lc
+    from layercache.core.threads import use_threads  # kept by every computing call, even at torch's default count
     from layercache.live.bundle import LiveBundle
     from layercache.live.parity import parity
     from layercache.live.verify import load_cache_backbone, verify_cache
     from layercache.sources.datasets import load_dataset_records
 
-    torch.set_num_threads(args.threads)
+    use_threads(args.threads)
     cache_dir = args.cache_dir.expanduser()
     cache_dir.mkdir(parents=True, exist_ok=True)
     os.environ["LAYERCACHE_HOME"] = str(cache_dir / "home")  # never move the user's "latest cache"

@@ -73,12 +73,12 @@ def budgeted(budget: int | None):
 
 def conll_child(cache_path: str, budget: int | None) -> dict:
     import numpy as np
-    import torch
 
     from layercache import LayerCache
+    from layercache.core.threads import use_threads  # kept by every computing call, even at torch's default count
     from layercache.report.probing import build_probe_report
 
-    torch.set_num_threads(2)
+    use_threads(2)
     with LayerCache.open(cache_path) as cache:
         cache.lengths("train")
         baseline = peak_rss_mb()
@@ -105,12 +105,11 @@ def conll_child(cache_path: str, budget: int | None) -> dict:
 
 def linear_child(cache_path: str, budget: int | None) -> dict:
     """The linear probes of the ner task alone (fit with the defaults, scored on the held-out split)."""
-    import torch
-
     from layercache import LayerCache
+    from layercache.core.threads import use_threads  # kept by every computing call, even at torch's default count
     from layercache.probes import LinearProbes
 
-    torch.set_num_threads(2)
+    use_threads(2)
     with LayerCache.open(cache_path) as cache:
         cache.lengths("train")
         baseline = peak_rss_mb()
@@ -127,12 +126,11 @@ def linear_child(cache_path: str, budget: int | None) -> dict:
 
 
 def train_child(cache_path: str, budget: int | None, out: str) -> dict:
-    import torch
-
     from layercache import LayerCache
+    from layercache.core.threads import use_threads  # kept by every computing call, even at torch's default count
     from layercache.heads.workflow import train_head
 
-    torch.set_num_threads(2)
+    use_threads(2)
     with LayerCache.open(cache_path) as cache:
         n = cache.num_examples("train")
         tokens = int(cache.lengths("train").sum())

@@ -201,12 +201,12 @@ def peak_rss_mb() -> float:
 def conll_child(path: Path, seed: int, threads: int) -> dict:
     """Runs in the child: fit the token probes on the full train split, score the held-out split."""
     import numpy as np
-    import torch
 
     from layercache import LayerCache
+    from layercache.core.threads import use_threads  # kept by every computing call, even at torch's default count
     from layercache.probes import LinearProbes
 
-    torch.set_num_threads(threads)
+    use_threads(threads)
     baseline = peak_rss_mb()
     with LayerCache.open(path) as cache:
         words = sum(len(w) for w in cache.labels("train", "ner"))
@@ -250,11 +250,10 @@ def report_child(path: Path, seed: int, threads: int) -> dict:
     """Runs in the child: the whole probe report of the SST-2 cache, with the seconds of each part."""
     import tempfile
 
-    import torch
-
+    from layercache.core.threads import use_threads  # kept by every computing call, even at torch's default count
     from layercache.report import probe_report
 
-    torch.set_num_threads(threads)
+    use_threads(threads)
     with tempfile.TemporaryDirectory() as out:
         t0 = time.perf_counter()
         report, paths = probe_report(path, out, seed=seed, progress=False)
@@ -367,8 +366,9 @@ def main(argv=None) -> int:
     import torch
 
     import layercache
+    from layercache.core.threads import use_threads  # kept by every computing call, even at torch's default count
 
-    torch.set_num_threads(args.threads)
+    use_threads(args.threads)
     cache_dir = args.cache_dir.expanduser()
     cache_dir.mkdir(parents=True, exist_ok=True)
     os.environ["LAYERCACHE_HOME"] = str(cache_dir / "home")  # never move the user's "latest cache"

@@ -222,9 +222,9 @@ def main() -> None:
     args = parser.parse_args()
     if not args.data.is_dir():
         sys.exit(f"no data folder at {args.data}; pass --data")
-    import torch
+    from layercache.core.threads import use_threads  # kept by every computing call, even at torch's default count
 
-    torch.set_num_threads(args.threads)
+    use_threads(args.threads)
     started = time.perf_counter()
     results = {"meta": machine_meta(False, "minilm", "cpu"), "budget": args.budget, "tasks": {}}
     for name in args.tasks:

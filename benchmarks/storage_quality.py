@@ -371,9 +371,9 @@ def main() -> None:
         sys.exit(f"no data folder at {args.data}; pass --data")
     quiet_transformers()
     if args.threads:
-        import torch
+        from layercache.core.threads import use_threads  # kept by every computing call, even at torch's default count
 
-        torch.set_num_threads(args.threads)
+        use_threads(args.threads)
     args.cache_dir.mkdir(parents=True, exist_ok=True)
     project = [int(k) for k in args.project.split(",") if k.strip()]
     variants = [v for v in variants_of(project) if not args.variants or v["name"] in args.variants]

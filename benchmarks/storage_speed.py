@@ -81,7 +81,9 @@ def main(argv=None) -> int:
             results["extraction"][name] = {"loop_s": loops[name], "bare_forward_s": bares,
                                            "ratio": statistics.median(loops[name]) / bare}
         # Head epochs, from the last rep's caches, interleaved epoch by epoch across the variants.
-        torch.set_num_threads(1)
+        from layercache.core.threads import use_threads  # kept by every computing call, even at torch's default count
+
+        use_threads(1)
         last = {name: work / f"{name.replace(' ', '_')}-{args.reps - 1}" for name in kinds}
         for name, path in last.items():
             cache = lc.LayerCache.open(path)
