@@ -78,11 +78,17 @@ def clock(seconds: float | None) -> str:
 
 
 def time_left(task: Task) -> float | None:
-    """Seconds left at the mean rate since the task started (from ``completed_start``); None while unknown."""
+    """Seconds left at the mean rate since the task started (from ``completed_start``), and never past the
+    task's ``deadline`` field (a ``get_time`` value: a time budget); None while unknown."""
     done = task.completed - task.fields.get("completed_start", 0)
-    if task.total is None or not task.elapsed or done <= 0:
-        return None
-    return max(0.0, (task.total - task.completed) * task.elapsed / done)
+    left = None
+    if task.total is not None and task.elapsed and done > 0:
+        left = max(0.0, (task.total - task.completed) * task.elapsed / done)
+    deadline = task.fields.get("deadline")
+    if deadline is not None:
+        budget = max(0.0, deadline - task.get_time())
+        left = budget if left is None else min(left, budget)
+    return left
 
 
 def times(task: Task) -> str:
@@ -367,11 +373,15 @@ def _step_running(task: Task) -> str | None:
 
 
 class StepsProgress:
-    """The display of a known number of named steps: called with a step's description as that step starts."""
+    """The display of a known number of named steps: called with a step's description as that step starts.
 
-    def __init__(self, bar: WorkProgress, title: str, total: int) -> None:
+    ``seconds_left``: a time budget the steps end by (a sweep's), which bounds the time left shown.
+    """
+
+    def __init__(self, bar: WorkProgress, title: str, total: int, seconds_left: float | None = None) -> None:
         self.bar, self.started = bar, False
-        self.task = bar.add_task(title, total=total)
+        deadline = None if seconds_left is None or not math.isfinite(seconds_left) else bar.get_time() + seconds_left
+        self.task = bar.add_task(title, total=total, deadline=deadline)
 
     def __call__(self, description: str) -> None:
         """The step ``description`` starts (the one before it is done)."""
@@ -385,13 +395,14 @@ class StepsProgress:
 
 
 @contextmanager
-def steps_progress(enabled: bool = True, total: int = 0, title: str = "report", **display):
-    """A :class:`StepsProgress` over ``total`` named steps.
+def steps_progress(enabled: bool = True, total: int = 0, title: str = "report", seconds_left: float | None = None,
+                   **display):
+    """A :class:`StepsProgress` over ``total`` named steps (within ``seconds_left``, when they have a budget).
 
     The row says which step runs (``step 3/12``), the time left counts the steps done, and the line below
     names the step running, so a slow one is named while it runs.
     """
     with progress_bar(title, running_step, _step_running, enabled=enabled, **display) as bar:
-        steps = StepsProgress(bar, title, total)
+        steps = StepsProgress(bar, title, total, seconds_left)
         yield steps
         steps.finish()

@@ -103,6 +103,19 @@ def test_steps_name_the_step_running(width):
     assert "negation_scope: linear probes on 4,000 of 9,000 words" in text
 
 
+def test_a_time_budget_bounds_the_time_left():
+    clock = Clock()
+    with progress.steps_progress(False, 10, "sweep", seconds_left=300.0, get_time=clock) as step:
+        step("adaptive, seed 0")
+        assert "0:00 elapsed, 5:00 left" in rendered(step.bar, 80)  # no rate yet: the budget
+        clock.now = 10.0
+        step("scalar, seed 0")  # nine steps at 10 s each: 1:30, inside the budget
+        assert "0:10 elapsed, 1:30 left" in rendered(step.bar, 80)
+        clock.now = 100.0
+        step("last, seed 0")  # eight at 50 s each would take 6:40; the budget ends in 3:20
+        assert "1:40 elapsed, 3:20 left" in rendered(step.bar, 80)
+
+
 def test_a_console_too_narrow_for_the_numbers_wraps_them_rather_than_cutting():
     with progress.training_progress(False, epochs=20, total=2000) as bar:
         text = rendered(bar.bar, 30)

@@ -50,7 +50,7 @@ def steps(monkeypatch):
     told: list[str] = []
 
     @contextlib.contextmanager
-    def recording(enabled=True, total=0, title=""):
+    def recording(enabled=True, total=0, title="", seconds_left=None):
         yield told.append
 
     monkeypatch.setattr(sweep_module, "steps_progress", recording)

@@ -240,7 +240,8 @@ class _Sweep:
         variants = [c for c in plan if c.base is not None]
         first: tuple[str, float] | None = None
         deferred = False
-        with steps_progress(self.progress, total=len(plan), title="sweep") as self.step:  # counts what runs
+        with steps_progress(self.progress, total=len(plan), title="sweep",  # counts what runs
+                            seconds_left=self.left()) as self.step:
             while queue:
                 candidate = queue.pop(0)
                 trained = self._try(candidate)
