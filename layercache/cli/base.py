@@ -18,6 +18,7 @@ from rich.logging import RichHandler
 
 from ..core.files import NO_SPACE, why_unwritable
 from ..errors import LayercacheError
+from ..progress import line_interval
 
 
 def _flags_show_no_value() -> None:
@@ -63,6 +64,7 @@ def friendly(command):
     def wrapper(*args, **kwargs):
         _setup_logging()
         try:
+            line_interval()  # a malformed LAYERCACHE_PROGRESS_INTERVAL is refused before any work is done
             return command(*args, **kwargs)
         except LayercacheError as err:
             if follower_rank() and getattr(err, "reported_by_rank_zero", False):

@@ -6,7 +6,7 @@ import re
 from types import SimpleNamespace
 
 import pytest
-from cli_support import invoke
+from cli_support import assert_refused, invoke
 from conftest import tiny_builtin_cache
 from console_support import assert_readable, narrow
 from typer.testing import CliRunner
@@ -61,6 +61,13 @@ def test_a_pipe_gets_plain_progress_lines_with_what_how_far_and_the_times(cache,
     quiet = invoke("train-head", cache, "--mixer", "scalar", "--task", "sentiment", "--epochs", "1", "--out",
                    tmp_path / "quiet", "--threads", "1", "--quiet")
     assert quiet.exit_code == 0 and "training epoch" not in quiet.output, quiet.output
+
+
+def test_a_malformed_progress_interval_is_refused_before_any_work(tiny_models, tsv, tmp_path, monkeypatch):
+    monkeypatch.setenv("LAYERCACHE_PROGRESS_INTERVAL", "soon")
+    assert_refused(invoke("extract", tiny_models["bert"], tsv, "--out", tmp_path / "cache", "--threads", "1"),
+                   "LAYERCACHE_PROGRESS_INTERVAL must be the seconds between progress lines", "got 'soon'")
+    assert not (tmp_path / "cache").exists()
 
 
 def test_a_bar_is_drawn_in_a_terminal_only(monkeypatch):
