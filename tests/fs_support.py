@@ -163,3 +163,34 @@ def no_hang(seconds: float = 30.0):
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+
+
+ALIASES = ("itself", "link-to-it", "through-a-linked-folder", "hard-link")
+"""How :func:`alias` names an existing file: the path itself, a symbolic link to it, its name through a
+link to its folder, and a second hard link."""
+
+
+def regular_files(root: Path) -> list[Path]:
+    """Every regular file below ``root`` (links neither listed nor followed), sorted."""
+    out = []
+    for folder, _, files in os.walk(root, followlinks=False):
+        out += [Path(folder, name) for name in files if stat.S_ISREG(os.lstat(Path(folder, name)).st_mode)]
+    return sorted(out)
+
+
+def alias(file: Path, how: str, where: Path) -> Path:
+    """A path naming ``file`` as :data:`ALIASES` ``how`` says, made in the folder ``where`` (a new name each time)."""
+    if how == "itself":
+        return file
+    where.mkdir(parents=True, exist_ok=True)
+    made = where / f"{how}-{len(list(where.iterdir()))}"
+    if how == "link-to-it":
+        made.symlink_to(file)
+        return made
+    if how == "through-a-linked-folder":
+        made.symlink_to(file.parent, target_is_directory=True)
+        return made / file.name
+    if how == "hard-link":
+        os.link(file, made)
+        return made
+    raise ValueError(f"no alias called {how!r}")

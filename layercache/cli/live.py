@@ -54,7 +54,8 @@ def predict(
     text_field: str = typer.Option("text", "--text-field", help="The field holding the text in a .jsonl file."),
     out: Optional[Path] = typer.Option(
         None, "--out", "-o", help="Write one JSON object per text to this file instead of printing a table "
-                                  "(written whole at the end; never an input file, a link or a FIFO)."),
+                                  "(written whole at the end; never the input file, a link, a FIFO, nor anywhere "
+                                  "in the folder of a run, its cache or the backbone)."),
     backbone: Optional[str] = typer.Option(
         None, "--backbone", help="Backbone to load (hub id or folder).", show_default="the one the runs record"),
     batch_size: int = typer.Option(32, "--batch-size", help="Texts per forward pass (sorted by length)."),

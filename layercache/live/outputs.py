@@ -5,9 +5,10 @@
 
 - it is checked before anything is read or computed (:func:`check_output_file`): a path that is
   one of the files the command reads (the input file, a run's config or weights; the same inode,
-  so a hard link counts) is refused, as are a folder, a symbolic link, a FIFO or another special
-  file in its place, a folder path that runs through a file (ENOTDIR) and a folder that cannot be
-  written (read-only, no permission), each in one sentence;
+  so a hard link counts) is refused, as is any path inside a folder a run, cache or backbone of
+  the command owns (:mod:`.guarded`), a folder, a symbolic link, a FIFO or another special file in
+  its place, a folder path that runs through a file (ENOTDIR) and a folder that cannot be written
+  (read-only, no permission), each in one sentence;
 - it is written atomically (:func:`write_lines`: a temporary file beside it, renamed over it), so
   a reader sees the old file or the new one, and a link planted in its place is replaced, never
   followed. The folders above the file may be links the user chose: they are resolved once.
@@ -28,14 +29,16 @@ from pathlib import Path
 from ..core.confine import OwnedFolder, kind_of, lstat_or_none
 from ..core.files import why_unwritable, write_text_atomic
 from ..errors import ConfigError, OutputWriteError, UnsafePathError
+from .guarded import Guarded, refuse_guarded
 
 
 def check_output_file(path: str | os.PathLike, reads: Iterable[str | os.PathLike] = (), *,
-                      option: str = "--out") -> Path:
+                      guarded: Iterable[Guarded] = (), option: str = "--out") -> Path:
     """``path`` as a file layercache may replace, refused in one sentence before any work starts.
 
     ``reads``: the files the command reads (an existing one that is the same file as ``path`` is
-    refused: writing there would destroy the input). Returns the path with ``~`` expanded.
+    refused: writing there would destroy the input); ``guarded``: the folders of the runs, caches and
+    backbone it reads or owns, never written into (:mod:`.guarded`). Returns the path with ``~`` expanded.
     """
     target = Path(path).expanduser()
     if str(path).endswith(("/", os.sep)) or target.name in ("", ".", ".."):
@@ -56,6 +59,7 @@ def check_output_file(path: str | os.PathLike, reads: Iterable[str | os.PathLike
                 same = "" if Path(read) == target else f" (the same file as {read})"
                 raise ConfigError(f"{option} {path} is a file this command reads{same}: writing the output there "
                                   f"would destroy it; choose another {option} file.")
+    refuse_guarded(target, path, guarded, option)
     _check_folder_writable(target, option)
     return target
 

@@ -30,6 +30,7 @@ from ..errors import ConfigError
 from ..heads.run_folders.run_folder import CONFIG_FILE, WEIGHTS_FILE
 from ..progress import counting_progress
 from .bundle import LiveBundle
+from .guarded import predict_places
 from .inputs import Input, read_inputs
 from .outputs import check_output_file, write_lines
 from .results import BundlePredictions
@@ -136,8 +137,9 @@ def predict_texts(runs: Sequence[str | os.PathLike], texts: Sequence[Input] = ()
     Args:
         file: more texts, one per line or the ``text_field`` of each line of a ``.jsonl`` file.
         out: write one JSON object per text there (see :mod:`.outputs`): checked before anything is
-            read (refused when it is the input file or a run's file, a link, a FIFO, or cannot be
-            written), written atomically after.
+            read or loaded (refused when it is the input file, a file or new name inside a run's, its
+            cache's or the backbone's folder (:mod:`.guarded`), a link, a FIFO, or cannot be written),
+            written atomically after.
         allow_pickle: load a backbone that has only pickle weights, as ``extract --allow-pickle`` did.
         progress: a bar on stderr (in a terminal; plain lines in a pipe or log), advanced as each batch finishes.
         device_map, max_memory: split a backbone larger than one device (see
@@ -146,7 +148,8 @@ def predict_texts(runs: Sequence[str | os.PathLike], texts: Sequence[Input] = ()
     check_max_memory(device_map, max_memory)
     target = None
     if out is not None:
-        target = check_output_file(out, [*([file] if file is not None else []), *run_files(runs)])
+        target = check_output_file(out, [*([file] if file is not None else []), *run_files(runs)],
+                                   guarded=predict_places(runs, backbone))
     texts = list(texts)
     if file is not None:
         texts += read_inputs(file, text_field)
