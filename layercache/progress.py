@@ -334,10 +334,10 @@ def training_progress(enabled: bool = True, *, epochs: int, total: int, step: in
 
 
 def _rates(task: Task) -> str | None:
-    elapsed = task.elapsed or 0.0
-    if elapsed <= 0:
+    elapsed, done = task.elapsed or 0.0, task.completed - task.fields.get("completed_start", 0)
+    if elapsed <= 0 or done <= 0:  # no rate before the first batch
         return None
-    examples = (task.completed - task.fields.get("completed_start", 0)) / elapsed
+    examples = done / elapsed
     tokens = (task.fields.get("tokens", 0) - task.fields.get("tokens_start", 0)) / elapsed
     return f"{examples:,.0f} examples/s, {tokens:,.0f} tokens/s"
 
