@@ -229,8 +229,8 @@ def computing_threads(threads: int | str | None = "auto"):
     idle cores (:func:`resolve_threads`, sampled at most once per :data:`AUTO_REFRESH_S`); a number is
     used as given (``with computing_threads(1): head.fit(cache)``).
 
-    Calls nest: only the outermost running call chooses and restores; the calls inside it (a sweep's fits,
-    on any Python thread) run under its choice.
+    Calls nest: only the outermost running call chooses, and the last running call to end restores (calls on
+    several Python threads count together); the calls inside it (a sweep's fits) run under its choice.
     """
     global _running, _restore
     import torch  # here, so that importing layercache.core never loads torch
