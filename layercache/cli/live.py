@@ -50,7 +50,9 @@ def predict(
         None, "--text", "-t", help="A text to predict, taken literally (even one that looks like a path); "
                                    "repeatable. Texts come in the order: arguments, --text, --file."),
     file: Optional[Path] = typer.Option(
-        None, "--file", "-f", help="Texts to predict: one per line, or a .jsonl file with one object per line."),
+        None, "--file", "-f", help="Texts to predict: one per line, or a .jsonl file with one object per line "
+                                   "(with --out, each object's other fields, such as id, are kept beside its "
+                                   "prediction; a field named text or like a run is refused)."),
     text_field: str = typer.Option("text", "--text-field", help="The field holding the text in a .jsonl file."),
     out: Optional[Path] = typer.Option(
         None, "--out", "-o", help="Write one JSON object per text to this file instead of printing a table "

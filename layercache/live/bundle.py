@@ -267,18 +267,26 @@ def read_bundle_config(folder: RunPath) -> dict:
     return config
 
 
+def run_names(runs: Sequence[RunPath]) -> list[str]:
+    """How a bundle's results name each of ``runs``: its folder's name, with ``-2``, ``-3`` ... for a repeat."""
+    names, seen = [], {}
+    for run in runs:
+        base = Path(run).name or "head"
+        seen[base] = seen.get(base, 0) + 1
+        names.append(base if seen[base] == 1 else f"{base}-{seen[base]}")
+    return names
+
+
 def _read_runs(runs: Sequence[RunPath]) -> tuple[list[tuple[str, RunPath, LayerHead]], dict]:
     """The runs with unique names, and what they must agree on: backbone name, max length, stride, words."""
     if isinstance(runs, (str, os.PathLike)):
         runs = [runs]
     if not runs:
         raise ConfigError("A live bundle needs at least one run; pass the run folders `layercache train-head` wrote.")
-    named, seen, infos = [], {}, []
-    for run in runs:
+    named, infos = [], []
+    for name, run in zip(run_names(runs), runs):
         head = LayerHead.load(run)  # refuses a folder that is not a run, in one sentence
-        base = Path(run).name or "head"
-        seen[base] = seen.get(base, 0) + 1
-        named.append((base if seen[base] == 1 else f"{base}-{seen[base]}", run, head))
+        named.append((name, run, head))
         infos.append((run, head))
     first_run, first = infos[0]
     max_length, stride = text_settings(first)

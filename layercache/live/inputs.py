@@ -51,6 +51,12 @@ def read_inputs(path: str | Path, text_field: str = "text") -> list[str]:
     Blank lines are skipped; a missing file, a line of a ``.jsonl`` file that is not an object with
     that field, or a file with no text is refused in one sentence.
     """
+    return [text for text, _ in read_input_lines(path, text_field)]
+
+
+def read_input_lines(path: str | Path, text_field: str = "text") -> list[tuple[Input, dict]]:
+    """Each input of ``path`` (see :func:`read_inputs`) with the object its line holds: every field of a ``.jsonl``
+    line (``id`` and the rest), ``{}`` for a line of plain text."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"The input file {path} does not exist; give a file with one text per line (or .jsonl).")
@@ -58,13 +64,13 @@ def read_inputs(path: str | Path, text_field: str = "text") -> list[str]:
         lines = path.read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as err:
         raise ConfigError(f"The input file {path} cannot be read ({err}); give a UTF-8 text file.") from None
-    texts = []
+    inputs: list[tuple[Input, dict]] = []
     jsonl = path.suffix.lower() == ".jsonl"
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
         if not jsonl:
-            texts.append(line)
+            inputs.append((line, {}))
             continue
         try:
             row = json.loads(line)
@@ -73,7 +79,7 @@ def read_inputs(path: str | Path, text_field: str = "text") -> list[str]:
         if not isinstance(row, dict) or not isinstance(row.get(text_field), (str, list)):
             raise ConfigError(f"Line {number} of {path} has no text field {text_field!r}; name the field with "
                               "--text-field.")
-        texts.append(row[text_field])
-    if not texts:
+        inputs.append((row[text_field], row))
+    if not inputs:
         raise ConfigError(f"The input file {path} holds no text; give one text per line.")
-    return texts
+    return inputs

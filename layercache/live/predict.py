@@ -29,9 +29,9 @@ from ..core.threads import computes
 from ..errors import ConfigError
 from ..heads.run_folders.run_folder import CONFIG_FILE, WEIGHTS_FILE
 from ..progress import counting_progress
-from .bundle import LiveBundle
+from .bundle import LiveBundle, run_names
 from .guarded import predict_places
-from .inputs import Input, read_inputs
+from .inputs import Input, read_input_lines
 from .outputs import check_output_file, write_lines
 from .results import BundlePredictions
 
@@ -135,7 +135,10 @@ def predict_texts(runs: Sequence[str | os.PathLike], texts: Sequence[Input] = ()
     """Load ``runs`` with their backbone (or ``backbone``) and predict ``texts`` (then ``file``'s), batched by length.
 
     Args:
-        file: more texts, one per line or the ``text_field`` of each line of a ``.jsonl`` file.
+        file: more texts, one per line or the ``text_field`` of each line of a ``.jsonl`` file, whose
+            other fields (``id`` and the rest) ``out`` keeps beside each prediction: first, in their
+            order, then ``text`` and each run's predictions; a field named ``text`` (other than the text
+            field itself) or like a run is refused before anything loads (:func:`check_field_names`).
         out: write one JSON object per text there (see :mod:`.outputs`): checked before anything is
             read or loaded (refused when it is the input file, a file or new name inside a run's, its
             cache's or the backbone's folder (:mod:`.guarded`), a link, a FIFO, or cannot be written),
@@ -151,19 +154,50 @@ def predict_texts(runs: Sequence[str | os.PathLike], texts: Sequence[Input] = ()
         target = check_output_file(out, [*([file] if file is not None else []), *run_files(runs)],
                                    guarded=predict_places(runs, backbone))
     texts = list(texts)
+    fields: list[dict] = [{} for _ in texts]  # what each input line holds besides its text (a .jsonl file's)
     if file is not None:
-        texts += read_inputs(file, text_field)
+        lines = read_input_lines(file, text_field)
+        texts += [text for text, _ in lines]
+        fields += [row for _, row in lines]
     if not texts:
         raise ConfigError("Nothing to predict: give texts after the run folders, or --file with one text per line.")
+    if target is not None:
+        check_field_names(fields, runs, text_field, file)
     bundle = LiveBundle.from_runs(runs, backbone, device=device, allow_pickle=allow_pickle, device_map=device_map,
                                   max_memory=max_memory)
     with counting_progress("predicting", progress, total=len(texts), unit="texts") as (advance, _):
         result = bundle.predict(texts, batch_size=batch_size, progress=advance)
     if target is not None:
-        write_jsonl(result, target)
+        write_jsonl(result, target, fields)
     return result
 
 
-def write_jsonl(result: BundlePredictions, path: str | os.PathLike) -> Path:
-    """Write ``result.rows()`` to ``path``, one JSON object per line, atomically (see :func:`.outputs.write_lines`)."""
-    return write_lines(path, [json.dumps(row, ensure_ascii=False) + "\n" for row in result.rows()])
+def write_jsonl(result: BundlePredictions, path: str | os.PathLike, fields: Sequence[Mapping] | None = None) -> Path:
+    """Write ``result.rows()`` to ``path``, one JSON object per line, atomically (see :func:`.outputs.write_lines`).
+
+    ``fields``: per input, the fields of its input line to keep, first and in their order (``id`` and the
+    rest of a ``.jsonl`` line); the row's ``text`` and predictions follow (:func:`check_field_names` has
+    refused any other field of those names).
+    """
+    rows = result.rows()
+    if fields is not None:
+        rows = [{**kept, **row} for kept, row in zip(fields, rows)]
+    return write_lines(path, [json.dumps(row, ensure_ascii=False) + "\n" for row in rows])
+
+
+def check_field_names(fields: Sequence[Mapping], runs: Sequence[str | os.PathLike], text_field: str,
+                      file: str | os.PathLike | None) -> None:
+    """Refuse an input field that an output line writes too (``text``, a run's name): one of them would be lost.
+
+    The text field itself may be ``text``: the line's ``text`` is then the text predicted (a word list
+    joined by single spaces).
+    """
+    uses = {"text": ("the text predicted", "that field")}
+    uses.update({name: (f"the predictions of the run {run}", "that field or the run folder")
+                 for name, run in zip(run_names(runs), runs)})
+    for row in fields:
+        clash = next((key for key in row if key in uses and not (key == "text" == text_field)), None)
+        if clash is not None:
+            what, rename = uses[clash]
+            raise ConfigError(f"The input file {file} has a field {clash!r}, and every line --out writes holds {what} "
+                              f"under that name; rename {rename} so that neither is lost.")

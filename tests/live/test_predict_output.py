@@ -162,3 +162,54 @@ def test_save_pretrained_on_a_file_is_one_sentence(bundle, sandbox):
     with pytest.raises(LayercacheError, match="cannot be written|not a folder"):
         bundle.save_pretrained(target / "bundle")
     assert target.read_text() == "x"
+
+
+# ---------------------------------------------------------------- --out keeps the input's fields
+def test_out_keeps_every_field_of_a_jsonl_input_beside_the_prediction(runs, tmp_path):
+    run = runs["bert"]["topic"]
+    texts = tmp_path / "texts.jsonl"
+    lines = [{"id": 7, "text": TEXTS[0], "source": {"site": "a", "stars": [1, 2]}, "note": None},
+             {"text": TEXTS[1], "id": "b-2", "lang": "en"}]
+    texts.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    out = tmp_path / "pred.jsonl"
+    assert invoke("predict", run, "an argument text", "--file", texts, "--out", out, "--threads", "1").exit_code == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert list(rows[0]) == ["text", "topic"] and rows[0]["text"] == "an argument text"  # no line: nothing to keep
+    assert list(rows[1]) == ["id", "text", "source", "note", "topic"]  # the line's order, then the prediction
+    assert list(rows[2]) == ["text", "id", "lang", "topic"]
+    for row, line in zip(rows[1:], lines):
+        assert {k: row[k] for k in line} == line and set(row["topic"]["topic"]) == {"label", "probability",
+                                                                                   "probabilities"}
+
+
+def test_out_keeps_the_text_field_and_adds_text(runs, tmp_path):
+    texts = tmp_path / "texts.jsonl"
+    texts.write_text(json.dumps({"id": 1, "sentence": TEXTS[0]}) + "\n")
+    out = tmp_path / "pred.jsonl"
+    result = invoke("predict", runs["bert"]["topic"], "--file", texts, "--text-field", "sentence", "--out", out,
+                    "--threads", "1")
+    assert result.exit_code == 0, result.output
+    (row,) = [json.loads(line) for line in out.read_text().splitlines()]
+    assert list(row) == ["id", "sentence", "text", "topic"] and row["sentence"] == row["text"] == TEXTS[0]
+
+
+@pytest.mark.parametrize("line, option, fragment", [
+    ({"text": "a fine day", "topic": "sports"}, [], "has a field 'topic', and every line --out writes holds the "
+                                                    "predictions of the run"),
+    ({"sentence": "a fine day", "text": "kept apart"}, ["--text-field", "sentence"],
+     "has a field 'text', and every line --out writes holds the text predicted under that name"),
+])
+def test_a_field_the_output_writes_too_is_refused_before_loading(runs, tmp_path, monkeypatch, line, option,
+                                                                 fragment):
+    import layercache.live.bundle as bundle
+
+    def never(*args, **kwargs):
+        raise AssertionError("the backbone was loaded")
+
+    monkeypatch.setattr(bundle, "load_backbone", never)
+    texts = tmp_path / "texts.jsonl"
+    texts.write_text(json.dumps(line) + "\n")
+    out = tmp_path / "pred.jsonl"
+    assert_refused(invoke("predict", runs["bert"]["topic"], "--file", texts, *option, "--out", out, "--threads", "1"),
+                   fragment, "so that neither is lost")
+    assert not out.exists()
