@@ -74,5 +74,5 @@ def hub_unavailable(source: str) -> str | None:
 def offline_refusal(name: str, why: str) -> str:
     """The sentence for a hub model the local cache does not hold (wholly) while the hub cannot be reached."""
     return (f"Could not load model {name!r}: the Hugging Face Hub cannot be reached ({why}) and the local "
-            f"Hugging Face cache does not hold the model; pass a local model folder or the built-in minilm, "
+            f"Hugging Face cache does not hold all of its files; pass a local model folder or the built-in minilm, "
             f"{OFFLINE_TIP}.")
