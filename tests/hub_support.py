@@ -28,11 +28,17 @@ main()
 written to REPORT at exit (TESTS: this folder)."""
 
 
+_HELD: list[socket.socket] = []
+"""The sockets behind :func:`closed_port`, kept bound for the session so that no one else gets their ports."""
+
+
 def closed_port() -> int:
-    """A port on 127.0.0.1 that nothing listens on (bound, then released): connecting is refused at once."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A port on 127.0.0.1 that refuses every connection at once: bound by this process, never listening, and held
+    (so it cannot be handed to anything else while the tests run)."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    _HELD.append(sock)
+    return sock.getsockname()[1]
 
 
 def counting_command(report: Path, *args) -> list[str]:
