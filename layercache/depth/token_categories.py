@@ -109,6 +109,11 @@ class CategoryStats:
     """(K,) float64, NaN for a category with no token."""
     std: np.ndarray
     """(K,) float64 population standard deviation (ddof 0), NaN for a category with no token."""
+    p10: np.ndarray
+    """(K,) float64 10th percentile, NaN for a category with no token: with :attr:`p90`, a spread that stays
+    inside the values' range (mean ± sd of a depth bunched at the last layer runs past it)."""
+    p90: np.ndarray
+    """(K,) float64 90th percentile, NaN for a category with no token."""
 
 
 @dataclass(frozen=True)
@@ -127,9 +132,10 @@ class DepthByCategory:
         return _family(self.families, family)
 
     def rows(self) -> list[dict]:
-        """One dict per (family, category): ``family``, ``category``, ``count``, ``mean``, ``std`` (for a table)."""
+        """One dict per (family, category): ``family``, ``category``, ``count``, ``mean``, ``std``, ``p10``, ``p90``
+        (for a table)."""
         return [{"family": name, "category": category, "count": int(stats.count[k]), "mean": float(stats.mean[k]),
-                 "std": float(stats.std[k])}
+                 "std": float(stats.std[k]), "p10": float(stats.p10[k]), "p90": float(stats.p90[k])}
                 for name, stats in self.families.items() for k, category in enumerate(stats.categories)]
 
 
@@ -262,7 +268,8 @@ def _frequency_family(cache: LayerCache, frequency_split: str, split: str, ids: 
 
 # --- statistics -------------------------------------------------------------------------------
 def depth_by_category(values: np.ndarray | Sequence[np.ndarray], categories: TokenCategories) -> DepthByCategory:
-    """Count, mean and standard deviation of a per-token value in every category of every family.
+    """Count, mean, standard deviation and 10th / 90th percentiles of a per-token value in every category of
+    every family.
 
     ``values`` is one number per token row of the split, in cache order (see the module docstring):
     a (t,) array, or one array per cache row (concatenated). NaN marks a token without a value
@@ -291,8 +298,22 @@ def depth_by_category(values: np.ndarray | Sequence[np.ndarray], categories: Tok
             mean = np.bincount(codes, weights=x, minlength=K) / count  # (K,), NaN where empty
             # Two passes (deviations from each category's mean), not E[x²] - E[x]², which cancels badly.
             std = np.sqrt(np.bincount(codes, weights=(x - mean[codes]) ** 2, minlength=K) / count)  # (K,)
-        stats[name] = CategoryStats(family=name, categories=family.categories, count=count, mean=mean, std=std)
+        p10, p90 = _percentiles(codes, x, count, (10, 90))
+        stats[name] = CategoryStats(family=name, categories=family.categories, count=count, mean=mean, std=std,
+                                    p10=p10, p90=p90)
     x = v[known]
     return DepthByCategory(families=MappingProxyType(stats), count=int(known.sum()),
                            mean=float(x.mean()) if len(x) else float("nan"),
                            std=float(x.std()) if len(x) else float("nan"))
+
+
+def _percentiles(codes: np.ndarray, x: np.ndarray, count: np.ndarray, qs: Sequence[float]) -> list[np.ndarray]:
+    """Each percentile of ``qs`` of ``x`` within every category (``codes``), NaN for an empty one: (K,) per q."""
+    order = np.argsort(codes, kind="stable")  # (t',) grouped by category
+    ends = np.cumsum(count)  # (K,) where each category's sorted run ends
+    out = [np.full(len(count), np.nan) for _ in qs]
+    for k in np.flatnonzero(count):
+        run = x[order[ends[k] - count[k]:ends[k]]]
+        for row, value in zip(out, np.percentile(run, qs)):
+            row[k] = value
+    return out

@@ -240,7 +240,8 @@ def figure_layer_weights(report: ProbeReport):
                 series.append((label, _values(values)))
     for task, t in report.tasks.items():
         if "cumulative" in t:
-            series.append((f"probe mix: {task}", _values(t["cumulative"]["mix_weights"][-1])))
+            mix = _values(t["cumulative"]["mix_weights"][-1])
+            series.append((_mix_label(task, mix, report.layer_names), mix))
     if not series:
         return None
     plt = _plt()
@@ -250,10 +251,26 @@ def figure_layer_weights(report: ProbeReport):
     for i, (label, values) in enumerate(series):
         ax.bar(np.arange(len(names)) + i * width - 0.4 + width / 2, values, width=width, color=_color(i), label=label)
     ax.set_ylabel("weight")
-    ax.set_title("layer weights (trained runs and each task's probe on the mix of all layers)", fontsize=9)
+    ax.set_title("layer weights (trained runs; each task's cumulative probe over all layers)", fontsize=9)
     _layer_axis(ax, names)
     _legend_below(fig, ncol=3)
     return fig
+
+
+ONE_LAYER = 0.99
+"""A probe mix with this share on one layer is labelled as that layer, not as a mix."""
+
+
+def _mix_label(task: str, mix: np.ndarray, names: list[str]) -> str:
+    """The legend entry of a task's cumulative probe over all layers: its fitted scalar mix, named for what it is.
+
+    The fit starts from the best single layer (0.9 of the mix) and does not penalise the mix, so it
+    often ends with all its weight on one layer; then the entry says so instead of calling it a mix.
+    """
+    top = int(np.nanargmax(mix)) if np.isfinite(mix).any() else None
+    if top is not None and mix[top] >= ONE_LAYER:
+        return f"probe on all layers: {task} (kept only {names[top]})"
+    return f"probe mix of all layers: {task}"
 
 
 def figure_similarity(report: ProbeReport):
@@ -342,8 +359,8 @@ def figure_token_depth(report: ProbeReport):
         ax = panels[i]
         labels = [r["category"] for r in rows]
         means = _values([r["mean"] for r in rows])
-        stds = _values([r["std"] for r in rows])
-        ax.barh(range(len(rows)), means, xerr=stds, color=_color(i), alpha=0.8, error_kw={"lw": 0.8})
+        ax.barh(range(len(rows)), means, xerr=_depth_spread(rows, means, edges), color=_color(i), alpha=0.8,
+                error_kw={"lw": 0.8})
         ax.set_yticks(range(len(rows)), [f"{label} ({r['count']:,})" for label, r in zip(labels, rows)], fontsize=8)
         ax.invert_yaxis()
         ax.set_xlabel("mean depth (layers)")
@@ -352,6 +369,18 @@ def figure_token_depth(report: ProbeReport):
         ax.set_visible(False)
     fig.tight_layout()
     return fig
+
+
+def _depth_spread(rows: list[dict], means: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """(2, K) whiskers below and above each category's mean: to its 10th and 90th percentiles, which stay inside
+    the depths tokens reached (mean ± sd ran past the deepest layer when depths bunch there). A report written
+    before the percentiles were kept: ± sd, cut at the histogram's range of depths."""
+    if all("p10" in r and "p90" in r for r in rows):
+        low, high = _values([r["p10"] for r in rows]), _values([r["p90"] for r in rows])
+    else:
+        stds = _values([r["std"] for r in rows])
+        low, high = np.maximum(means - stds, edges[0]), np.minimum(means + stds, edges[-1])
+    return np.stack([np.clip(means - low, 0, None), np.clip(high - means, 0, None)])  # a mean beyond p90: no arm
 
 
 def figure_logit_lens(report: ProbeReport):
@@ -398,8 +427,10 @@ FIGURES: tuple[ReportFigure, ...] = (
                  "the centre of gravity of the gains (Tenney et al.); the panel says when the gains are within "
                  "noise, where E_Δ means nothing.", figure_cumulative),
     ReportFigure("layer_weights", "Layer weights",
-                 "Every trained run's mixer weights for this cache, beside each task's probe on the mix of all "
-                 "layers.", figure_layer_weights),
+                 "Every trained run's mixer weights for this cache, beside the scalar mix each task's cumulative "
+                 "probe over all layers ends its fit with. That fit starts at 0.9 on the best single layer and does "
+                 "not penalise the mix, so it often keeps one layer; the legend then names that layer.",
+                 figure_layer_weights),
     ReportFigure("similarity", "Layer similarity",
                  "Linear CKA between the layers' pooled vectors: blocks of similar layers, and where the "
                  "representation changes.", figure_similarity),
@@ -408,7 +439,7 @@ FIGURES: tuple[ReportFigure, ...] = (
                  "and the last layer's accuracy on the examples of each depth (dots).", figure_prediction_depth),
     ReportFigure("token_depth", "How deep each token goes",
                  "Per-token depth N + R of an adaptive-computation-time head, its distribution and its mean "
-                 "(± sd) by token category.", figure_token_depth),
+                 "by token category (whiskers: its 10th to 90th percentile).", figure_token_depth),
     ReportFigure("logit_lens", "Logit lens",
                  "Each layer read through the model's final norm and unembedding: next-token accuracy and the KL "
                  "divergence from the final layer's distribution.", figure_logit_lens),

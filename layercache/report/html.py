@@ -120,8 +120,9 @@ def _token_depth_tables(report: ProbeReport) -> str:
         empty = [r["category"] for r in rows if not r.get("count")]
         rows = [r for r in rows if r.get("count")]
         if rows:
-            parts.append(_table(["category", "tokens", "mean depth", "sd"],
-                                [[_e(r["category"]), f"{r['count']:,}", _num(r["mean"], 2), _num(r["std"], 2)]
+            parts.append(_table(["category", "tokens", "mean depth", "sd", "10th-90th percentile"],
+                                [[_e(r["category"]), f"{r['count']:,}", _num(r["mean"], 2), _num(r["std"], 2),
+                                  f"{_num(r['p10'], 2)} – {_num(r['p90'], 2)}" if "p10" in r else "–"]
                                  for r in rows]))
         if empty:
             parts.append(f'<p class="meta">No tokens of: {_e(", ".join(map(str, empty)))}.</p>')

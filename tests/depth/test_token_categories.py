@@ -133,7 +133,12 @@ def test_depth_by_category_by_hand(conll_cache):
     empty = pos.categories.index("VBD")  # "sat" twice: one NaN, one value 12
     assert pos.count[empty] == 1 and pos.mean[empty] == 12.0 and pos.std[empty] == 0.0
     assert result.count == len(TOKENS) - 1 and result.mean == pytest.approx(np.nanmean(values))
-    assert {"family": "token_type", "category": "punctuation", "count": 2, "mean": 10.5, "std": 2.5} in result.rows()
+    np.testing.assert_allclose([token_type.p10[k] for k in range(3)],
+                               [np.percentile(v, 10) for v in ([0, 9, 10, 14], [8, 13], [1, 2, 4, 5, 6, 7, 11, 12])])
+    np.testing.assert_allclose([token_type.p90[k] for k in range(3)],
+                               [np.percentile(v, 90) for v in ([0, 9, 10, 14], [8, 13], [1, 2, 4, 5, 6, 7, 11, 12])])
+    assert {"family": "token_type", "category": "punctuation", "count": 2, "mean": 10.5, "std": 2.5,
+            "p10": 8.5, "p90": 12.5} in result.rows()
 
     # One array per cache row gives the same; a category with no token has NaN statistics.
     split = depth_by_category([values[:10], values[10:]], categories)
@@ -142,6 +147,7 @@ def test_depth_by_category_by_hand(conll_cache):
     only[1] = 1.0
     sparse = depth_by_category(only, categories)["token_type"]
     assert sparse.count.tolist() == [0, 0, 1] and np.isnan(sparse.mean[0]) and np.isnan(sparse.std[1])
+    assert np.isnan(sparse.p10[0]) and np.isnan(sparse.p90[1]) and sparse.p10[2] == sparse.p90[2] == 1.0
 
 
 def test_refusals(conll_cache, tiny_models, tsv, tmp_path):

@@ -141,3 +141,45 @@ def test_cumulative_with_no_scores_still_draws(demo):
         warnings.simplefilter("error")
         fig = figures.figure_cumulative(_report(data))
     assert fig is not None
+
+
+def _whisker_ends(fig) -> list[float]:
+    """The right ends of every horizontal error bar of the token-depth panels."""
+    ends = []
+    for ax in fig.axes[1:]:
+        for container in ax.containers:
+            if getattr(container, "has_xerr", False):
+                for segment in container.lines[2][0].get_segments():
+                    ends.append(max(x for x, _ in segment))
+    return ends
+
+
+def test_token_depth_whiskers_stay_inside_the_depths_reached(demo):
+    """Mean ± sd of the demo's words (5.35 ± 1.78) ran past the deepest depth, 7: whiskers are cut at it."""
+    deepest = demo["token_depth"]["histogram"]["edges"][-1]
+    ends = _whisker_ends(figures.figure_token_depth(_report(demo)))
+    assert ends and max(ends) <= deepest + 1e-9
+
+
+def test_token_depth_whiskers_span_the_10th_to_90th_percentile(demo):
+    data = copy.deepcopy(demo)
+    for rows in data["token_depth"]["by_category"]["families"].values():
+        for row in rows:
+            if row["count"]:
+                row.update(p10=row["mean"] - 0.5, p90=row["mean"] + 0.25)
+    ends = _whisker_ends(figures.figure_token_depth(_report(data)))
+    means = [r["mean"] for rows in data["token_depth"]["by_category"]["families"].values() for r in rows if r["count"]]
+    assert sorted(round(e, 9) for e in ends) == sorted(round(m + 0.25, 9) for m in means)
+
+
+def test_a_probe_mix_that_kept_one_layer_is_labelled_as_that_layer(demo):
+    """Every task's full mix in the demo report puts 0.995 or more on one layer: the legend names it, not a mix."""
+    data = copy.deepcopy(demo)
+    spread = np.full(len(data["meta"]["layer_names"]), 1 / len(data["meta"]["layer_names"]))
+    data["tasks"]["intensity"]["cumulative"]["mix_weights"][-1] = spread.tolist()
+    fig = figures.figure_layer_weights(_report(data))
+    labels = set(fig.legends[0].get_texts()[i].get_text() for i in range(len(fig.legends[0].get_texts())))
+    assert {"probe on all layers: topic (kept only layer_6)", "probe on all layers: sentiment (kept only layer_4)",
+            "probe on all layers: negation_scope (kept only layer_3)",
+            "probe mix of all layers: intensity"} <= labels
+    assert not [label for label in labels if label.startswith("probe mix:")]
