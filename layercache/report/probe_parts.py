@@ -28,12 +28,10 @@ from ..depth import prediction_depth
 from ..probes import CumulativeProbes, LinearProbes, OnlineCodeMDL
 from ..probes.features import sharing_word_features
 from ..probes.registry import PROBES
+from ..probes.selectivity import CONTROL_MAX_ITER
 from ..store.manifest import LabelTask
 from ..store.reader import LayerCache
 from .cumulative_gains import cumulative_part
-
-CONTROL_MAX_ITER = 150
-"""L-BFGS iterations of the control probes: enough for their score, a fraction of a full fit on a token task."""
 
 Step = Callable[[str], None]
 
@@ -131,8 +129,8 @@ def linear_part(ctx: TaskContext, name: str = "linear") -> None:
         return
     ctx.step(f"{task}: control task ({ctx.sample})")
     with ctx.timer(f"{task}: control"), warnings.catch_warnings():
-        # Control labels of many word types are slow to fit to the last digit, and the report only
-        # needs the score: cap the iterations and say so when the cap was reached.
+        # Capped as selectivity() caps them (CONTROL_MAX_ITER), so a notebook gets the report's numbers; the
+        # report says when the cap was reached.
         warnings.simplefilter("ignore", ConvergenceWarning)
         control = LinearProbes(task=task, seed=ctx.seed, control=True, max_iter=CONTROL_MAX_ITER,
                                max_train=ctx.max_train).fit(cache)

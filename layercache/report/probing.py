@@ -40,6 +40,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from ..core.memory import memory_limit
 from ..core.threads import computes
@@ -105,6 +106,7 @@ def build_probe_report(cache: LayerCache, *, tasks: Sequence[str] | None = None,
         "hidden_size": cache.hidden_size, "store": m.storage.store, "storage_dtype": m.storage.dtype,
         "splits": {s: cache.num_examples(s) for s in cache.splits}, "eval_split": eval_split,
         "validation": cache.validation_split(exclude="train"), "seed": seed, "max_train": max_train,
+        "threads": torch.get_num_threads(),  # a tol-stopped fit's last digits follow it (see the README)
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "layercache_version": __version__,
     })

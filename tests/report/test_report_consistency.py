@@ -15,7 +15,8 @@ import pytest
 import torch
 
 from layercache.depth import cumulative_scoring, prediction_depth
-from layercache.probes import CumulativeProbes, LinearProbes
+from layercache.probes import CumulativeProbes, LinearProbes, OnlineCodeMDL, selectivity
+from layercache.probes.selectivity import CONTROL_MAX_ITER
 from layercache.report.probing import build_probe_report
 from layercache.store.reader import LayerCache
 
@@ -55,6 +56,42 @@ def test_notebook_calls_and_report_give_the_same_numbers(report_cache, built_rep
             gains = cumulative_scoring(scores)
             if np.array_equal(scores, reported) and np.isfinite(gains.expected_layer):
                 assert gains.expected_layer == pytest.approx(t["cumulative"]["expected_layer"], abs=1e-9)
+
+
+def test_selectivity_and_mdl_of_a_notebook_are_the_reports(report_cache, built_report):
+    """The tester's case: a notebook's selectivity and MDL came out at .722 / 6.28 against the report's .723 / 6.26.
+    The control probes are capped alike (CONTROL_MAX_ITER), and on the report's number of threads (``meta.threads``)
+    the notebook's calls give its numbers to the last bit."""
+    report, _ = built_report
+    before = torch.get_num_threads()
+    torch.set_num_threads(report.meta["threads"])
+    try:
+        with LayerCache.open(report_cache) as cache:
+            for spec in cache.tasks:
+                if spec.kind == "regression":
+                    continue
+                t = report.tasks[spec.name]
+                sel = selectivity(cache, spec.name, eval_split="test")  # as notebooks/01_layers_from_one_cache does
+                assert sel.control_probe.max_iter == t["control"]["max_iter"] == CONTROL_MAX_ITER
+                assert sel.control_converged == t["control"]["converged"], spec.name
+                np.testing.assert_array_equal(sel.selectivity, t["control"]["selectivity"])
+                mdl = OnlineCodeMDL(task=spec.name).fit(cache)
+                np.testing.assert_array_equal(mdl.codelength_, t["mdl"]["codelength_bits"])
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_selectivity_on_another_number_of_threads_moves_by_an_example_at_most(report_cache, built_report,
+                                                                             three_threads):
+    """Another number of threads sums in another order: a tol-stopped fit may flip a borderline example per probe."""
+    report, _ = built_report
+    with LayerCache.open(report_cache) as cache:
+        for spec in cache.tasks:
+            if spec.kind != "regression":
+                sel = selectivity(cache, spec.name, eval_split="test")
+                n_eval = len(sel.task_probe.predictions(cache, "test")[1])
+                np.testing.assert_allclose(sel.selectivity, report.tasks[spec.name]["control"]["selectivity"],
+                                           atol=2 / n_eval + 1e-9)
 
 
 def test_max_train_samples_every_probe_of_a_task_and_is_recorded(report_cache):
