@@ -4,6 +4,8 @@
 #                 0.995 against 0.997 after 16, in half the time), then write the probing report
 #                 (runs/demo-cache.report/report.html; its probes fit a 4,000-word sample, --max-train)
 #   make test   - create .venv, install layercache + test deps, run the test suite
+#   make notebooks - run notebooks/*.ipynb top to bottom in a Jupyter kernel (notebooks/execute.py, as the
+#                 test suite does); the executed copies, with outputs and figures, go to runs/notebooks/
 # torch is installed only when the venv has none, as TORCH_SPEC (override for a CUDA build, e.g.
 # `make demo TORCH_SPEC="torch --index-url https://download.pytorch.org/whl/cu124"`).
 PYTHON ?= python3
@@ -12,7 +14,7 @@ TORCH_SPEC ?= torch==2.13.0
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test clean
+.PHONY: setup demo test notebooks clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +35,9 @@ demo: setup
 
 test: setup
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+notebooks: setup
+	$(BIN)/python notebooks/execute.py
 
 clean:
 	rm -rf $(VENV) runs
