@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 
+from layercache.core.threads import computing_threads
 from layercache.depth import cumulative_scoring, prediction_depth
 from layercache.probes import CumulativeProbes, LinearProbes, OnlineCodeMDL, selectivity
 from layercache.probes.selectivity import CONTROL_MAX_ITER
@@ -63,9 +64,7 @@ def test_selectivity_and_mdl_of_a_notebook_are_the_reports(report_cache, built_r
     The control probes are capped alike (CONTROL_MAX_ITER), and on the report's number of threads (``meta.threads``)
     the notebook's calls give its numbers to the last bit."""
     report, _ = built_report
-    before = torch.get_num_threads()
-    torch.set_num_threads(report.meta["threads"])
-    try:
+    with computing_threads(report.meta["threads"]):  # as the report computed (a count torch could call its default)
         with LayerCache.open(report_cache) as cache:
             for spec in cache.tasks:
                 if spec.kind == "regression":
@@ -77,8 +76,6 @@ def test_selectivity_and_mdl_of_a_notebook_are_the_reports(report_cache, built_r
                 np.testing.assert_array_equal(sel.selectivity, t["control"]["selectivity"])
                 mdl = OnlineCodeMDL(task=spec.name).fit(cache)
                 np.testing.assert_array_equal(mdl.codelength_, t["mdl"]["codelength_bits"])
-    finally:
-        torch.set_num_threads(before)
 
 
 def test_selectivity_on_another_number_of_threads_moves_by_an_example_at_most(report_cache, built_report,
