@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.logging import RichHandler
 
 from ..core.files import NO_SPACE, why_unwritable
+from ..core.option_names import speaking_to_command_line
 from ..errors import LayercacheError
 from ..progress import line_interval
 
@@ -65,7 +66,8 @@ def friendly(command):
         _setup_logging()
         try:
             line_interval()  # a malformed LAYERCACHE_PROGRESS_INTERVAL is refused before any work is done
-            return command(*args, **kwargs)
+            with speaking_to_command_line():  # the library's refusals name --flags here, not keywords
+                return command(*args, **kwargs)
         except LayercacheError as err:
             if follower_rank() and getattr(err, "reported_by_rank_zero", False):
                 raise typer.Exit(EXIT_USAGE) from None  # rank 0 prints it, for every rank
@@ -81,11 +83,17 @@ def friendly(command):
         except KeyboardInterrupt as err:  # a RunInterrupted (train-head, sweep) says itself what was kept
             if follower_rank():  # Ctrl-C reaches every rank; rank 0 says what was kept
                 raise typer.Exit(EXIT_INTERRUPTED) from None
-            err_console.print(str(err) or "Interrupted; committed shards are kept, run the same command again to "
-                              "resume.", highlight=False, soft_wrap=True)
+            err_console.print(str(err) or INTERRUPTED.get(command.__name__, INTERRUPTED_ELSE), highlight=False,
+                              soft_wrap=True)
             raise typer.Exit(EXIT_INTERRUPTED) from None
 
     return wrapper
+
+
+INTERRUPTED = {"extract": "Interrupted; committed shards are kept, run the same command again to resume."}
+"""What Ctrl-C keeps, per command whose library call does not say it itself (a ``RunInterrupted`` does)."""
+INTERRUPTED_ELSE = "Interrupted before anything was written; run the same command again."
+"""Ctrl-C in any other command: it writes its output whole at the end, or not at all (a run folder says more)."""
 
 
 def follower_rank() -> bool:

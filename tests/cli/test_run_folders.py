@@ -53,3 +53,18 @@ def test_relative_cache_paths_name_the_runs_beside_the_cache(cache, monkeypatch,
     assert not (cache / ".runs").exists() and not (cache / "train" / "...runs").exists()
     assert not any(p.name.endswith(".runs") for p in cache.rglob("*"))
     assert f"Run written: {cache.parent / 'cache.runs'}" in " ".join(result.output.split())
+
+
+def test_ctrl_c_before_a_run_folder_is_claimed_speaks_of_no_shards(cache, monkeypatch):
+    """Ctrl-C while the cache opens, before train-head claims its folder: the extraction's words ("committed shards
+    are kept") were printed for a command that writes no shard."""
+    import layercache.heads.workflow as runs
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runs, "using_cache", interrupted)
+    result = invoke("train-head", cache, *CLI_QUICK)
+    assert result.exit_code == 130, result.output
+    text = " ".join(result.output.split())
+    assert "shards" not in text and "Interrupted before anything was written" in text, text

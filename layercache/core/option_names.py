@@ -1,0 +1,74 @@
+"""How a message names an option: ``--overwrite`` to whoever typed a command, ``overwrite=True`` to a Python caller.
+
+The library's refusals name the fix, and the fix is often an option. The same sentence reaches two
+audiences: the command line (``layercache train-head ... --out runs/scalar``) and a notebook
+(``train_head(cache, "scalar", out="runs/scalar")``). Telling a Python caller to "pass --overwrite"
+names a flag their call does not have. So a message names an option through :func:`option`, which
+asks who is listening:
+
+    raise ConfigError(f"{folder} is not empty; choose another {option('out')} or pass {option('overwrite', True)}.")
+
+- to Python (the default): ``choose another out=... or pass overwrite=True``;
+- inside :func:`speaking_to_command_line` (the CLI enters it around every command): ``choose another
+  --out or pass --overwrite``.
+
+The flag is the keyword with dashes (``storage_dtype`` -> ``--storage-dtype``), or ``--no-<flag>`` for a
+boolean keyword set to False, unless :data:`FLAGS` says otherwise. The audience is the process's for
+the duration of the block, threads included: a background writer's refusal, re-raised by the command,
+names flags too.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+_depth = 0
+"""How many :func:`speaking_to_command_line` blocks are open (a command may run another's code)."""
+_lock = threading.Lock()
+
+_UNSET = object()
+
+FLAGS: dict[str, str] = {}
+"""Keyword -> flag, for the few options whose flag is not the keyword with dashes."""
+
+
+@contextmanager
+def speaking_to_command_line() -> Iterator[None]:
+    """Within the block, :func:`option` names flags (``--overwrite``); outside it, keywords (``overwrite=True``)."""
+    global _depth
+    with _lock:
+        _depth += 1
+    try:
+        yield
+    finally:
+        with _lock:
+            _depth -= 1
+
+
+def command_line() -> bool:
+    """Whether the messages made now are read on a command line (inside :func:`speaking_to_command_line`)."""
+    return _depth > 0
+
+
+def flag(keyword: str, value: object = _UNSET) -> str:
+    """The command-line flag of ``keyword`` (``--no-<flag>`` for ``value`` False), as :func:`option` names it there."""
+    name = FLAGS.get(keyword, "--" + keyword.replace("_", "-"))
+    if value is False:
+        return "--no-" + name.removeprefix("--")
+    if value is _UNSET or value is True:
+        return name
+    return f"{name} {value}"
+
+
+def option(keyword: str, value: object = _UNSET) -> str:
+    """How a message names the option ``keyword`` (set to ``value``, when the message asks for a value).
+
+    On the command line: ``--storage-dtype int8``, ``--overwrite``, ``--no-labels`` (``value`` False).
+    To Python: ``storage_dtype='int8'``, ``overwrite=True``, ``labels=False``, and ``out=...`` when no
+    value is given.
+    """
+    if command_line():
+        return flag(keyword, value)
+    return f"{keyword}=..." if value is _UNSET else f"{keyword}={value!r}"
