@@ -301,3 +301,21 @@ def small_builtin(request, monkeypatch):
     sizes = getattr(request.module, "BUILTIN_SIZES", None) or request.module.SIZES
     original = builtin.load_builtin
     monkeypatch.setattr(builtin, "load_builtin", lambda seed=0, sizes_=None: original(seed, sizes_ or sizes))
+
+
+@pytest.fixture
+def one_backbone(monkeypatch):
+    """Every extraction of the test loads the same tiny model once: tests that extract many times test the files
+    they write, not loading (``layercache.extraction.job.load_backbone`` keeps each loaded model)."""
+    import layercache.extraction.job as job
+    from layercache.backbone.loader import load_backbone
+
+    loaded = {}
+
+    def load(name, **options):
+        key = (name, tuple(sorted(options.items())))
+        if key not in loaded:
+            loaded[key] = load_backbone(name, **options)
+        return loaded[key]
+
+    monkeypatch.setattr(job, "load_backbone", load)

@@ -19,6 +19,7 @@ import stat
 from pathlib import Path
 
 from ..core.confine import OwnedFolder, lstat_or_none
+from ..core.files import free_space_or, is_disk_full
 from ..errors import CacheError, CacheWriteError, ConfigError, LayercacheError
 from ..store.lock import LOCK_NAME, CacheLock
 from ..store.manifest import MANIFEST_NAME, Manifest, SplitInfo, load_manifest_json
@@ -62,7 +63,7 @@ def locked_output(out: Path):
         owner.check_root(create=True)
     except OSError as err:
         raise CacheWriteError(f"Cannot create the cache folder {out} ({os.strerror(err.errno)}); "
-                              "choose an --out folder you can write to.") from None
+                              f"{free_space_or(err, 'choose an --out folder you can write to')}.") from None
     lock_created = lstat_or_none(owner.path(LOCK_NAME)) is None
     lock = CacheLock(out).acquire()
     try:
@@ -207,9 +208,10 @@ def clean_strays(out: Path, split: str, info: SplitInfo) -> Path:
 def write_errors(out: Path):
     """Turn a failed system call while writing the cache (full disk, read-only folder) into one sentence.
 
-    Only errors with an ``errno`` are translated; anything else is a bug and keeps its traceback.
-    The caller has already removed its half-written shard; committed shards stay, so the message
-    says to resume.
+    Only errors with an ``errno`` are translated, and a library's own error that says the disk is
+    full (``safetensors`` writing the lens: ``os error 28``); anything else is a bug and keeps its
+    traceback. The caller has already removed its half-written shard; committed shards stay, so the
+    message says to resume.
     """
     try:
         yield
@@ -219,6 +221,10 @@ def write_errors(out: Path):
         if err.errno is None:
             raise
         raise CacheWriteError(_write_error_text(out, err)) from err
+    except Exception as err:
+        if not is_disk_full(err):
+            raise
+        raise CacheWriteError(_write_error_text(out, OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)))) from err
 
 
 def _write_error_text(out: Path, err: OSError) -> str:

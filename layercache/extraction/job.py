@@ -10,12 +10,14 @@ then merges).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import numbers
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..backbone.loader import Backbone, load_backbone
+from ..core.confine import OwnedFolder
 from ..core.layers import DOES_NOT_EXIST, resolve_layers
 from ..core.units import human_bytes
 from ..errors import CacheMismatchError, ConfigError, InsufficientDiskError
@@ -23,7 +25,7 @@ from ..sources.datasets import DatasetRecords, load_dataset_records
 from ..store.manifest import Manifest, read_manifest, write_manifest
 from ..store.parts import merge_parts, remove_parts
 from ..store.paths import record_latest
-from ..store.projection import read_projection, write_projection
+from ..store.projection import PROJECTION_NAME, read_projection, write_projection
 from .background import BufferPool, writer_thread_helps
 from .configuration import difference, new_manifest
 from .dtype_probe import resolve_storage_dtype
@@ -219,8 +221,14 @@ def prepare_job(model: str, data: DataSpec, storage: StorageSpec, batching: Batc
     # A held batch that committed shards cover (a damaged one is re-extracted below, by its own forward) is
     # never packed from them: free its states now.
     held.keep_only(remaining_batches(manifest, plans))
-    with write_errors(out):
-        write_manifest(out, manifest)
+    try:
+        with write_errors(out):
+            write_manifest(out, manifest)
+    except BaseException:
+        if manifest.storage.project and not resumed:  # this run's basis, which no manifest lists: it goes too
+            with contextlib.suppress(OSError):
+                OwnedFolder.at(out).remove(PROJECTION_NAME)
+        raise
     _side_files(out, manifest, backbone, allow_pickle)  # after the manifest: the folder is a cache by then
     record_latest(out)
     job = _writer_job(out, inputs, manifest, held)

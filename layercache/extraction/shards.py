@@ -13,6 +13,7 @@ writers working on other batches of the same split never need each other's numbe
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 from ..core.confine import OwnedFolder
@@ -57,11 +58,21 @@ class SplitShards:
         return self._writer.payload_bytes >= storage.shard_bytes or not follows
 
     def commit(self) -> None:
-        """Commit the shard being written and list it in the writer's part (rewritten atomically)."""
+        """Commit the shard being written and list it in the writer's part (rewritten atomically).
+
+        A part that cannot be written (a full disk) takes the shard with it: no file is left that no
+        manifest lists, and the next run extracts its batches again, as it would have anyway.
+        """
         shard = self._writer.commit()
         self._writer = None
         self.part.add(self.split, shard)
-        write_part(self.out, self.part)
+        try:
+            write_part(self.out, self.part)
+        except BaseException:
+            self.part.splits[self.split].remove(shard)
+            with contextlib.suppress(OSError):  # the error on its way up is the one to report; a next run cleans up
+                self.owner.remove(*shard.file.split("/"))
+            raise
 
     def abort(self) -> None:
         """Delete the shard being written, if any (after an error or an interruption)."""

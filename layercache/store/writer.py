@@ -123,9 +123,9 @@ class ShardWriter:
     """The pooled vectors' dtype where it is not ``dtype`` (float16 beside int8 token states); None: ``dtype``."""
     _file: h5py.File | None = field(default=None, init=False, repr=False)
     _datasets: dict[str, h5py.Dataset] = field(default_factory=dict, init=False, repr=False)
-    """Every appendable dataset, open until the file closes. Opening one per append would close it
-    after each, and HDF5 writes a dataset's cached chunks when it closes: from h5py's deallocator,
-    where a full disk can only be printed and ignored (the data silently missing), not raised."""
+    """Every dataset of the shard, open from its creation until the file is flushed (or discarded). Opening
+    one per append would close it after each, and HDF5 writes a dataset's cached chunks when it closes:
+    from h5py's deallocator, where a full disk can only be printed and ignored, not raised (:meth:`_create`)."""
     _tokens: _TokenChunks | None = field(default=None, init=False, repr=False)
     _n_examples: int = field(default=0, init=False)
     _n_tokens: int = field(default=0, init=False)
@@ -177,35 +177,50 @@ class ShardWriter:
         scaled = codec(self.dtype).scaled
         resizable = dict(maxshape=(None,), track_times=False)
         if self.store_tokens:
-            f.create_dataset("hidden", shape=(0, S, D), maxshape=(None, S, D), dtype=vec_dtype,
-                             chunks=(CHUNK_TOKENS, 1, D), track_times=False)
-            f["hidden"].attrs["dtype"] = self.dtype
-            self._tokens = _TokenChunks(f["hidden"], vec_dtype)
+            hidden = self._create("hidden", shape=(0, S, D), maxshape=(None, S, D), dtype=vec_dtype,
+                                  chunks=(CHUNK_TOKENS, 1, D), track_times=False)
+            hidden.attrs["dtype"] = self.dtype
+            self._tokens = _TokenChunks(hidden, vec_dtype)
             if scaled:  # every state's scales of a run of tokens in one chunk: small, read with the values
-                _scales_dataset(f, "hidden", S, CHUNK_TOKENS)
-        f.create_dataset("offsets", data=np.zeros(1, np.int64), chunks=(INDEX_CHUNK,), **resizable)
-        f.create_dataset("input_ids", shape=(0,), dtype=np.int32, chunks=(IDS_CHUNK,), **resizable)
+                self._create_scales("hidden", CHUNK_TOKENS)
+        self._create("offsets", data=np.zeros(1, np.int64), chunks=(INDEX_CHUNK,), **resizable)
+        self._create("input_ids", shape=(0,), dtype=np.int32, chunks=(IDS_CHUNK,), **resizable)
         self._has_word_ids = batch.word_ids is not None
         if self._has_word_ids:
-            f.create_dataset("word_ids", shape=(0,), dtype=np.int32, chunks=(IDS_CHUNK,), **resizable)
-        f.create_dataset("example_index", shape=(0,), dtype=np.int64, chunks=(INDEX_CHUNK,), **resizable)
+            self._create("word_ids", shape=(0,), dtype=np.int32, chunks=(IDS_CHUNK,), **resizable)
+        self._create("example_index", shape=(0,), dtype=np.int64, chunks=(INDEX_CHUNK,), **resizable)
         pooled_as = codec(self._pooled_dtype)
         for mode in self.pooling:
-            ds = f.create_dataset(f"pooled/{mode}", shape=(0, S, D), maxshape=(None, S, D),
-                                  dtype=pooled_as.file_dtype, chunks=(POOLED_CHUNK, 1, D), track_times=False)
+            ds = self._create(f"pooled/{mode}", shape=(0, S, D), maxshape=(None, S, D), dtype=pooled_as.file_dtype,
+                              chunks=(POOLED_CHUNK, 1, D), track_times=False)
             ds.attrs["dtype"] = self._pooled_dtype
             if pooled_as.scaled:
-                _scales_dataset(f, f"pooled/{mode}", S, POOLED_CHUNK)
+                self._create_scales(f"pooled/{mode}", POOLED_CHUNK)
         if any(t.kind == "token" for t in self.tasks):
-            f.create_dataset("word_offsets", data=np.zeros(1, np.int64), chunks=(INDEX_CHUNK,), **resizable)
+            self._create("word_offsets", data=np.zeros(1, np.int64), chunks=(INDEX_CHUNK,), **resizable)
         for task in self.tasks:
             dtype = np.float32 if task.kind == "regression" else np.int64
-            f.create_dataset(f"labels/{task.name}", shape=(0,), dtype=dtype, chunks=(INDEX_CHUNK,), **resizable)
+            self._create(f"labels/{task.name}", shape=(0,), dtype=dtype, chunks=(INDEX_CHUNK,), **resizable)
         self._sum = np.zeros((S, D), np.float64)
         self._sumsq = np.zeros((S, D), np.float64)
-        f.visititems(lambda name, obj: self._datasets.__setitem__(name, obj)
-                     if isinstance(obj, h5py.Dataset) and name != "hidden" else None)
         return f
+
+    def _create(self, name: str, **options) -> h5py.Dataset:
+        """Create dataset ``name`` and keep it open in :attr:`_datasets` until the file is flushed or discarded.
+
+        Never let go of a dataset object before then: the last one open of a dataset writes its
+        cached chunks when it is collected, and on a full disk that write fails inside h5py's
+        deallocator, where it is printed, not raised, and leaves HDF5 with a dataset half closed,
+        which crashes the process when the file is closed (a segmentation fault, not a sentence).
+        """
+        ds = self._datasets[name] = self._file.create_dataset(name, **options)
+        return ds
+
+    def _create_scales(self, name: str, rows_per_chunk: int) -> None:
+        """The resizable (0, S, 1) float32 dataset for the scales of state dataset ``name``."""
+        ds = self._create(scales_dataset(name), shape=(0, self.n_states, 1), maxshape=(None, self.n_states, 1),
+                          dtype=np.float32, chunks=(rows_per_chunk, self.n_states, 1), track_times=False)
+        ds.attrs["dtype"] = "float32"
 
     @staticmethod
     def _append(ds: h5py.Dataset, values: np.ndarray) -> None:
@@ -281,8 +296,8 @@ class ShardWriter:
         f = self._file
         if self._tokens is not None:
             self._tokens.finish()
-        f.create_dataset("stats/sum", data=self._sum, track_times=False)
-        f.create_dataset("stats/sumsq", data=self._sumsq, track_times=False)
+        self._create("stats/sum", data=self._sum, track_times=False)
+        self._create("stats/sumsq", data=self._sumsq, track_times=False)
         f["stats"].attrs["count"] = self._count
         f.attrs["first_row"] = self.first_row
         f.attrs["first_batch"] = self.first_batch
@@ -318,6 +333,8 @@ class ShardWriter:
                 f.close()
             except Exception as err:  # noqa: BLE001 - the error being handled is the one to report
                 log.debug("Closing the aborted shard %s failed: %s", self.tmp_path, err)
+        self._datasets.clear()  # closed with the file: nothing is left for a deallocator to write
+        self._tokens = None
         try:
             self.tmp_path.unlink(missing_ok=True)
         except OSError as err:  # a read-only folder: the next run removes stray temp shards
@@ -369,13 +386,6 @@ class _TokenChunks:
             self._carry[:, self._carried:] = 0
             self._write(self._size - self._carried, self._carry)
             self._carried = 0
-
-
-def _scales_dataset(f: h5py.File, name: str, n_states: int, rows_per_chunk: int) -> None:
-    """The resizable (0, S, 1) float32 dataset for the scales of state dataset ``name``."""
-    ds = f.create_dataset(scales_dataset(name), shape=(0, n_states, 1), maxshape=(None, n_states, 1),
-                          dtype=np.float32, chunks=(rows_per_chunk, n_states, 1), track_times=False)
-    ds.attrs["dtype"] = "float32"
 
 
 def _clear_temp(path: Path) -> None:

@@ -42,8 +42,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import layercache as lc
-import layercache.extraction.job as job
-from layercache.backbone.loader import load_backbone
 from layercache.errors import LayercacheError
 
 SETTINGS = settings(max_examples=30, deadline=None, derandomize=True, print_blob=True,
@@ -68,20 +66,6 @@ def setup(tiny_models, tmp_path_factory):
     shards = sorted(str(p.relative_to(cache)) for p in cache.glob("*/shard-*.h5"))
     assert len([s for s in shards if s.startswith("train/")]) >= 2
     return files, cache, shards
-
-
-@pytest.fixture
-def one_backbone(monkeypatch):
-    """Each example loads the same tiny model: keep it loaded (what is fuzzed is the file system, not loading)."""
-    loaded = {}
-
-    def load(name, **options):
-        key = (name, tuple(sorted(options.items())))
-        if key not in loaded:
-            loaded[key] = load_backbone(name, **options)
-        return loaded[key]
-
-    monkeypatch.setattr(job, "load_backbone", load)
 
 
 # --- what is planted ----------------------------------------------------------------------------------
