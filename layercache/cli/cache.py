@@ -85,12 +85,14 @@ def extract(
         device=device, device_map=device_map, max_memory=max_memory)
     result = run_extract(model, out=out, data=data, storage=storage, batching=batching, overwrite=overwrite,
                          repair=repair, allow_pickle=allow_pickle, progress=not quiet)
-    if result.repaired:
-        verb = f"repaired ({len(result.repaired)} shard(s) re-extracted)"
+    fixed = "; ".join([*([f"{len(result.repaired)} shard(s) re-extracted"] if result.repaired else []),
+                       *([f"{', '.join(result.rewritten)} written again"] if result.rewritten else [])])
+    if result.repaired or (result.already_complete and result.rewritten):
+        verb = f"repaired ({fixed})"
     elif result.already_complete:
         verb = "checked, nothing to repair" if repair else "already complete"
     else:
-        verb = "resumed and completed" if result.resumed else "written"
+        verb = ("resumed and completed" if result.resumed else "written") + (f" ({fixed})" if fixed else "")
     base.out_console.print(f"Cache {verb}: [bold]{result.path}[/]", soft_wrap=True)
 
 
@@ -112,16 +114,25 @@ def info(
         else:
             render_summary(cache_summary(opened), base.out_console)
         if check:
-            damaged = opened.shard_problems()
-            if damaged:
-                base.err_console.print(
-                    f"[bold red]{len(damaged)} shard(s) missing, unreadable or changed since extraction:[/] "
-                    + ", ".join(f"{file} ({problem})" for file, problem in damaged.items())
-                    + ". Re-run the `layercache extract` command that made the cache with --repair to re-extract "
-                    "only those.", highlight=False, soft_wrap=True)
+            shards, side_files = opened.shard_problems(), opened.side_file_problems()
+            if shards or side_files:
+                base.err_console.print(_damage_text(shards, side_files), highlight=False, soft_wrap=True)
                 raise typer.Exit(1)
             n = sum(len(s.shards) for s in opened.manifest.splits.values())
-            base.err_console.print(f"All {n} shards match their checksums.")
+            sides = len(opened.manifest.side_files)
+            also = f" and {sides} side file{'s' if sides > 1 else ''}" if sides else ""
+            base.err_console.print(f"All {n} shards{also} match their checksums.")
+
+
+def _damage_text(shards: dict[str, str], side_files: dict[str, str]) -> str:
+    """What ``info --check`` found (each file with its problem) and the one command that fixes it."""
+    counted = " and ".join(f"{len(found)} {noun}(s)" for found, noun in ((shards, "shard"), (side_files, "side file"))
+                           if found)
+    redo = " and ".join(what for found, what in ((shards, "re-extract only those shards"),
+                                                (side_files, "write those side files again")) if found)
+    return (f"[bold red]{counted} missing, unreadable or changed since extraction:[/] "
+            + ", ".join(f"{file} ({problem})" for file, problem in {**shards, **side_files}.items())
+            + f". Re-run the `layercache extract` command that made the cache with --repair to {redo}.")
 
 
 @app.command("list")

@@ -19,11 +19,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import xxhash
+
+from .confine import kind_of
 
 ALGORITHM = "xxh3_128"
 _READ_BLOCK = 1 << 22
@@ -61,12 +63,27 @@ def fsync_and_checksum(path: str | os.PathLike) -> str:
     return digest
 
 
-def checksum_matches(path: str | os.PathLike, expected: str) -> bool:
-    """Whether the file at ``path`` exists and still has checksum ``expected`` (as the manifest lists it)."""
-    algorithm = expected.partition(":")[0]
-    if algorithm != ALGORITHM:
-        raise ValueError(f"unknown checksum algorithm {algorithm!r} (this layercache knows {ALGORITHM!r})")
-    return Path(path).is_file() and file_checksum(path) == expected
+def file_problem(path: str | os.PathLike, checksum: str, *, follow_links: bool = True) -> str | None:
+    """Why the file at ``path`` is not the one whose ``checksum`` was recorded (None when its bytes match).
+
+    ``missing``, ``is a FIFO (named pipe), not a regular file`` ..., ``cannot be read (Permission
+    denied)`` or ``changed since extraction``. Nothing that is not a regular file is opened (a FIFO
+    would block); with ``follow_links=False`` a link is a problem itself (``is a symbolic link ...``),
+    whatever it points at. Reads the whole file.
+    """
+    try:
+        st = os.stat(path) if follow_links else os.lstat(path)
+    except FileNotFoundError:
+        return "missing"
+    except (OSError, RuntimeError) as err:
+        return f"cannot be reached ({err.strerror if isinstance(err, OSError) else 'a loop of symbolic links'})"
+    if not stat.S_ISREG(st.st_mode):
+        return f"is {kind_of(st)}, not a regular file"
+    try:
+        digest = file_checksum(path)
+    except OSError as err:
+        return f"cannot be read ({err.strerror or err})"
+    return None if digest == checksum else "changed since extraction"
 
 
 def json_sha256(payload: Any, *, compact: bool = False) -> str:

@@ -2,8 +2,9 @@
 
 Cheapest checks first, so bad input fails in a second, not after a model load: output folder ->
 data -> backbone -> tokenization and batch plan -> compare with an existing cache (merge what its
-writers committed, then resume / done / refuse) -> re-read committed shards against their
-checksums and re-extract damaged ones -> size estimate and disk check -> manifest and side files.
+writers committed, fit a damaged projection again, then resume / done / refuse) -> re-read committed
+shards against their checksums and re-extract damaged ones -> size estimate and disk check ->
+manifest and side files (a missing or changed one written again).
 The result is an :class:`ExtractionJob`: what every writer needs (:mod:`.run` writes a share of it,
 then merges).
 """
@@ -45,7 +46,7 @@ from .plan import SplitPlan, plan_split
 from .projection_fit import fit_projection
 from .repair import reextract_shard, verify_shards
 from .shares import remaining_batches
-from .side_files import ensure_side_files
+from .side_files import ensure_side_files, restore_projection
 from .specs import BatchSpec, DataSpec, StorageSpec
 from .storage_choices import recommend, size_choices, sizes_text, standard_choices, your_choice
 
@@ -66,6 +67,9 @@ class ExtractResult:
     """True when the cache was already complete and nothing was computed."""
     repaired: list[str] = field(default_factory=list)
     """Shards (``split/shard-NNNNN.h5``) that failed their checksum and were extracted again."""
+    rewritten: list[str] = field(default_factory=list)
+    """Side files (``vocab.json``, ``lens.safetensors``, ``projection.safetensors``) that were missing or
+    changed and were written again (the projection only as the very bytes the manifest recorded)."""
 
 
 @dataclass
@@ -89,6 +93,7 @@ class ExtractionJob:
     fit's), reused for their batches by the process that made them; empty in every other writer."""
     resumed: bool = False
     repaired: list[str] = field(default_factory=list)
+    rewritten: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -167,7 +172,7 @@ def prepare_job(model: str, data: DataSpec, storage: StorageSpec, batching: Batc
     manifest = _configured(inputs, data, storage, batching, pooling,
                            existing if isinstance(existing, Manifest) and not overwrite else None, held)
 
-    resumed, damaged = False, {}
+    resumed, damaged, rewritten = False, {}, []
     if isinstance(existing, DamagedCache):
         remove_cache_files(out, existing.split_names)
     elif existing is not None and overwrite:
@@ -180,21 +185,25 @@ def prepare_job(model: str, data: DataSpec, storage: StorageSpec, batching: Batc
             )
         with write_errors(out):
             merge_parts(out, existing)  # what the writers of an interrupted run committed
+            # Every shard was projected with the basis: a damaged one is fitted again before anything else.
+            rewritten = restore_projection(out, existing, backbone, plans, keep, held)
         if existing.complete and not repair:
-            log.info("The cache at %s is already complete; nothing to do.", out)
-            _side_files(out, existing, backbone, allow_pickle)  # a cache older than them gets them now
+            rewritten += _side_files(out, existing, backbone, allow_pickle)  # an older cache gets them now
+            if not rewritten:
+                log.info("The cache at %s is already complete; nothing to do.", out)
             record_latest(out)
-            return ExtractResult(out, existing, already_complete=True)
+            return ExtractResult(out, existing, already_complete=True, rewritten=rewritten)
         manifest, resumed = existing, True
         # A resume (or --repair) trusts no committed shard it has not re-read: a shard damaged since
         # its commit would otherwise be kept, and its statistics would break the split's.
         damaged = verify_shards(out, manifest, progress)
         if repair and not damaged and manifest.complete:
-            log.info("All %d shards of %s match their checksums; nothing to repair.",
-                     sum(len(s.shards) for s in manifest.splits.values()), out)
-            _side_files(out, manifest, backbone, allow_pickle)
+            rewritten += _side_files(out, manifest, backbone, allow_pickle)
+            if not rewritten:
+                log.info("All %d shards and side files of %s match their checksums; nothing to repair.",
+                         sum(len(s.shards) for s in manifest.splits.values()), out)
             record_latest(out)
-            return ExtractResult(out, manifest, already_complete=True)
+            return ExtractResult(out, manifest, already_complete=True, rewritten=rewritten)
         if damaged:
             log.warning("Re-extracting %d damaged shard(s): %s.", sum(map(len, damaged.values())),
                         ", ".join(manifest.splits[n].shards[i].file for n, ix in damaged.items() for i in ix))
@@ -229,7 +238,7 @@ def prepare_job(model: str, data: DataSpec, storage: StorageSpec, batching: Batc
             with contextlib.suppress(OSError):
                 OwnedFolder.at(out).remove(PROJECTION_NAME)
         raise
-    _side_files(out, manifest, backbone, allow_pickle)  # after the manifest: the folder is a cache by then
+    rewritten += _side_files(out, manifest, backbone, allow_pickle)  # after the manifest: the folder is a cache
     record_latest(out)
     job = _writer_job(out, inputs, manifest, held)
     for name, indices in damaged.items():
@@ -242,6 +251,7 @@ def prepare_job(model: str, data: DataSpec, storage: StorageSpec, batching: Batc
             clean_strays(out, name, info)  # also checks that each split folder is a real folder inside the cache
     job.resumed = resumed
     job.repaired = [manifest.splits[n].shards[i].file for n, ix in damaged.items() for i in ix]
+    job.rewritten = rewritten
     return job
 
 
@@ -297,12 +307,15 @@ def check_disk(out: Path, manifest: Manifest, plans: dict[str, SplitPlan] | None
         )
 
 
-def _side_files(out: Path, manifest: Manifest, backbone, allow_pickle: bool) -> None:
+def _side_files(out: Path, manifest: Manifest, backbone, allow_pickle: bool) -> list[str]:
     """Write the vocabulary and logit-lens files the cache lacks or that changed (see :mod:`.side_files`),
-    and the manifest that lists them."""
+    and the manifest that lists them; returns those the manifest listed that were written again."""
+    before = dict(manifest.side_files)
     with write_errors(out):
-        if ensure_side_files(out, manifest, backbone, allow_pickle=allow_pickle):
+        rewritten = ensure_side_files(out, manifest, backbone, allow_pickle=allow_pickle)
+        if manifest.side_files != before:
             write_manifest(out, manifest)
+    return rewritten
 
 
 def _storage_buffers(plans: dict[str, SplitPlan], n_states: int, dim: int, storage_dtype: str,

@@ -169,7 +169,7 @@ def _extract(model: str, data: DataSpec, storage: StorageSpec, batching: BatchSp
     if overflow:
         log.warning("%s state values exceeded the float16 range and were clamped to ±65,504; re-extract with "
                     "--storage-dtype bfloat16 --overwrite to keep them.", f"{overflow:,}")
-    return ExtractResult(out, manifest, resumed=job.resumed, repaired=job.repaired)
+    return ExtractResult(out, manifest, resumed=job.resumed, repaired=job.repaired, rewritten=job.rewritten)
 
 
 # --- checks ------------------------------------------------------------------------------

@@ -10,6 +10,13 @@ Both files follow from the model and tokenizer fingerprints, which the configura
 so a resume keeps files that still match their checksums and rewrites any that do not, and a
 cache written before these files existed gets them on its next run without a new hash.
 
+The ``--project K`` basis (``projection.safetensors``) is different: every shard was projected
+with it, so it can only be written again as the very bytes the manifest recorded.
+:func:`restore_projection` fits it again on the same seeded sample and writes it only when the fit
+reproduces those bytes; otherwise it refuses in one sentence and leaves the file as it found it.
+Either way a link, a FIFO or a socket standing at a side file's name is removed (never what a link
+points to) and a folder there is refused (it may hold someone's files).
+
 How the lens is read off the model, since it must compute what the model computes:
 
 - the final norm is the module the model's last hidden state comes out of (found by name,
@@ -33,12 +40,18 @@ from pathlib import Path
 import torch
 
 from ..backbone.loader import FINAL_NORM_NAMES, Backbone, weight_files
-from ..core.checksum import checksum_matches
-from ..core.confine import lstat_or_none
+from ..core.checksum import data_checksum
+from ..core.confine import OwnedFolder, lstat_or_none
+from ..errors import CacheError
 from ..store.lens import FinalNorm, LensWeights, write_lens
 from ..store.manifest import Manifest
+from ..store.projection import projection_bytes, write_projection_bytes
 from ..store.schema import SIDE_FILES
+from ..store.side_checks import side_file_problem
 from ..store.vocabulary import Vocabulary, WordMarkers, write_vocabulary
+from .held import HeldStates
+from .plan import SplitPlan
+from .projection_fit import fit_projection
 
 log = logging.getLogger("layercache")
 
@@ -46,30 +59,75 @@ _PROBE_TEXT = "The lamp is good today , and the keys are bad ."
 _EPS_NAMES = ("eps", "variance_epsilon", "epsilon", "layer_norm_eps")
 
 
-def ensure_side_files(out: Path, manifest: Manifest, backbone: Backbone, *, allow_pickle: bool = False) -> bool:
-    """Write the side files ``manifest`` lacks, or whose files no longer match their checksums; record them.
+def ensure_side_files(out: Path, manifest: Manifest, backbone: Backbone, *, allow_pickle: bool = False) -> list[str]:
+    """Write the side files ``manifest`` lacks, or whose files are not as it recorded them; record them.
 
-    Returns whether ``manifest.side_files`` changed (the caller then writes the manifest). A lens that
+    Returns the files the manifest listed that were missing, not regular files or changed, and are
+    written again. The caller writes the manifest when ``manifest.side_files`` changed. A lens that
     cannot be read off the model is left out, with a log message saying why; the cache is complete without it.
     """
-    changed = False
+    rewritten = []
     wanted = {"vocabulary": lambda: write_vocabulary(out, tokenizer_vocabulary(backbone))}
     if backbone.kind == "decoder" and manifest.stores_tokens:
         wanted["lens"] = lambda: _write_lens(out, backbone, allow_pickle)
     for kind, write in wanted.items():
         entry = manifest.side_files.get(kind)
-        path = out / SIDE_FILES[kind]
-        st = lstat_or_none(path)  # a link or FIFO is never read (a FIFO would block); writing it is refused
-        if entry is not None and st is not None and stat.S_ISREG(st.st_mode) and checksum_matches(path, entry.checksum):
+        problem = "missing" if entry is None else side_file_problem(out, entry)  # a FIFO is never opened
+        if problem is None:
             continue
+        clear_side_file_name(out, SIDE_FILES[kind])
         new = write()
+        if entry is not None:
+            rewritten.append(entry.file)
+            log.warning("%s is damaged (%s); written again from the model.", entry.file, problem)
         if new is None:
-            removed = manifest.side_files.pop(kind, None) is not None
-            changed = changed or removed
+            manifest.side_files.pop(kind, None)
             continue
         manifest.side_files[kind] = new
-        changed = True
-    return changed
+    return rewritten
+
+
+def restore_projection(out: Path, manifest: Manifest, backbone: Backbone, plans: dict[str, SplitPlan],
+                       keep: list[int], held: HeldStates | None = None) -> list[str]:
+    """Write ``projection.safetensors`` again when it is missing or changed: ``[its name]``, or ``[]`` when it is
+    as recorded (or the cache is not projected).
+
+    Fitted again as extraction fitted it (the same seeded sample of the first split), and written
+    only when that gives the bytes the manifest recorded: every shard was projected with the
+    original, so any other basis would read them wrongly. Otherwise a :class:`CacheError` says so
+    and the damaged file is left as it is.
+    """
+    entry = manifest.side_files.get("projection")
+    problem = side_file_problem(out, entry) if manifest.storage.project and entry is not None else None
+    if problem is None:
+        return []
+    clear_side_file_name(out, entry.file)
+    OwnedFolder.at(out).file(entry.file)  # a folder at its name is refused before the fit, not after
+    split = next(iter(plans))
+    data = projection_bytes(fit_projection(backbone, plans[split], keep, manifest.storage.project, split=split,
+                                           held=held))
+    if data_checksum(data) != entry.checksum:
+        raise CacheError(
+            f"{out / entry.file} is damaged ({problem}), and fitting it again on the same seeded sample of split "
+            f"{split!r} does not give the bytes extraction wrote (this machine's forward pass or arithmetic differs "
+            "from that run's, another device, dtype or thread count), so the states cannot be mapped back to the "
+            "model: restore the file from a copy of the cache, or re-extract with --overwrite (heads, probes and "
+            "depth analyses still read the cache as it is).")
+    write_projection_bytes(out, data)
+    log.warning("%s is damaged (%s); fitted again on the same sample, to the bytes extraction wrote.", entry.file,
+                problem)
+    return [entry.file]
+
+
+def clear_side_file_name(out: Path, name: str) -> None:
+    """Remove a link, FIFO or socket standing where side file ``name`` is written (a link goes, its target stays).
+
+    A folder stays: it may hold someone's files, and the write that follows refuses it in one sentence.
+    """
+    owner = OwnedFolder.at(out)
+    st = lstat_or_none(owner.path(name))
+    if st is not None and not stat.S_ISREG(st.st_mode) and not stat.S_ISDIR(st.st_mode):
+        owner.remove(name)
 
 
 def _write_lens(out: Path, backbone: Backbone, allow_pickle: bool):

@@ -109,17 +109,26 @@ class Projection:
 
 def write_projection(cache_dir: str | os.PathLike, projection: Projection) -> SideFile:
     """Write ``projection.safetensors`` atomically; returns its manifest entry."""
-    from safetensors.torch import save_file
+    return write_projection_bytes(cache_dir, projection_bytes(projection))
+
+
+def projection_bytes(projection: Projection) -> bytes:
+    """The bytes of ``projection.safetensors`` for ``projection``: the same projection always gives the same bytes."""
+    from safetensors.torch import save
 
     tensors = {"mean": projection.mean.detach().float().cpu().contiguous(),
                "basis": projection.basis.detach().float().cpu().contiguous(),
                "variance_kept": projection.variance_kept.detach().double().cpu().contiguous()}
     meta = {_META_KEY: json.dumps({"format": PROJECTION_FORMAT, "tokens": int(projection.tokens),
                                    "split": projection.split, "seed": int(projection.seed)}, sort_keys=True)}
+    return save(tensors, metadata=meta)
+
+
+def write_projection_bytes(cache_dir: str | os.PathLike, data: bytes) -> SideFile:
+    """Write :func:`projection_bytes` as ``projection.safetensors`` atomically; returns its manifest entry."""
     path = OwnedFolder.at(cache_dir).file(PROJECTION_NAME)  # never through a link
-    checksum = write_file_atomic(path, lambda tmp: save_file(tensors, str(tmp), metadata=meta),
-                                 after=fsync_and_checksum)
-    return SideFile(file=PROJECTION_NAME, bytes=path.stat().st_size, checksum=str(checksum))
+    checksum = write_file_atomic(path, lambda tmp: tmp.write_bytes(data), after=fsync_and_checksum)
+    return SideFile(file=PROJECTION_NAME, bytes=len(data), checksum=str(checksum))
 
 
 def read_projection(cache_dir: str | os.PathLike, manifest: Manifest) -> Projection | None:

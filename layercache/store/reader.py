@@ -42,6 +42,7 @@ from .parts import fold_parts, read_parts
 from .projection import Projection, read_projection
 from .read_errors import translate_read_errors
 from .shard_checks import check_shard_labels, check_shard_layout, open_shard, shard_problem
+from .side_checks import side_file_problems
 from .state_reads import StateReads
 from .vocabulary import Vocabulary, read_vocabulary
 
@@ -239,6 +240,12 @@ class LayerCache(StateReads):
         found = {shard.file: shard_problem(self.path / shard.file, shard.checksum)
                  for split in self.manifest.splits.values() for shard in split.shards}
         return {file: problem for file, problem in found.items() if problem is not None}
+
+    def side_file_problems(self) -> dict[str, str]:
+        """The side files the manifest lists (``vocab.json``, ``lens.safetensors``, ``projection.safetensors``)
+        that are missing, not a regular file (a link, a folder), unreadable or changed since extraction, with
+        what is wrong with each; ``extract ... --repair`` writes them again. Reads each file once."""
+        return side_file_problems(self.path, self.manifest)
 
     # --- side files -------------------------------------------------------------------
     def vocabulary(self) -> Vocabulary:

@@ -24,7 +24,7 @@ import stat
 import h5py
 import numpy as np
 
-from ..core.checksum import file_checksum
+from ..core.checksum import file_problem
 from ..core.confine import kind_of
 from ..core.tasks import IGNORE_INDEX
 from ..errors import CacheError
@@ -74,21 +74,9 @@ def shard_problem(path: str | os.PathLike, checksum: str) -> str | None:
     """Why the shard at ``path`` is not the one the manifest committed (None when its bytes match ``checksum``).
 
     ``missing``, ``is a FIFO (named pipe)`` ..., ``cannot be read (Permission denied)`` or
-    ``changed since extraction``. Reads the whole file.
+    ``changed since extraction`` (:func:`~layercache.core.checksum.file_problem`). Reads the whole file.
     """
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        return "missing"
-    except (OSError, RuntimeError) as err:
-        return f"cannot be reached ({err.strerror if isinstance(err, OSError) else 'a loop of symbolic links'})"
-    if not stat.S_ISREG(st.st_mode):
-        return f"is {kind_of(st)}, not a regular file"
-    try:
-        digest = file_checksum(path)
-    except OSError as err:
-        return f"cannot be read ({err.strerror or err})"
-    return None if digest == checksum else "changed since extraction"
+    return file_problem(path, checksum)
 
 
 def check_shard_layout(h: h5py.File, info: ShardInfo, manifest: Manifest) -> None:

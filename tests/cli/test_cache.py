@@ -36,3 +36,23 @@ def test_source_warnings_are_shown_as_layercache_warnings(tiny_models, tmp_path)
     text = " ".join(result.output.split())
     assert "WARNING" in text and "has no blank lines between sentences" in text, text
     assert "UserWarning" not in text
+
+
+def test_info_check_names_damaged_shards_and_side_files_with_the_one_fix(tiny_models, tsv, tmp_path):
+    out = tmp_path / "cache"
+    assert invoke("extract", tiny_models["bert"], tsv, "--out", out, "--quiet").exit_code == 0
+    clean = invoke("info", out, "--check")
+    assert clean.exit_code == 0 and "All 1 shards and 1 side file match their checksums." in clean.output
+    (out / "vocab.json").unlink()
+    shard = next(out.glob("train/shard-*.h5"))
+    shard.write_bytes(shard.read_bytes()[:-10])
+    damaged = invoke("info", out, "--check")
+    text = " ".join(damaged.output.split())
+    assert damaged.exit_code == 1, text
+    assert (f"1 shard(s) and 1 side file(s) missing, unreadable or changed since extraction: train/{shard.name} "
+            "(changed since extraction), vocab.json (missing). Re-run the `layercache extract` command that made "
+            "the cache with --repair to re-extract only those shards and write those side files again.") in text
+    repaired = invoke("extract", tiny_models["bert"], tsv, "--out", out, "--quiet", "--repair")
+    text = " ".join(repaired.output.split())
+    assert repaired.exit_code == 0 and "repaired (1 shard(s) re-extracted; vocab.json written again)" in text, text
+    assert invoke("info", out, "--check").exit_code == 0

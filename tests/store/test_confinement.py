@@ -253,32 +253,44 @@ def test_a_listed_shard_that_is_a_fifo_is_reextracted_without_opening_it(tiny_mo
 
 
 # --- side files and the manifest --------------------------------------------------------------------
-@pytest.mark.parametrize("name", ["vocab.json", "manifest.json"])
-def test_a_side_file_or_manifest_that_is_a_link_is_refused(tiny_models, data, sandbox, name):
+def test_a_manifest_that_is_a_link_is_refused(tiny_models, data, sandbox):
     """The link is refused, not written through (35f1445 replaced it by rename, which was safe too)."""
-    path = sandbox.cache / name
-    shutil.copy(path, sandbox.outside / name)
+    path = sandbox.cache / "manifest.json"
+    shutil.copy(path, sandbox.outside / "manifest.json")
     sandbox.before = sandbox.state()
     path.unlink()
-    path.symlink_to(sandbox.outside / name)
-    with pytest.raises(LayercacheError, match=rf"{name}.*(symbolic link|leads outside)"):
+    path.symlink_to(sandbox.outside / "manifest.json")
+    with pytest.raises(LayercacheError, match=r"manifest.json.*(symbolic link|leads outside)"):
         lc.extract(str(tiny_models["bert"]), None, sandbox.cache, progress=False, shard_bytes=20_000,
                    batch_tokens=64, split_files={k: str(v) for k, v in data.items()})
     sandbox.assert_outside_untouched()
 
 
-def test_a_decoder_lens_file_link_is_refused(tiny_models, data, tmp_path):
-    """Guard: ``lens.safetensors`` of a decoder cache goes through the same gate."""
-    out = tmp_path / "sandbox" / "cache"
+def test_a_side_file_that_is_a_link_is_replaced_never_written_through(tiny_models, data, sandbox, tmp_path):
+    """A link where ``vocab.json`` or a decoder's ``lens.safetensors`` should be is not the file (issue 36): extraction
+    removes the link itself and writes the real file, the same bytes; what the link points at stays as it was."""
+    path = sandbox.cache / "vocab.json"
+    original = path.read_bytes()
+    shutil.copy(path, sandbox.outside / "vocab.json")
+    sandbox.before = sandbox.state()
+    path.unlink()
+    path.symlink_to(sandbox.outside / "vocab.json")
+    result = lc.extract(str(tiny_models["bert"]), None, sandbox.cache, progress=False, shard_bytes=20_000,
+                        batch_tokens=64, split_files={k: str(v) for k, v in data.items()})
+    assert result.rewritten == ["vocab.json"] and not path.is_symlink() and path.read_bytes() == original
+    sandbox.assert_outside_untouched()
+
+    out = tmp_path / "decoder" / "cache"
     lc.extract(str(tiny_models["gpt2"]), str(data["validation"]), out, progress=False)
-    outside = tmp_path / "sandbox" / "outside"
+    outside = tmp_path / "decoder" / "outside"
     outside.mkdir()
+    lens = (out / "lens.safetensors").read_bytes()
     (out / "lens.safetensors").rename(outside / "lens.safetensors")
     (out / "lens.safetensors").symlink_to(outside / "lens.safetensors")
     before = tree_state(outside)
-    with pytest.raises(UnsafePathError, match="lens.safetensors is a symbolic link"):
-        lc.extract(str(tiny_models["gpt2"]), str(data["validation"]), out, progress=False)
-    assert tree_state(outside) == before
+    result = lc.extract(str(tiny_models["gpt2"]), str(data["validation"]), out, progress=False)
+    assert result.rewritten == ["lens.safetensors"] and (out / "lens.safetensors").read_bytes() == lens
+    assert not (out / "lens.safetensors").is_symlink() and tree_state(outside) == before
 
 
 def test_a_manifest_that_is_a_fifo_is_refused_without_blocking(tiny_models, data, sandbox):

@@ -180,3 +180,88 @@ def test_planted_links_fifos_and_foreign_files_never_reach_outside(setup, tiny_m
                 assert_healthy(cache)
 
     check()
+
+
+# --- side files: damaged, named by --check, written again by extract ------------------------------------------
+SIDE_FILES = ("vocab.json", "lens.safetensors", "projection.safetensors")
+SIDE_DAMAGE = ("deleted", "truncated", "flipped", "zeroed", "empty", "link-to-copy", "link-to-file", "dangling",
+               "fifo", "foreign-folder")
+PROBLEMS = {"deleted": "missing", "fifo": "is a FIFO (named pipe), not a regular file",
+            "foreign-folder": "is a folder, not a regular file",
+            **{kind: "is a symbolic link, not a regular file" for kind in ("link-to-copy", "link-to-file", "dangling")}}
+
+
+@pytest.fixture(scope="module")
+def projected(setup, tiny_models, tmp_path_factory):
+    """A complete projected decoder cache of the same files: a vocabulary, a lens and a projection."""
+    files, _, _ = setup
+    root = tmp_path_factory.mktemp("fuzz-side")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("LAYERCACHE_HOME", str(root / "home"))
+        cache = lc.extract(str(tiny_models["gpt2"]), None, root / "cache", project=4,
+                           split_files={k: str(v) for k, v in files.items()}, **OPTIONS).path
+    assert set(lc.read_manifest(cache).side_files) == {"vocabulary", "lens", "projection"}
+    return cache, {name: (cache / name).read_bytes() for name in SIDE_FILES}
+
+
+def damage_side_file(path: Path, how: str, outside: Path) -> None:
+    """Damage a side file as ``how`` says (a link to a copy of its own bytes still counts: it is not the file)."""
+    data = path.read_bytes()
+    if how in ("truncated", "flipped", "zeroed", "empty"):
+        middle = len(data) // 2
+        changed = {"truncated": data[:middle], "empty": b"", "zeroed": data[:middle] + bytes(len(data) - middle),
+                   "flipped": data[:middle] + bytes([data[middle] ^ 0xFF]) + data[middle + 1:]}[how]
+        path.write_bytes(changed)
+        return
+    path.unlink()
+    if how == "link-to-copy":
+        (outside / path.name).write_bytes(data)
+        path.symlink_to(outside / path.name)
+    elif how != "deleted":
+        plant(path, how, outside)
+
+
+def test_damaged_side_files_are_named_by_check_and_written_again_by_extract(projected, setup, tiny_models,
+                                                                             tmp_path, one_backbone):
+    """``info --check`` names every damaged side file (exit 1); ``extract`` (resuming or --repair) writes each again
+    with the bytes extraction wrote, or refuses in one sentence (a folder in its place, kept with what it holds);
+    nothing outside the cache changes, and no FIFO is opened."""
+    from cli_support import invoke
+
+    pristine, original = projected
+    files = {k: str(v) for k, v in setup[0].items()}
+
+    @SETTINGS
+    @given(damages=st.lists(st.tuples(st.sampled_from(SIDE_FILES), st.sampled_from(SIDE_DAMAGE)), min_size=1,
+                            max_size=3, unique_by=lambda d: d[0]),
+           repair=st.booleans())
+    def check(damages, repair):
+        sandbox = tmp_path / "sandbox"
+        cache, outside = make_sandbox(sandbox, pristine)
+        for name, how in damages:
+            damage_side_file(cache / name, how, outside)
+        before = tree_state(sandbox, skip=cache)
+        with no_hang(60):
+            checked = invoke("info", cache, "--check")
+        text = " ".join(checked.output.split())
+        assert checked.exit_code == 1, text
+        for name, how in damages:
+            assert f"{name} ({PROBLEMS.get(how, 'changed since extraction')})" in text, text
+        folders = [name for name, how in damages if how == "foreign-folder"]
+        try:
+            with no_hang(120):
+                result = lc.extract(str(tiny_models["gpt2"]), None, cache, project=4, split_files=files,
+                                    repair=repair, **OPTIONS)
+        except LayercacheError as err:
+            assert folders and f"{cache / folders[0]} is a folder" in str(err) and "\n" not in str(err), err
+            for name in folders:
+                assert (cache / name / "notes.txt").exists()  # someone's folder: kept, with what it holds
+        else:
+            assert not folders, result
+            assert sorted(result.rewritten) == sorted(name for name, _ in damages)
+            assert {name: (cache / name).read_bytes() for name in SIDE_FILES} == original
+            with lc.LayerCache.open(cache) as opened:
+                assert opened.side_file_problems() == {} and opened.shard_problems() == {}
+        assert tree_state(sandbox, skip=cache) == before
+
+    check()

@@ -5,9 +5,11 @@ by the same command, removed by --overwrite, and outside the configuration hash.
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 import transformers
+from fs_support import no_hang
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 import layercache as lc
@@ -73,6 +75,29 @@ def test_a_changed_vocabulary_is_refused(tiny_models, tsv, tmp_path):
         lc.LayerCache.open(out).vocabulary()
     assert extract(tiny_models["bert"], tsv, out).already_complete
     assert len(lc.LayerCache.open(out).vocabulary()) == size  # rewritten whole by the resumed extraction
+
+
+@pytest.mark.parametrize("how, problem", [
+    ("deleted", "missing"), ("changed", "changed since extraction"),
+    ("fifo", "is a FIFO (named pipe), not a regular file"), ("link", "is a symbolic link, not a regular file"),
+    ("folder", "is a folder, not a regular file")])
+def test_side_file_problems_name_what_is_wrong_without_opening_a_fifo(tiny_models, tsv, tmp_path, how, problem):
+    out = extract(tiny_models["bert"], tsv, tmp_path / "cache").path
+    path = out / "vocab.json"
+    assert lc.LayerCache.open(out).side_file_problems() == {}
+    data = path.read_bytes()
+    path.unlink()
+    if how == "changed":
+        path.write_bytes(data.replace(b"[MASK]", b"[MASQ]"))
+    elif how == "fifo":
+        os.mkfifo(path)
+    elif how == "link":  # even to the very bytes: extraction writes only real files in the cache
+        (tmp_path / "copy.json").write_bytes(data)
+        path.symlink_to(tmp_path / "copy.json")
+    elif how == "folder":
+        path.mkdir()
+    with no_hang(30):
+        assert lc.LayerCache.open(out).side_file_problems() == {"vocab.json": problem}
 
 
 def test_the_manifest_allows_only_the_known_side_file_names(tiny_models, tsv, tmp_path):
