@@ -44,7 +44,7 @@ from .housekeeping import (
 from .packing import StatePacker, storage_buffer
 from .plan import SplitPlan, plan_split
 from .projection_fit import fit_projection
-from .repair import reextract_shard, verify_shards
+from .repair import drop_unplanned_shards, reextract_shard, verify_shards
 from .shares import remaining_batches
 from .side_files import ensure_side_files, restore_projection
 from .specs import BatchSpec, DataSpec, StorageSpec
@@ -196,8 +196,9 @@ def prepare_job(model: str, data: DataSpec, storage: StorageSpec, batching: Batc
         manifest, resumed = existing, True
         # A resume (or --repair) trusts no committed shard it has not re-read: a shard damaged since
         # its commit would otherwise be kept, and its statistics would break the split's.
+        dropped = drop_unplanned_shards(out, manifest, plans)
         damaged = verify_shards(out, manifest, progress)
-        if repair and not damaged and manifest.complete:
+        if repair and not damaged and not dropped and manifest.complete:
             rewritten += _side_files(out, manifest, backbone, allow_pickle)
             if not rewritten:
                 log.info("All %d shards and side files of %s match their checksums; nothing to repair.",

@@ -1,20 +1,63 @@
-"""Trust no committed shard unread: re-read every shard against its checksum, re-extract the damaged ones."""
+"""Trust no committed shard unread: check each entry against the plan, re-read every shard against its checksum,
+re-extract the damaged ones."""
 
 from __future__ import annotations
 
+import logging
 import stat
 from pathlib import Path
 
 from ..core.confine import OwnedFolder, lstat_or_none
 from ..errors import CacheError
 from ..progress import checking_progress
-from ..store.manifest import Manifest, write_manifest
+from ..store.manifest import Manifest, ShardInfo, write_manifest
 from ..store.shard_checks import shard_problem
 from ..store.writer import ShardWriter
 from .background import BufferPool
 from .forward import run_batch
 from .packing import StatePacker
 from .plan import SplitPlan
+
+log = logging.getLogger("layercache")
+
+
+def drop_unplanned_shards(out: Path, manifest: Manifest, plans: dict[str, SplitPlan]) -> list[str]:
+    """Take out of ``manifest`` every shard entry that is not what the plan cuts for its batches; returns their files.
+
+    The configuration hash matched, so the plan is the one every listed shard was cut from: an entry
+    whose rows or tokens differ from its batches' (a manifest part edited by hand, or copied from
+    elsewhere) describes no shard this run can trust, nor re-extract in its place. Its batches become
+    work again, extracted like any other, and its file, if any, goes with the strays. Each is named
+    in a warning, with the state of its file.
+    """
+    dropped = []
+    for name, info in manifest.splits.items():
+        plan = plans[name]
+        wrong = [(shard, expected) for shard in info.shards if (expected := _planned(shard, plan)) != _listed(shard)]
+        for shard, (first_row, rows, tokens) in wrong:
+            state = "missing" if lstat_or_none(out / shard.file) is None else "on disk"  # read by nobody
+            log.warning("Shard %s is %s, and its entry (in a writer's manifest part, or the manifest) lists %d rows "
+                        "and %d tokens from row %d, where this cache's plan has %d rows and %d tokens from row %d for "
+                        "its batches: the entry was edited or copied from elsewhere, so its batches are extracted "
+                        "again.", shard.file, state, shard.n_examples, shard.n_tokens, shard.first_row, rows,
+                        tokens, first_row)
+            info.shards.remove(shard)
+            info.complete = manifest.complete = False
+            dropped.append(shard.file)
+    return dropped
+
+
+def _listed(shard: ShardInfo) -> tuple[int, int, int]:
+    return shard.first_row, shard.n_examples, shard.n_tokens
+
+
+def _planned(shard: ShardInfo, plan: SplitPlan) -> tuple[int, int, int]:
+    """First row, rows and tokens the plan gives the entry's batches (-1 for each when they are not planned)."""
+    batches = range(shard.first_batch, shard.first_batch + shard.n_batches)
+    if not batches or batches.start < 0 or batches.stop > len(plan.batches):
+        return -1, -1, -1
+    return (int(plan.first_rows[batches.start]), sum(len(plan.batches[b]) for b in batches),
+            sum(plan.batch_tokens(b) for b in batches))
 
 
 def verify_shards(out: Path, manifest: Manifest, progress: bool) -> dict[str, list[int]]:
@@ -75,8 +118,9 @@ def reextract_shard(backbone, records, name: str, plan: SplitPlan, manifest: Man
     except BaseException:
         writer.abort()
         raise
-    if (new.n_examples, new.n_tokens) != (old.n_examples, old.n_tokens):
-        raise CacheError(f"Re-extracting {old.file} gave {new.n_examples} rows where the manifest lists "
-                         f"{old.n_examples}; the data or model changed, so re-extract with --overwrite.")
+    if (new.n_examples, new.n_tokens) != (old.n_examples, old.n_tokens):  # the entry was checked against the plan
+        raise CacheError(f"Re-extracting {old.file} gave {new.n_examples} rows and {new.n_tokens} tokens where the "
+                         f"manifest lists {old.n_examples} and {old.n_tokens}; the data or model changed, so "
+                         "re-extract with --overwrite.")
     info.shards[index] = new
     write_manifest(out, manifest)

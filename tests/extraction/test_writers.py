@@ -4,6 +4,7 @@ one merge lists them; the cache equals a single writer's, whatever the number of
 from __future__ import annotations
 
 import json
+import logging
 import os
 from pathlib import Path
 
@@ -250,6 +251,42 @@ def test_a_hostile_part_is_one_sentence_and_changes_nothing(tiny_models, tmp_pat
     assert (tmp_path / "elsewhere.json").read_text() == "{}" if how == "link" else True
     result = lc.extract(str(tiny_models["bert"]), "builtin", out, progress=False, overwrite=True, **OPTIONS)
     assert result.manifest.complete and not part_files(out)
+
+
+@pytest.mark.parametrize("state", ["missing", "on disk"])
+def test_a_part_entry_the_plan_does_not_give_is_named_and_its_batches_extracted_again(tiny_models, tmp_path,
+                                                                                     small_builtin, single, state):
+    """Tokens moved between two entries of a part (the totals still fit the plan), the first one's shard deleted or
+    not: the resume used to fail re-extracting it in place with "gave 8 rows where the manifest lists 8"."""
+    out = tmp_path / "c"
+    with_writers(tiny_models["bert"], out, 2, merge=False)
+    path = out / part_name(0)
+    part = json.loads(path.read_text())
+    first, second = next(shards for shards in part["splits"].values() if len(shards) > 1)[:2]
+    first["n_tokens"] += 3
+    second["n_tokens"] -= 3
+    path.write_text(json.dumps(part))
+    if state == "missing":
+        (out / first["file"]).unlink()
+    said = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = lambda record: said.append(" ".join(record.getMessage().split()))
+    logging.getLogger("layercache").addHandler(handler)
+    try:
+        result = lc.extract(str(tiny_models["bert"]), "builtin", out, progress=False, **OPTIONS)
+    finally:
+        logging.getLogger("layercache").removeHandler(handler)
+    assert result.manifest.complete
+    named = [line for line in said if line.startswith(f"Shard {first['file']} is {state}, and its entry")]
+    assert named and f"lists {first['n_examples']} rows and {first['n_tokens']} tokens" in named[0], said
+    assert "so its batches are extracted again" in named[0]
+    assert any(line.startswith(f"Shard {second['file']} is on disk, and its entry") for line in said), said
+    left, right = contents(out), contents(single)  # the cache a single writer writes (its statistics aside)
+    assert left.keys() == right.keys()
+    for key in left:
+        np.testing.assert_array_equal(left[key], right[key], err_msg=key)
+    with lc.LayerCache.open(out) as cache:
+        assert cache.shard_problems() == {}
 
 
 # --- format versions -----------------------------------------------------------------------------------
