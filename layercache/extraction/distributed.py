@@ -178,7 +178,8 @@ def _write_and_merge(job: ExtractionJob, world: World, *, progress: bool) -> Ext
     outcome = _broadcast(outcome)
     if "failed" in outcome:
         raise RankFailedError(f"Rank 0 could not merge the ranks' shards ({outcome['failed']}).")
-    return ExtractResult(job.out, outcome["manifest"], resumed=job.resumed, repaired=job.repaired)
+    return ExtractResult(job.out, outcome["manifest"], resumed=job.resumed, repaired=job.repaired,
+                         rewritten=job.rewritten)
 
 
 def _broadcast(value):

@@ -5,6 +5,7 @@ Each test starts real torchrun process groups (two CPU ranks), so they take a fe
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -85,6 +86,25 @@ def test_a_killed_rank_loses_nothing_and_resumes_with_one_or_two_ranks(tiny_mode
     result = torchrun(2, tiny_models["bert"], again)  # resumed by two ranks
     assert result.returncode == 0, result.stderr[-3000:]
     assert_same_cache(again, reference)
+
+
+def test_ranks_resuming_a_cache_say_which_damaged_side_file_they_wrote_again(tiny_models, tmp_path, reference):
+    out = tmp_path / "resumed"
+    shutil.copytree(reference, out)
+    manifest = json.loads((out / "manifest.json").read_text())
+    for split in manifest["splits"].values():  # as if stopped after each split's first shard
+        for shard in split["shards"][1:]:
+            (out / shard["file"]).unlink()
+        split.update(shards=split["shards"][:1], complete=False, stats={})
+    manifest["complete"] = False
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    vocabulary = (out / "vocab.json").read_bytes()
+    (out / "vocab.json").unlink()
+    result = torchrun(2, tiny_models["bert"], out)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "resumed and completed (vocab.json written again)" in " ".join(result.stdout.split()), result.stdout
+    assert (out / "vocab.json").read_bytes() == vocabulary
+    assert_same_cache(out, reference)
 
 
 def test_a_failing_rank_is_named_with_its_error_and_what_it_committed_is_listed(tiny_models, tmp_path, reference):
