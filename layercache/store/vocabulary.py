@@ -23,13 +23,14 @@ from __future__ import annotations
 import functools
 import json
 import os
+import stat
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from ..core.checksum import data_checksum
-from ..core.confine import OwnedFolder
+from ..core.confine import OwnedFolder, kind_of
 from ..core.files import write_text_atomic
 from ..errors import CacheError
 from .manifest import Manifest, SideFile, confined_path
@@ -162,6 +163,9 @@ def read_vocabulary(cache_dir: str | os.PathLike, manifest: Manifest) -> Vocabul
         raise CacheError(f"The cache {cache_dir} has no tokenizer vocabulary (it was written before layercache "
                          f"saved {VOCABULARY_NAME}); {rerun}.")
     try:
+        st = os.stat(path)
+        if not stat.S_ISREG(st.st_mode):  # a FIFO would block the read forever
+            raise CacheError(f"{path} is {kind_of(st)}, not a regular file; {rerun}.")
         data = path.read_bytes()
     except OSError as err:
         raise CacheError(f"{path} cannot be read ({err.strerror or err}); {rerun}.") from None

@@ -100,6 +100,16 @@ def test_side_file_problems_name_what_is_wrong_without_opening_a_fifo(tiny_model
         assert lc.LayerCache.open(out).side_file_problems() == {"vocab.json": problem}
 
 
+def test_a_fifo_in_place_of_a_side_file_is_refused_by_its_reader_without_blocking(tiny_models, tsv, tmp_path):
+    out = extract(tiny_models["gpt2"], tsv, tmp_path / "cache", project=4).path
+    for name, read in (("vocab.json", "vocabulary"), ("lens.safetensors", "lens_weights"),
+                       ("projection.safetensors", "projection")):
+        (out / name).unlink()
+        os.mkfifo(out / name)
+        with no_hang(30), pytest.raises(CacheError, match=rf"{name}.*(FIFO|missing or has changed)"):
+            getattr(lc.LayerCache.open(out), read)()
+
+
 def test_the_manifest_allows_only_the_known_side_file_names(tiny_models, tsv, tmp_path):
     out = extract(tiny_models["bert"], tsv, tmp_path / "cache").path
     data = json.loads((out / "manifest.json").read_text())
