@@ -13,13 +13,18 @@ asks who is listening:
   --out or pass --overwrite``.
 
 The flag is the keyword with dashes (``storage_dtype`` -> ``--storage-dtype``), or ``--no-<flag>`` for a
-boolean keyword set to False, unless :data:`FLAGS` says otherwise. The audience is the process's for
-the duration of the block, threads included: a background writer's refusal, re-raised by the command,
+boolean keyword set to False, unless :data:`FLAGS` says otherwise. A value the command line spells
+otherwise than Python (``--shard-size 256MiB`` for ``shard_bytes=268435456``, ``--split train=a.tsv``
+for ``split_files={'train': 'a.tsv'}``) is given both ways: ``option(keyword, value, typed=...)``.
+Several options at once are :func:`options`; a whole call that fixes it (``layercache extract ...
+--repair``, ``extract(..., repair=True)``) is :func:`call`. The audience is the process's for the
+duration of the block, threads included: a background writer's refusal, re-raised by the command,
 names flags too.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -30,8 +35,13 @@ _lock = threading.Lock()
 
 _UNSET = object()
 
-FLAGS: dict[str, str] = {}
-"""Keyword -> flag, for the few options whose flag is not the keyword with dashes."""
+FLAGS: dict[str, str] = {
+    "split_files": "--split",  # split_files={"train": "a.tsv"}: --split train=a.tsv
+    "text_columns": "--text-column",
+    "label_columns": "--label-column",
+    "shard_bytes": "--shard-size",
+}
+"""Keyword -> flag, for the options whose flag is not the keyword with dashes."""
 
 
 @contextmanager
@@ -62,13 +72,30 @@ def flag(keyword: str, value: object = _UNSET) -> str:
     return f"{name} {value}"
 
 
-def option(keyword: str, value: object = _UNSET) -> str:
+def option(keyword: str, value: object = _UNSET, *, typed: str | None = None) -> str:
     """How a message names the option ``keyword`` (set to ``value``, when the message asks for a value).
 
-    On the command line: ``--storage-dtype int8``, ``--overwrite``, ``--no-labels`` (``value`` False).
-    To Python: ``storage_dtype='int8'``, ``overwrite=True``, ``labels=False``, and ``out=...`` when no
-    value is given.
+    On the command line: ``--storage-dtype int8``, ``--overwrite``, ``--no-labels`` (``value`` False), and
+    ``typed`` in place of ``value`` when given: how the flag's value is written there (``--max-train all``
+    for ``max_train=None``, ``--label-column NAME`` for ``label_columns=...``). To Python:
+    ``storage_dtype='int8'``, ``overwrite=True``, ``labels=False``, ``out='runs/a'`` for a path, and ``out=...``
+    when no value is given.
     """
     if command_line():
-        return flag(keyword, value)
-    return f"{keyword}=..." if value is _UNSET else f"{keyword}={value!r}"
+        return flag(keyword, value if typed is None else typed)
+    if value is _UNSET:
+        return f"{keyword}=..."
+    return f"{keyword}={os.fspath(value) if isinstance(value, os.PathLike) else value!r}"
+
+
+def options(**values: object) -> str:
+    """Several options set at once, in order: ``--dtype float32 --overwrite`` or ``dtype='float32', overwrite=True``."""
+    return (" " if command_line() else ", ").join(option(keyword, value) for keyword, value in values.items())
+
+
+def call(function: str, **values: object) -> str:
+    """The call of ``function`` with ``values`` set, in backticks: ```layercache extract ... --repair``` on the
+    command line (the command is the function's name with dashes), ```extract(..., repair=True)``` to Python."""
+    if command_line():
+        return f"`layercache {function.replace('_', '-')} ... {options(**values)}`"
+    return f"`{function}(..., {options(**values)})`"
