@@ -24,6 +24,7 @@ import xxhash
 from ..core.checksum import file_checksum, json_sha256
 from ..core.devices import FORWARD_DTYPE_NAMES, resolve_device
 from ..core.hub_access import cache_only
+from ..core.option_names import option
 from ..errors import ConfigError, ModelLoadError
 from .location import hub_unavailable, looks_like_folder, offline_refusal, resolve_model_source
 from .placement import (
@@ -276,7 +277,7 @@ def wrap_backbone(full: torch.nn.Module, tokenizer, *, name: str, source: str, d
     limit = _max_length(config, tokenizer)
     if max_length is not None:
         if max_length < tokenizer.num_special_tokens_to_add() + 1 or max_length > limit:
-            raise ConfigError(f"--max-length {max_length} is outside what {name!r} supports "
+            raise ConfigError(f"{option('max_length', max_length)} is outside what {name!r} supports "
                               f"({tokenizer.num_special_tokens_to_add() + 1} to {limit}).")
         limit = max_length
     words_prefix = word_prefix(tokenizer) if words_input else ""
@@ -355,8 +356,7 @@ def _pickle_refusal(name: str, maybe: bool = False) -> str:
     has = "has no safetensors weights (perhaps only pytorch_model.bin)" if maybe else \
         "has only pickle weights (pytorch_model.bin)"
     return (f"Model {name!r} {has}, and pickle files can run arbitrary code when loaded; "
-            "pass --allow-pickle (allow_pickle=True) only for a source you trust, or convert the weights to "
-            "safetensors.")
+            f"pass {option('allow_pickle', True)} only for a source you trust, or convert the weights to safetensors.")
 
 
 def _folder_files(folder: str | Path, names: tuple[str, ...]) -> list[Path] | None:

@@ -28,6 +28,7 @@ from pathlib import Path
 import torch
 
 from ..core.devices import DEVICE_MAPS, check_max_memory
+from ..core.option_names import option
 from ..core.units import human_bytes
 from ..errors import ConfigError
 
@@ -42,14 +43,16 @@ def check_device_map(device_map: str | None, device: str, max_memory: Mapping | 
     if device_map is None:
         return
     if device_map not in DEVICE_MAPS:
-        raise ConfigError(f"--device-map {device_map!r} is not a placement; choose {', '.join(DEVICE_MAPS)}.")
+        raise ConfigError(f"{option('device_map', device_map, typed=repr(device_map))} is not a placement; "
+                          f"choose {', '.join(DEVICE_MAPS)}.")
     if device != "auto":
-        raise ConfigError(f"--device {device} and --device-map {device_map} both place the model; pass one of them "
-                          "(--device-map decides every block's device, the first GPU or the CPU computing).")
+        raise ConfigError(f"{option('device', device)} and {option('device_map', device_map)} both place the model; "
+                          f"pass one of them ({option('device_map')} decides every block's device, the first GPU or "
+                          "the CPU computing).")
     try:
         import accelerate  # noqa: F401
     except ImportError:
-        raise ConfigError("--device-map needs the accelerate package; install it with "
+        raise ConfigError(f"{option('device_map')} needs the accelerate package; install it with "
                           "pip install 'layercache[large]' (or pip install accelerate).") from None
 
 
@@ -69,16 +72,16 @@ def memory_limits(max_memory: Mapping | None) -> dict[int | str, int | str] | No
         else:
             index = name.removeprefix("cuda:")
             if not index.isdigit():
-                raise ConfigError(f"--max-memory names the device {key!r}; name devices {MEMORY_KEYS}.")
+                raise ConfigError(f"{option('max_memory')} names the device {key!r}; name devices {MEMORY_KEYS}.")
             device = int(index)
             gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
             if device >= gpus:
                 have = "cpu" + (f", cuda:0 to cuda:{gpus - 1}" if gpus else "")
-                raise ConfigError(f"--max-memory names cuda:{device}, but torch sees {gpus} GPU(s); limit only the "
-                                  f"devices this machine has ({have}).")
+                raise ConfigError(f"{option('max_memory')} names cuda:{device}, but torch sees {gpus} GPU(s); limit "
+                                  f"only the devices this machine has ({have}).")
         if isinstance(value, bool) or not isinstance(value, (int, float, str)) or \
                 (isinstance(value, (int, float)) and value <= 0):
-            raise ConfigError(f"--max-memory gives {key} the limit {value!r}; give a size such as 20GiB.")
+            raise ConfigError(f"{option('max_memory')} gives {key} the limit {value!r}; give a size such as 20GiB.")
         limits[device] = int(value) if isinstance(value, float) else value
     return limits
 
@@ -143,7 +146,7 @@ def describe_split(model: torch.nn.Module, strategy: str, computes_on: torch.dev
     here = str(computes_on)
     away = [d for d in sorted(parts, key=_device_order) if d in ("cpu", "disk") and d != here]
     brought = f"; the parts on {' and '.join(away)} are brought to {here} block by block" if away else ""
-    return f"--device-map {strategy} split the model: {shown}{brought}."
+    return f"{option('device_map', strategy)} split the model: {shown}{brought}."
 
 
 def _device_order(device: str) -> tuple:

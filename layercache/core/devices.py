@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..errors import ConfigError
+from .option_names import option
 
 FORWARD_DTYPE_NAMES = ("float32", "float16", "bfloat16")
 """Dtypes the backbone's forward pass may run in (``--dtype``; ``auto`` picks one per device)."""
@@ -27,7 +28,8 @@ def resolve_device(device: str):
     if device != "cpu" and not device.startswith("cuda"):
         raise ConfigError(f"Device {device!r} is not understood; use {DEVICE_SPELLINGS}.")
     if device.startswith("cuda") and not torch.cuda.is_available():
-        raise ConfigError("--device cuda was asked for, but torch sees no CUDA GPU; use --device cpu or auto.")
+        raise ConfigError(f"{option('device', 'cuda')} was asked for, but torch sees no CUDA GPU; use "
+                          f"{option('device', 'cpu')} or auto.")
     try:
         return torch.device(device)
     except RuntimeError:
@@ -37,6 +39,6 @@ def resolve_device(device: str):
 def check_max_memory(device_map: str | None, max_memory) -> None:
     """Refuse ``max_memory`` without ``device_map``: only a split model has per-device limits (else ignored)."""
     if max_memory and device_map is None:
-        raise ConfigError("--max-memory (max_memory=) limits what --device-map puts on each device, and no "
-                          "--device-map was given, so the limits would be ignored; add --device-map auto (or "
-                          "leave --max-memory out).")
+        raise ConfigError(f"{option('max_memory')} limits what {option('device_map')} puts on each device, and no "
+                          f"{option('device_map')} was given, so the limits would be ignored; add "
+                          f"{option('device_map', 'auto')} (or leave {option('max_memory')} out).")

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from .confine import open_regular
+from .option_names import option
 
 
 def current_umask() -> int:
@@ -47,8 +48,10 @@ def is_disk_full(err: BaseException) -> bool:
     return getattr(err, "errno", None) in NO_SPACE or "No space left" in text or "os error 28" in text
 
 
-def free_space_or(err: BaseException, fix: str = "choose another --out") -> str:
-    """What to do about a failed write: ``fix``, led by ``free space on that disk or`` when the disk is full."""
+def free_space_or(err: BaseException, fix: str | None = None) -> str:
+    """What to do about a failed write: ``fix`` (default: choose another ``out``), led by ``free space on that
+    disk or`` when the disk is full."""
+    fix = fix or f"choose another {option('out')}"
     return f"free space on that disk or {fix}" if is_disk_full(err) else fix
 
 

@@ -25,6 +25,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 
 from ..errors import ConfigError
+from .option_names import option
 
 DEFAULT_SHARE = 0.5
 """The share of the memory available (``MemAvailable`` when the budget is resolved) that the default budget is."""
@@ -64,8 +65,8 @@ def memory_budget(requested: int | None = None) -> int:
         raise ConfigError(f"memory_budget must be a number of bytes (an integer) or None, got {requested!r}.")
     if requested < MIN_BUDGET:
         raise ConfigError(f"A memory budget of {requested:,} bytes is below the {MIN_BUDGET >> 20} MiB the reads "
-                          f"need at least (one shard's layer, one block); give --memory-budget {MIN_BUDGET >> 20}MiB "
-                          "or more.")
+                          f"need at least (one shard's layer, one block); give "
+                          f"{option('memory_budget', MIN_BUDGET, typed=f'{MIN_BUDGET >> 20}MiB')} or more.")
     return requested
 
 

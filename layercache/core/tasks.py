@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from ..errors import TaskError
+from .option_names import option
 
 #: Target of a position no loss or metric reads (padding, continuation sub-tokens, special tokens);
 #: the value ``torch.nn.functional.cross_entropy`` ignores by default.
@@ -60,7 +61,7 @@ def labelled_tasks(tasks: Sequence[LabelTask], owner: str) -> list[LabelTask]:
     """``tasks`` as a list, refusing none at all: ``owner`` (``"The cache <path>"``) holds no labels to learn from."""
     if not tasks:
         raise TaskError(f"{owner} holds no labels to learn from; re-extract it with a label column "
-                        "(--label-column, without --no-labels).")
+                        f"({option('label_columns')}, without {option('no_labels', True)}).")
     return list(tasks)
 
 

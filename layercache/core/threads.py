@@ -51,6 +51,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ConfigError
+from .option_names import flag, option
 
 IDLE_SAMPLE_S = 0.1
 """Seconds over which idle time is sampled: long enough to span several scheduler slices."""
@@ -143,7 +144,7 @@ class ThreadChoice:
             return f"{self.threads} thread{plural} ({self.usable} core{'s' if self.usable != 1 else ''})"
         return (f"{self.threads} thread{plural}: other processes keep {self.usable - self.idle:.1f} of the "
                 f"{self.usable} cores busy, and torch's threads stall when one loses its core "
-                f"({override or f'--threads {self.usable}'} to use them all anyway)")
+                f"({override or flag('threads', self.usable)} to use them all anyway)")
 
 
 def resolve_threads(threads: int | str | None = None) -> ThreadChoice:
@@ -159,9 +160,9 @@ def resolve_threads(threads: int | str | None = None) -> ThreadChoice:
         chosen = usable if idle is None else min(usable, max(1, math.floor(idle + 0.5)))
         return ThreadChoice(chosen, usable, idle, asked=False)
     if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-        raise ConfigError(f"--threads must be a whole number of at least 1 (or auto), got {threads!r}.")
+        raise ConfigError(f"{option('threads')} must be a whole number of at least 1 (or auto), got {threads!r}.")
     if threads > usable:
-        raise ConfigError(f"--threads {threads} is more than the {usable} core(s) this process may use; more "
+        raise ConfigError(f"{option('threads', threads)} is more than the {usable} core(s) this process may use; more "
                           f"threads than cores only wait for each other, so pass at most {usable} (or leave it out).")
     return ThreadChoice(threads, usable, None, asked=True)
 

@@ -30,6 +30,7 @@ import torch
 import torch.nn.functional as F
 
 from ..core.layers import LayerSpec
+from ..core.option_names import option
 from ..core.threads import computes
 from ..errors import CacheError, ConfigError
 from ..store.lens import LensWeights
@@ -131,7 +132,8 @@ def logit_lens(cache: LayerCache, split: str | None = None, *, layers: LayerSpec
     positions = cache.layer_index(layers)  # (S,) among the kept states
     if final not in kept:
         raise ConfigError(f"The logit lens compares each layer with the model's output, layer_{final}, which this "
-                          "cache does not keep; re-extract it keeping the last layer (e.g. without --layers).")
+                          "cache does not keep; re-extract it keeping the last layer (e.g. without "
+                          f"{option('layers')}).")
     final_position = kept.index(final)
     read = sorted({*positions, final_position})  # states read from the shards
     at = {p: i for i, p in enumerate(read)}

@@ -35,6 +35,7 @@ from typing import TypeVar
 
 import numpy as np
 
+from ..core.option_names import option
 from ..errors import CacheError, ConfigError
 from ..store.batches import word_initial
 from ..store.reader import LayerCache
@@ -237,7 +238,7 @@ def _row_starts(cache: LayerCache, split: str, n_tokens: int) -> np.ndarray:
 def _check_ids(ids: np.ndarray, size: int, split: str) -> None:
     if len(ids) and (ids.min() < 0 or ids.max() >= size):
         raise CacheError(f"Split {split!r} holds token id {int(ids.max())}, beyond the cache's vocabulary of {size} "
-                         "tokens; the cache is damaged, so re-extract it with --overwrite.")
+                         f"tokens; the cache is damaged, so re-extract it with {option('overwrite', True)}.")
 
 
 def _frequency_family(cache: LayerCache, frequency_split: str, split: str, ids: np.ndarray, special: np.ndarray,

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..core.option_names import option
 from ..errors import ConfigError
 
 #: Names this planner in a cache's configuration hash, so a partial cache planned differently (by
@@ -47,7 +48,8 @@ def plan_batches(costs: Sequence[BatchCost], batch_tokens: int, max_batch_size: 
     example wider than the budget gets a batch of its own.
     """
     if batch_tokens < 1 or max_batch_size < 1:
-        raise ConfigError(f"--batch-tokens ({batch_tokens}) and --batch-size ({max_batch_size}) must be positive.")
+        raise ConfigError(f"{option('batch_tokens')} ({batch_tokens}) and {option('batch_size')} ({max_batch_size}) "
+                          "must be positive.")
     order = sorted(range(len(costs)), key=lambda i: (-costs[i].width, i))
     batches: list[np.ndarray] = []
     current: list[int] = []

@@ -7,6 +7,7 @@ different hash into an existing cache is refused, naming the first part that dif
 from __future__ import annotations
 
 from ..core.checksum import json_sha256
+from ..core.option_names import option
 from ..core.version import __version__
 from ..sources.records import DatasetRecords
 from ..store.codecs import pooled_dtype_for
@@ -56,10 +57,11 @@ def difference(old: Manifest, new: Manifest) -> str:
               ("set of splits", list(old.splits), list(new.splits)),
               ("pooled-vector dtype (an int8 cache from a layercache that stored them int8; this one stores "
                "them float16)", *pooled),
-              ("storage (layers, dtype, store, pooling, --mean-skip-first, --project or shard size)",
+              (f"storage (layers, dtype, store, pooling, {option('mean_skip_first')}, {option('project')} or "
+               "shard size)",
                old.storage.hashed(), new.storage.hashed()),
               ("forward dtype", old.model.forward_dtype, new.model.forward_dtype),
-              ("batching (--batch-tokens, --batch-size)",
+              (f"batching ({option('batch_tokens')}, {option('batch_size')})",
                [old.extraction.batch_tokens, old.extraction.batch_size],
                [new.extraction.batch_tokens, new.extraction.batch_size]),
               ("batch planner (an older layercache)", old.extraction.planner, new.extraction.planner)]

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
+from ..core.option_names import option
 from ..errors import ConfigError, LayercacheError
 from .housekeeping import locked_output
 from .job import ExtractionJob, ExtractResult, join_job, prepare_job
@@ -96,8 +97,9 @@ def extract_on_ranks(model: str, data: DataSpec, storage: StorageSpec, batching:
 
     if batching.device_map is not None:
         # Every rank would place its copy over all the node's GPUs at once; one process per model copy is the rule.
-        raise ConfigError(f"--device-map splits one model over every device, so {world.size} torchrun ranks would "
-                          "each claim them all; run one process with --device-map, or torchrun with one GPU per rank.")
+        raise ConfigError(f"{option('device_map')} splits one model over every device, so {world.size} torchrun ranks "
+                          f"would each claim them all; run one process with {option('device_map')}, or torchrun with "
+                          "one GPU per rank.")
     device = rank_device(batching.device, world)
     batching = BatchSpec(**{**batching.__dict__, "device": device})
     started_group = not dist.is_initialized()

@@ -19,6 +19,7 @@ import logging
 import torch
 
 from ..backbone.loader import Backbone
+from ..core.option_names import option
 from ..sources.records import DatasetRecords
 from ..store.codecs import AUTO
 from ..store.codecs.float16 import FP16_MAX
@@ -69,7 +70,7 @@ def resolve_storage_dtype(requested: str, existing: Manifest | None, backbone: B
     where = f"the first batch of split {name!r} ({len(examples)} longest examples)"
     if not overflow:
         return "float16", f"auto: {where} stays within ±{FP16_MAX:,.0f}"
-    log.info("Storing bfloat16 (--storage-dtype auto): %s state values of %s exceed the float16 range "
-             "(±%s); pass --storage-dtype float16 to store them clamped instead.",
-             f"{overflow:,}", where, f"{FP16_MAX:,.0f}")
+    log.info("Storing bfloat16 (%s): %s state values of %s exceed the float16 range (±%s); pass %s to store them "
+             "clamped instead.", option("storage_dtype", "auto"), f"{overflow:,}", where, f"{FP16_MAX:,.0f}",
+             option("storage_dtype", "float16"))
     return "bfloat16", f"auto: {overflow:,} values of {where} exceed ±{FP16_MAX:,.0f}"

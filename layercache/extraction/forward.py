@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from ..backbone.loader import Backbone
+from ..core.option_names import option, options
 from ..errors import NonFiniteStatesError
 from ..sources.records import LabelTask, SplitRecords
 from ..store.writer import ExtractedBatch
@@ -140,7 +141,8 @@ def _non_finite_error(bad: NonFiniteStates, backbone: Backbone, examples: Sequen
         where += f" (cache row {first_row + bad.example})"
     if backbone.dtype in (torch.float16, torch.bfloat16):
         fix = (f"a {str(backbone.dtype).replace('torch.', '')} forward pass can overflow inside the model, so "
-               "re-extract with --dtype float32 --overwrite")
+               f"re-extract with {options(dtype='float32', overwrite=True)}")
     else:
-        fix = "check the model's weights, or leave that example out of the data and re-extract with --overwrite"
+        fix = ("check the model's weights, or leave that example out of the data and re-extract with "
+               f"{option('overwrite', True)}")
     return NonFiniteStatesError(f"The model produced {what} in state {layer} for {where}; {fix}.")

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from ..core.confine import OwnedFolder, lstat_or_none
 from ..core.files import free_space_or, is_disk_full
+from ..core.option_names import option
 from ..errors import CacheError, CacheWriteError, ConfigError, LayercacheError
 from ..store.lock import LOCK_NAME, CacheLock
 from ..store.manifest import MANIFEST_NAME, Manifest, SplitInfo, load_manifest_json
@@ -62,8 +63,8 @@ def locked_output(out: Path):
     try:
         owner.check_root(create=True)
     except OSError as err:
-        raise CacheWriteError(f"Cannot create the cache folder {out} ({os.strerror(err.errno)}); "
-                              f"{free_space_or(err, 'choose an --out folder you can write to')}.") from None
+        fix = free_space_or(err, f"choose an {option('out')} folder you can write to")
+        raise CacheWriteError(f"Cannot create the cache folder {out} ({os.strerror(err.errno)}); {fix}.") from None
     lock_created = lstat_or_none(owner.path(LOCK_NAME)) is None
     lock = CacheLock(out).acquire()
     try:
@@ -95,13 +96,13 @@ def _not_a_cache(out: Path) -> bool:
 def _check_out_path(out: Path) -> None:
     """Refuse an --out that is a file, lies below a file, or cannot be written, before touching anything."""
     if out.exists() and not out.is_dir():
-        raise ConfigError(f"--out {out} is a file; give a folder for the cache.")
+        raise ConfigError(f"{option('out', out)} is a file; give a folder for the cache.")
     probe = out if out.is_dir() else nearest_existing(out)
     if not probe.is_dir():
-        raise ConfigError(f"--out {out} lies below {probe}, which is a file; give a folder for the cache.")
+        raise ConfigError(f"{option('out', out)} lies below {probe}, which is a file; give a folder for the cache.")
     if not os.access(probe, os.W_OK):
         raise CacheWriteError(f"Cannot write to {probe}; make it writable (then the same command resumes an "
-                              "existing cache) or choose another --out.")
+                              f"existing cache) or choose another {option('out')}.")
 
 
 def check_split_names(names) -> None:
@@ -110,8 +111,9 @@ def check_split_names(names) -> None:
         problem = split_name_problem(name)
         if problem:
             shown = repr(name) if len(str(name)) <= 60 else repr(str(name)[:60]) + "..."
+            example = option("split_files", {"train": "train.tsv"}, typed="train=train.tsv")
             raise ConfigError(f"Split name {shown} cannot be a folder of the cache: it {problem}; choose another "
-                              "split name, e.g. --split train=train.tsv.")
+                              f"split name, e.g. {example}.")
 
 
 def inspect_output(out: Path, overwrite: bool = False):
@@ -128,7 +130,8 @@ def inspect_output(out: Path, overwrite: bool = False):
         except CacheError as err:
             problem = str(err).split("; ")[0].rstrip(".")  # the problem half of the sentence, without its fix
             raise CacheError(f"{problem}; layercache never reads, resumes or clears a folder it cannot tell it "
-                             "wrote (not even with --overwrite), so choose a new or empty --out.") from err
+                             f"wrote (not even with {option('overwrite', True)}), so choose a new or empty "
+                             f"{option('out')}.") from err
         try:
             return Manifest.from_json(data)
         except (CacheError, ManifestSchemaError) as err:
@@ -136,10 +139,11 @@ def inspect_output(out: Path, overwrite: bool = False):
                 splits = data.get("splits")
                 return DamagedCache([n for n in splits if split_name_problem(n) is None]
                                     if isinstance(splits, dict) else [])
-            raise CacheError(f"{out} holds a cache this run cannot read ({err}); pass --overwrite to replace "
-                             "it, or choose another --out.") from err
+            raise CacheError(f"{out} holds a cache this run cannot read ({err}); pass {option('overwrite', True)} to "
+                             f"replace it, or choose another {option('out')}.") from err
     if any(p.name != LOCK_NAME for p in out.iterdir()):
-        raise ConfigError(f"--out {out} is not empty and is not a layercache cache; choose a new or empty folder.")
+        raise ConfigError(f"{option('out', out)} is not empty and is not a layercache cache; choose a new or empty "
+                          "folder.")
     return None
 
 
@@ -200,7 +204,7 @@ def clean_strays(out: Path, split: str, info: SplitInfo) -> Path:
         if st is None or not stat.S_ISREG(st.st_mode):
             raise CacheError(f"Shard {folder / name} is listed in the manifest but "
                              f"{'missing' if st is None else 'not a regular file'}; re-run the same command with "
-                             "--repair to re-extract it.")
+                             f"{option('repair', True)} to re-extract it.")
     return folder
 
 
@@ -232,11 +236,11 @@ def _write_error_text(out: Path, err: OSError) -> str:
     reason = os.strerror(err.errno)
     if err.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC), errno.EFBIG):
         return (f"Writing {what} failed: {reason}; committed shards are kept, so free space on that disk and run "
-                "the same command again to resume (or choose another --out).")
+                f"the same command again to resume (or choose another {option('out')}).")
     if err.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
         return (f"Cannot write {what}: {reason}; make the cache folder {out} writable and run the same command "
-                "again to resume, or choose another --out.")
+                f"again to resume, or choose another {option('out')}.")
     if err.errno == errno.ENOTDIR:
-        return f"Cannot write {what}: part of that path is a file, not a folder; choose another --out."
+        return f"Cannot write {what}: part of that path is a file, not a folder; choose another {option('out')}."
     return (f"Writing {what} failed: {reason}; committed shards are kept, so fix the cause and run the same "
             "command again to resume.")

@@ -20,6 +20,7 @@ from pathlib import Path
 from ..backbone.loader import Backbone, load_backbone
 from ..core.confine import OwnedFolder
 from ..core.layers import DOES_NOT_EXIST, resolve_layers
+from ..core.option_names import option
 from ..core.units import human_bytes
 from ..errors import CacheMismatchError, ConfigError, InsufficientDiskError
 from ..sources.datasets import DatasetRecords, load_dataset_records
@@ -181,7 +182,7 @@ def prepare_job(model: str, data: DataSpec, storage: StorageSpec, batching: Batc
         if existing.config_hash != manifest.config_hash:
             raise CacheMismatchError(
                 f"{out} already holds a cache made with a different {difference(existing, manifest)}; "
-                "pass --overwrite to replace it, or choose another --out."
+                f"pass {option('overwrite', True)} to replace it, or choose another {option('out')}."
             )
         with write_errors(out):
             merge_parts(out, existing)  # what the writers of an interrupted run committed
@@ -211,15 +212,16 @@ def prepare_job(model: str, data: DataSpec, storage: StorageSpec, batching: Batc
         else:
             log.info("Resuming the cache at %s (%s).", out, _done_text(manifest))
     elif repair:
-        raise ConfigError(f"There is no cache at {out} to repair; run the command without --repair to create it.")
+        raise ConfigError(f"There is no cache at {out} to repair; run the command without {option('repair', True)} "
+                          "to create it.")
     else:
         remove_parts(out)  # parts without a manifest belong to no cache this run can trust
 
     for name, plan in plans.items():
         if plan.n_truncated:
             log.warning("%s: %d of %d examples are longer than %d tokens and were truncated "
-                        "(use --stride to keep every token).", name, plan.n_truncated, len(plan.examples),
-                        backbone.max_length)
+                        "(use %s to keep every token).", name, plan.n_truncated, len(plan.examples),
+                        backbone.max_length, option("stride"))
     check_disk(out, manifest, plans)
     if manifest.storage.project and not resumed:  # fitted once, before the first shard; never refitted
         _fit_projection(out, manifest, inputs, held)
@@ -302,8 +304,8 @@ def check_disk(out: Path, manifest: Manifest, plans: dict[str, SplitPlan] | None
         _, recommendation = recommend(rows, free, preferred16=manifest.storage.dtype)
         raise InsufficientDiskError(
             f"The cache needs about {human_bytes(remaining * DISK_MARGIN)} but only {human_bytes(free)} is free "
-            f"at {nearest_existing(out)}; free space, choose another --out, keep fewer --layers, "
-            f"or store less per token (--storage-dtype int8, or --store pooled) as below.\n"
+            f"at {nearest_existing(out)}; free space, choose another {option('out')}, keep fewer {option('layers')}, "
+            f"or store less per token ({option('storage_dtype', 'int8')}, or {option('store', 'pooled')}) as below.\n"
             f"{sizes_text(rows, free)}\n{recommendation}"
         )
 

@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..core.memory import available_bytes
+from ..core.option_names import option
 from ..core.threads import computes
 from ..core.units import human_bytes, human_seconds
 from ..errors import ConfigError
@@ -196,11 +197,11 @@ def plan_cache(model: str = "minilm", data: DataSpec | None = None, storage: Sto
 
 def _check_plan_options(project, disk_budget, sample_batches, disk_probe_bytes) -> None:
     if project is not None and project < 1:
-        raise ConfigError(f"--project must be at least 1, got {project}.")
+        raise ConfigError(f"{option('project')} must be at least 1, got {project}.")
     if disk_budget is not None and disk_budget < 1:
-        raise ConfigError(f"--disk-budget must be positive, got {disk_budget}.")
+        raise ConfigError(f"{option('disk_budget')} must be positive, got {disk_budget}.")
     if sample_batches < 0:
-        raise ConfigError(f"--sample-batches must be 0 or more, got {sample_batches}.")
+        raise ConfigError(f"{option('sample_batches')} must be 0 or more, got {sample_batches}.")
     if disk_probe_bytes < 1:
         raise ConfigError(f"The disk probe must write at least one byte, got {disk_probe_bytes}.")
 

@@ -36,6 +36,7 @@ import torch
 
 from ..backbone.loader import Backbone
 from ..backbone.placement import tokens_of
+from ..core.option_names import option
 from ..errors import ConfigError
 from ..store.projection import Projection, check_projection_size
 from .forward import pad_windows, token_index
@@ -67,7 +68,8 @@ def fit_projection(backbone: Backbone, plan: SplitPlan, keep: Sequence[int], k: 
         chosen.append(int(b))
         tokens += plan.batch_tokens(int(b))
     if tokens <= k:
-        raise ConfigError(f"--project {k} needs more than {k} tokens to fit, but split {split!r} has only {tokens}; "
+        raise ConfigError(f"{option('project', k)} needs more than {k} tokens to fit, but split {split!r} has only "
+                          f"{tokens}; "
                           "choose a smaller K or extract more data.")
     chosen.sort()  # the plan's order: the same batches, read front to back
     per_state = width * width * 8
@@ -88,8 +90,8 @@ def fit_projection(backbone: Backbone, plan: SplitPlan, keep: Sequence[int], k: 
             kept.append(float(values[-k:].clamp_min(0).sum()) / total if total > 0 else 1.0)
             means.append((mean + shifts[j]).float().cpu())
             bases.append(top.float().cpu())
-    log.info("Fitted --project %d on %d tokens of %s: %.1f%%-%.1f%% of each state's variance kept.", k, n, split,
-             100 * min(kept), 100 * max(kept))
+    log.info("Fitted %s on %d tokens of %s: %.1f%%-%.1f%% of each state's variance kept.", option("project", k), n,
+             split, 100 * min(kept), 100 * max(kept))
     return Projection(mean=torch.stack(means), basis=torch.stack(bases), variance_kept=torch.tensor(kept,
                       dtype=torch.float64), tokens=n, split=split, seed=seed)
 

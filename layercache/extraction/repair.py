@@ -8,6 +8,7 @@ import stat
 from pathlib import Path
 
 from ..core.confine import OwnedFolder, lstat_or_none
+from ..core.option_names import option
 from ..errors import CacheError
 from ..progress import checking_progress
 from ..store.manifest import Manifest, ShardInfo, write_manifest
@@ -121,6 +122,6 @@ def reextract_shard(backbone, records, name: str, plan: SplitPlan, manifest: Man
     if (new.n_examples, new.n_tokens) != (old.n_examples, old.n_tokens):  # the entry was checked against the plan
         raise CacheError(f"Re-extracting {old.file} gave {new.n_examples} rows and {new.n_tokens} tokens where the "
                          f"manifest lists {old.n_examples} and {old.n_tokens}; the data or model changed, so "
-                         "re-extract with --overwrite.")
+                         f"re-extract with {option('overwrite', True)}.")
     info.shards[index] = new
     write_manifest(out, manifest)

@@ -38,6 +38,7 @@ from ..core.extraction_defaults import (
     DEFAULT_STORE,
 )
 from ..core.layers import LayerSpec
+from ..core.option_names import option, options
 from ..core.threads import computes
 from ..errors import ConfigError
 from ..store.codecs import AUTO, check_storage_dtype
@@ -145,7 +146,8 @@ def _extract(model: str, data: DataSpec, storage: StorageSpec, batching: BatchSp
     pooling = _check_options(storage.store, storage.pooling, storage.storage_dtype, storage.shard_bytes, data.limit,
                              storage.project)
     if overwrite and repair:
-        raise ConfigError("--overwrite starts afresh and --repair keeps the good shards; pass only one of them.")
+        raise ConfigError(f"{option('overwrite', True)} starts afresh and {option('repair', True)} keeps the good "
+                          "shards; pass only one of them.")
     check_split_names([*(data.splits or []), *(data.split_files or {})])  # before any folder is touched
     out = Path(out).expanduser() if out is not None else default_cache_path(
         model, data.dataset or "files", data.config)
@@ -168,25 +170,27 @@ def _extract(model: str, data: DataSpec, storage: StorageSpec, batching: BatchSp
     overflow = manifest.extraction.overflow
     if overflow:
         log.warning("%s state values exceeded the float16 range and were clamped to ±65,504; re-extract with "
-                    "--storage-dtype bfloat16 --overwrite to keep them.", f"{overflow:,}")
+                    "%s to keep them.", f"{overflow:,}", options(storage_dtype="bfloat16", overwrite=True))
     return ExtractResult(out, manifest, resumed=job.resumed, repaired=job.repaired, rewritten=job.rewritten)
 
 
 # --- checks ------------------------------------------------------------------------------
 def _check_options(store, pooling, storage_dtype, shard_bytes, limit, project=None) -> list[str]:
     if store not in STORE_MODES:
-        raise ConfigError(f"--store {store!r} is not known; choose one of {', '.join(STORE_MODES)}.")
+        raise ConfigError(f"{option('store', store, typed=repr(store))} is not known; choose one of "
+                          f"{', '.join(STORE_MODES)}.")
     pooling = list(dict.fromkeys(pooling or []))
     bad = [m for m in pooling if m not in POOLING_MODES]
     if bad:
         raise ConfigError(f"Pooling mode {bad[0]!r} is not known; choose from {', '.join(POOLING_MODES)}.")
     if store == "pooled" and not pooling:
-        raise ConfigError("--store pooled needs at least one --pooling mode (mean, first or last).")
+        raise ConfigError(f"{option('store', 'pooled')} needs at least one {option('pooling')} mode (mean, first or "
+                          "last).")
     check_storage_dtype(storage_dtype, allow_auto=True)
     if shard_bytes < 1:
-        raise ConfigError(f"--shard-size must be positive, got {shard_bytes}.")
+        raise ConfigError(f"{option('shard_bytes')} must be positive, got {shard_bytes}.")
     if limit is not None and limit < 1:
-        raise ConfigError(f"--limit must be at least 1, got {limit}.")
+        raise ConfigError(f"{option('limit')} must be at least 1, got {limit}.")
     if project is not None and (isinstance(project, bool) or not isinstance(project, int) or project < 1):
-        raise ConfigError(f"--project takes a number of dimensions, at least 1, got {project!r}.")
+        raise ConfigError(f"{option('project')} takes a number of dimensions, at least 1, got {project!r}.")
     return pooling

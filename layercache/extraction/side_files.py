@@ -42,6 +42,7 @@ import torch
 from ..backbone.loader import FINAL_NORM_NAMES, Backbone, weight_files
 from ..core.checksum import data_checksum
 from ..core.confine import OwnedFolder, lstat_or_none
+from ..core.option_names import option
 from ..errors import CacheError
 from ..store.lens import FinalNorm, LensWeights, write_lens
 from ..store.manifest import Manifest
@@ -111,8 +112,8 @@ def restore_projection(out: Path, manifest: Manifest, backbone: Backbone, plans:
             f"{out / entry.file} is damaged ({problem}), and fitting it again on the same seeded sample of split "
             f"{split!r} does not give the bytes extraction wrote (this machine's forward pass or arithmetic differs "
             "from that run's, another device, dtype or thread count), so the states cannot be mapped back to the "
-            "model: restore the file from a copy of the cache, or re-extract with --overwrite (heads, probes and "
-            "depth analyses still read the cache as it is).")
+            f"model: restore the file from a copy of the cache, or re-extract with {option('overwrite', True)} (heads, "
+            "probes and depth analyses still read the cache as it is).")
     write_projection_bytes(out, data)
     log.warning("%s is damaged (%s); fitted again on the same sample, to the bytes extraction wrote.", entry.file,
                 problem)

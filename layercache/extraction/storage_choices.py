@@ -17,6 +17,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from ..core.option_names import flag, option, options
 from ..core.units import human_bytes, human_seconds
 from ..store.codecs import codec, codec_names, pooled_dtype_for
 from ..store.manifest import Manifest
@@ -47,14 +48,19 @@ class StorageChoice:
         return f"{self.store} {self.dtype}" + (f" + project {self.project}" if self.project else "")
 
     @property
+    def keywords(self) -> dict:
+        """The extract keywords that ask for this choice (``project`` is priced, not built yet); none for no cache."""
+        if self.store == NO_CACHE:
+            return {}
+        return {"store": self.store, "storage_dtype": self.dtype, **({"project": self.project} if self.project else {})}
+
+    @property
     def flags(self) -> str:
-        """The extract options that ask for this choice (``--project`` is priced, not built yet)."""
+        """The extract flags that ask for this choice (``--store tokens --storage-dtype int8``), what the plan's
+        JSON records whoever asked."""
         if self.store == NO_CACHE:
             return "(train with the backbone in the loop)"
-        parts = [f"--store {self.store}", f"--storage-dtype {self.dtype}"]
-        if self.project:
-            parts.append(f"--project {self.project}")
-        return " ".join(parts)
+        return " ".join(flag(keyword, value) for keyword, value in self.keywords.items())
 
 
 @dataclass
@@ -205,7 +211,7 @@ def _notes(manifest: Manifest, choice: StorageChoice, token_tasks: list[str]) ->
         modes = ", ".join(list(manifest.storage.pooling) or ["mean"])
         dropped = f"the token tasks ({', '.join(token_tasks)}) and " if token_tasks else ""
         notes.append(f"no token states, {modes} vectors only: drops {dropped}every mixer or head that reads each "
-                     "token (heads read pooled vectors, --source pooled:<mode>)")
+                     f"token (heads read pooled vectors, {option('source', 'pooled:<mode>')})")
     if choice.dtype == "int8" and not choice.project:
         notes.append("one float32 scale per vector; values within 0.4 % of each vector's largest; "
                      "pooled vectors float16")
@@ -251,7 +257,8 @@ def recommend(rows: Sequence[PricedChoice], space: int, preferred16: str = "floa
         if yours.choice.store != NO_CACHE and yours.breakeven_epochs is not None:
             state += ", never pays" if math.isinf(yours.breakeven_epochs) else _paying(yours).replace(" and", ",")
         text += (f" Your choice, {yours.name} ({human_bytes(yours.bytes)}), {state}; it is kept as given"
-                 + (f": pass {best.choice.flags} to change it." if best.choice.store != NO_CACHE else "."))
+                 + (f": pass {options(**best.choice.keywords)} to change it." if best.choice.store != NO_CACHE
+                    else "."))
     elif yours is not None:
         text += " It is your choice."
     return best, text

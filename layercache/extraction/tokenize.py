@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..backbone.words import check_words_as_text, with_word_prefix, word_prefix
+from ..core.option_names import option
 from ..errors import ConfigError, DatasetError
 from ..sources.records import SplitRecords
 
@@ -75,10 +76,11 @@ def encode_split(tokenizer, records: SplitRecords, *, max_length: int, stride: i
     if stride is not None:
         capacity = max_length - tokenizer.num_special_tokens_to_add()
         if not 0 < stride < capacity:
-            raise ConfigError(f"--stride {stride} must be between 1 and {capacity - 1} "
-                              f"(the tokens per window at --max-length {max_length}).")
+            raise ConfigError(f"{option('stride', stride)} must be between 1 and {capacity - 1} "
+                              f"(the tokens per window at {option('max_length', max_length)}).")
         if records.text_pairs is not None:
-            raise ConfigError("--stride cannot window sentence pairs; drop --stride to truncate them instead.")
+            raise ConfigError(f"{option('stride')} cannot window sentence pairs; drop {option('stride')} to truncate "
+                              "them instead.")
     prefix = word_prefix(tokenizer) if records.words is not None else ""
     for start in range(0, len(records), ENCODE_CHUNK):
         stop = min(start + ENCODE_CHUNK, len(records))

@@ -58,7 +58,7 @@ from ..store.feed_pool import FeedPool
 from ..store.manifest import utc_now
 from ..store.projection import Projection
 from ..store.reader import LayerCache
-from .data.finite import REEXTRACT, NonFiniteStatesError, check_split_stats
+from .data.finite import check_split_stats, unstandardisable
 from .data.source import pooled_note, resolve_source
 from .data.validation import validation_slice
 from .ensembles.members import check_seed_count, fit_seeds, member_ensemble, seed_ensemble
@@ -245,10 +245,7 @@ class LayerHead(BaseEstimator):
             mean, std = stats["mean"][index], stats["std"][index]  # (S, D) each
             bad = np.nonzero(~(np.isfinite(mean) & np.isfinite(std)).all(axis=1))[0]
             if len(bad):  # damaged shard sums: standardising with them would turn every state into NaN
-                raise NonFiniteStatesError(
-                    f"The cache's per-dimension statistics of split {split!r} are not finite for state "
-                    f"{layer_names[bad[0]]}, so its states cannot be standardised; {REEXTRACT}, or pass "
-                    "--normalize none.")
+                raise unstandardisable(split, layer_names[bad[0]])
             model.set_state_stats(mean, std)
         train_rows, val_feed, val_desc = self._validation(cache, split, val_split, tasks, layer_names, source, feeds)
         train_feed = self.make_feed(cache, split, tasks, layer_names, source, rows=train_rows, pool=feeds)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ..core.option_names import option
 from ..core.threads import computes
 from ..errors import ConfigError
 from ..store.reader import LayerCache
@@ -32,7 +33,7 @@ def per_token_usage(head: LayerHead, cache: LayerCache, split: str, key: str = "
     cache.require_split(split)
     if not head.source_.startswith("tokens"):
         raise ConfigError(f"The head reads {head.source_}, not token states, so it has no per-token {key}; "
-                          "train it with --source tokens.")
+                          f"train it with {option('source', 'tokens')}.")
     check_split_stats(cache, split, head.layer_names_)
     feed = head.make_feed(cache, split, head.tasks_, head.layer_names_, head.source_, batch_size=128)
     lengths = cache.lengths(split)  # (n,)
@@ -60,5 +61,5 @@ def per_token_usage(head: LayerHead, cache: LayerCache, split: str, key: str = "
     if not out:
         mixers = ", ".join(type(m).name for m in model.mixers.values())
         raise ConfigError(f"The head's mixer ({mixers}) reports no per-token {key!r}; train one with "
-                          "--mixer act to measure how deep each token goes.")
+                          f"{option('mixer', 'act')} to measure how deep each token goes.")
     return out

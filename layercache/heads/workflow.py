@@ -30,6 +30,7 @@ from pathlib import Path
 
 from ..core.files import write_file_atomic
 from ..core.memory import memory_limit
+from ..core.option_names import option
 from ..core.plotting import pyplot
 from ..core.threads import computes
 from ..errors import ConfigError
@@ -90,23 +91,24 @@ def check_run_folder(run: Path, overwrite: bool = False) -> None:
         probe = probe.parent
     if probe.exists() and not probe.is_dir():
         if probe == run:
-            raise ConfigError(f"--out {run} is a file; give a folder for the run.")
-        raise ConfigError(f"--out {run} lies below {probe}, which is a file, not a folder; give a folder path "
-                          "for the run.")
+            raise ConfigError(f"{option('out', run)} is a file; give a folder for the run.")
+        raise ConfigError(f"{option('out', run)} lies below {probe}, which is a file, not a folder; give a folder "
+                          "path for the run.")
     if not probe.exists():  # a dangling link, or nothing of the path exists at all
-        raise ConfigError(f"--out {run} cannot be created ({probe} is a broken link or missing); give another "
+        raise ConfigError(f"{option('out', run)} cannot be created ({probe} is a broken link or missing); give another "
                           "folder for the run.")
     try:
         occupied = probe == run and any(p.name not in IGNORED and not p.name.startswith(STAGING_PREFIX)
                                         for p in run.iterdir())
     except OSError as err:
         raise ConfigError(f"The run folder {run} cannot be read ({err.strerror or err}); choose another "
-                          "--out.") from None
+                          f"{option('out')}.") from None
     if occupied and not overwrite:
-        raise ConfigError(f"The run folder {run} is not empty; choose another --out or pass --overwrite.")
+        raise ConfigError(f"The run folder {run} is not empty; choose another {option('out')} or pass "
+                          f"{option('overwrite', True)}.")
     if not os.access(probe, os.W_OK | os.X_OK):
         raise ConfigError(f"The run folder {run} cannot be written: {probe} is not writable (permissions, or a "
-                          "read-only disk); choose another --out.")
+                          f"read-only disk); choose another {option('out')}.")
 
 
 @computes

@@ -34,6 +34,7 @@ from ..backbone.loader import Backbone, load_backbone, weight_files, wrap_backbo
 from ..backbone.placement import tokens_of
 from ..core.confine import OwnedFolder, lstat_or_none
 from ..core.files import write_text_atomic
+from ..core.option_names import option
 from ..core.threads import computes
 from ..errors import CacheMismatchError, ConfigError
 from ..extraction.forward import pad_windows, token_index
@@ -183,7 +184,7 @@ class LiveBundle:
                 live.head.save(run)
             write_text_atomic(owned.file(BUNDLE_FILE), json.dumps(config, indent=2) + "\n")
         except OSError as err:
-            raise unwritable("The bundle folder", folder, err) from None
+            raise unwritable(f"The bundle folder {folder}", err) from None
         return Path(folder)
 
     @classmethod
@@ -301,8 +302,8 @@ def _read_runs(runs: Sequence[RunPath]) -> tuple[list[tuple[str, RunPath, LayerH
             raise ConfigError(
                 f"The run {run} was trained on texts cut at max length {text_settings(head)[0]} with stride "
                 f"{text_settings(head)[1]}, {first_run} at {max_length} with stride {stride}; one forward pass "
-                "cannot serve both, so bundle runs whose caches were extracted with the same --max-length and "
-                "--stride.")
+                f"cannot serve both, so bundle runs whose caches were extracted with the same {option('max_length')} "
+                f"and {option('stride')}.")
     words = any(t.kind == "token" for _, head in infos for t in head.tasks_)
     return named, {"model": trained_on.model, "max_length": max_length, "stride": stride, "words": words}
 

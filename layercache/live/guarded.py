@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..backbone.location import model_folders
+from ..core.option_names import option
 from ..errors import ConfigError
 from ..heads.run_folders.run_files import RunConfig
 from ..heads.run_folders.run_folder import SWEEP_FILE
@@ -69,20 +70,23 @@ def predict_places(runs: Sequence[str | os.PathLike], backbone: str | None = Non
     return places
 
 
-def refuse_guarded(target: Path, given: str | os.PathLike, places: Iterable[Guarded], option: str = "--out") -> None:
-    """Refuse ``target`` (as the user ``given`` it) in one sentence when it lies in or is one of ``places``."""
+def refuse_guarded(target: Path, given: str | os.PathLike, places: Iterable[Guarded], keyword: str = "out") -> None:
+    """Refuse ``target`` (as the user ``given`` it, as the option ``keyword``) in one sentence when it lies in or is
+    one of ``places``."""
     places = list(places)
     where = _real(target)
     for place in places:
         if where == place.path or place.path in where.parents:
             what = "is" if where == place.path else "is inside"
-            raise ConfigError(f"{option} {given} {what} {place.what}, which this command reads or owns: writing "
-                              f"the output there could destroy a file it needs; choose an {option} outside it.")
+            raise ConfigError(f"{option(keyword, given)} {what} {place.what}, which this command reads or owns: "
+                              f"writing the output there could destroy a file it needs; choose an {option(keyword)} "
+                              "outside it.")
     same = _same_file(target, places)
     if same is not None:
         file, place = same
-        raise ConfigError(f"{option} {given} is the same file as {file}, in {place.what}, which this command reads "
-                          f"or owns: writing the output there would destroy it; choose another {option} file.")
+        raise ConfigError(f"{option(keyword, given)} is the same file as {file}, in {place.what}, which this command "
+                          f"reads or owns: writing the output there would destroy it; choose another {option(keyword)} "
+                          "file.")
 
 
 def _place(path: str | os.PathLike, what: str) -> Guarded:

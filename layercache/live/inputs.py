@@ -13,6 +13,7 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
+from ..core.option_names import option
 from ..errors import ConfigError, DatasetError
 from ..extraction.tokenize import EncodedExample, encode_split
 from ..sources.records import SplitRecords
@@ -78,7 +79,7 @@ def read_input_lines(path: str | Path, text_field: str = "text") -> list[tuple[I
             raise ConfigError(f"Line {number} of {path} is not JSON; give one JSON object per line.") from None
         if not isinstance(row, dict) or not isinstance(row.get(text_field), (str, list)):
             raise ConfigError(f"Line {number} of {path} has no text field {text_field!r}; name the field with "
-                              "--text-field.")
+                              f"{option('text_field')}.")
         inputs.append((row[text_field], row))
     if not inputs:
         raise ConfigError(f"The input file {path} holds no text; give one text per line.")

@@ -28,43 +28,46 @@ from pathlib import Path
 
 from ..core.confine import OwnedFolder, kind_of, lstat_or_none
 from ..core.files import why_unwritable, write_text_atomic
+from ..core.option_names import option
 from ..errors import ConfigError, OutputWriteError, UnsafePathError
 from .guarded import Guarded, refuse_guarded
 
 
 def check_output_file(path: str | os.PathLike, reads: Iterable[str | os.PathLike] = (), *,
-                      guarded: Iterable[Guarded] = (), option: str = "--out") -> Path:
+                      guarded: Iterable[Guarded] = (), keyword: str = "out") -> Path:
     """``path`` as a file layercache may replace, refused in one sentence before any work starts.
 
     ``reads``: the files the command reads (an existing one that is the same file as ``path`` is
     refused: writing there would destroy the input); ``guarded``: the folders of the runs, caches and
-    backbone it reads or owns, never written into (:mod:`.guarded`). Returns the path with ``~`` expanded.
+    backbone it reads or owns, never written into (:mod:`.guarded`); ``keyword``: the option that names it.
+    Returns the path with ``~`` expanded.
     """
     target = Path(path).expanduser()
+    named = option(keyword, path)
     if str(path).endswith(("/", os.sep)) or target.name in ("", ".", ".."):
-        raise ConfigError(f"{option} {path} names a folder; give a file path, e.g. {option} predictions.jsonl.")
-    st = _lstat(target, option)
+        raise ConfigError(f"{named} names a folder; give a file path, e.g. {option(keyword, 'predictions.jsonl')}.")
+    st = _lstat(target, named)
     if st is not None:
         if stat.S_ISLNK(st.st_mode):
-            raise UnsafePathError(f"{option} {path} is a symbolic link, and layercache never writes through a link "
+            raise UnsafePathError(f"{named} is a symbolic link, and layercache never writes through a link "
                                   "(it could replace a file elsewhere); give the real file path, or another name.")
         if stat.S_ISDIR(st.st_mode):
-            raise ConfigError(f"{option} {path} is a folder; give a file path inside it, e.g. "
-                              f"{option} {target / 'predictions.jsonl'}.")
+            raise ConfigError(f"{named} is a folder; give a file path inside it, e.g. "
+                              f"{option(keyword, target / 'predictions.jsonl')}.")
         if not stat.S_ISREG(st.st_mode):
-            raise UnsafePathError(f"{option} {path} is {kind_of(st)}, not a regular file; give a file path.")
+            raise UnsafePathError(f"{named} is {kind_of(st)}, not a regular file; give a file path.")
         for read in reads:
             other = _stat_quietly(read)
             if other is not None and (other.st_dev, other.st_ino) == (st.st_dev, st.st_ino):
                 same = "" if Path(read) == target else f" (the same file as {read})"
-                raise ConfigError(f"{option} {path} is a file this command reads{same}: writing the output there "
-                                  f"would destroy it; choose another {option} file.")
-    refuse_guarded(target, path, guarded, option)
-    _check_folder_writable(target, option)
+                raise ConfigError(f"{named} is a file this command reads{same}: writing the output there "
+                                  f"would destroy it; choose another {option(keyword)} file.")
+    refuse_guarded(target, path, guarded, keyword)
+    _check_folder_writable(target, keyword)
     return target
 
 
-def write_lines(path: str | os.PathLike, lines: Sequence[str], *, option: str = "--out") -> Path:
+def write_lines(path: str | os.PathLike, lines: Sequence[str], *, keyword: str = "out") -> Path:
     """Write ``lines`` (each ending with a newline) to ``path`` in one atomic step; returns the file written.
 
     Missing folders above it are created. The file is never opened through a link nor as a FIFO:
@@ -77,7 +80,7 @@ def write_lines(path: str | os.PathLike, lines: Sequence[str], *, option: str = 
         final = folder.file(target.name)
         write_text_atomic(final, "".join(lines))
     except OSError as err:
-        raise unwritable(option, path, err) from None
+        raise unwritable(option(keyword, path), err) from None
     return final
 
 
@@ -87,21 +90,22 @@ def bundle_folder(folder: str | os.PathLike) -> OwnedFolder:
     try:
         owned.check_root(create=True)
     except OSError as err:
-        raise unwritable("The bundle folder", folder, err) from None
+        raise unwritable(f"The bundle folder {folder}", err) from None
     return owned
 
 
-def unwritable(what: str, path: str | os.PathLike, err: OSError) -> OutputWriteError:
-    """One sentence for an ``OSError`` met writing ``path``; ``what`` starts it (``--out``, ``The bundle folder``)."""
+def unwritable(what: str, err: OSError) -> OutputWriteError:
+    """One sentence for an ``OSError`` met writing a path; ``what`` names it (``--out FILE``, ``The bundle folder
+    FOLDER``)."""
     why = why_unwritable(err)
-    return OutputWriteError(f"{what} {path} cannot be written ({why}); choose a path in a folder you can write.")
+    return OutputWriteError(f"{what} cannot be written ({why}); choose a path in a folder you can write.")
 
 
-def _lstat(path: Path, option: str) -> os.stat_result | None:
+def _lstat(path: Path, named: str) -> os.stat_result | None:
     try:
         return lstat_or_none(path)
     except OSError as err:  # a name too long, a loop of links above it, a folder without permission
-        raise unwritable(option, path, err) from None
+        raise unwritable(named, err) from None
 
 
 def _stat_quietly(path: str | os.PathLike) -> os.stat_result | None:
@@ -111,7 +115,7 @@ def _stat_quietly(path: str | os.PathLike) -> os.stat_result | None:
         return None
 
 
-def _check_folder_writable(target: Path, option: str) -> None:
+def _check_folder_writable(target: Path, keyword: str) -> None:
     """Refuse a path whose nearest existing folder is a file or takes no new file (probed with a temporary one)."""
     above = target.parent
     while True:
@@ -119,19 +123,19 @@ def _check_folder_writable(target: Path, option: str) -> None:
             st = os.stat(above)
         except FileNotFoundError:
             if above.parent == above:
-                raise OutputWriteError(f"{option} {target}: none of its folders exists; give a path in an existing "
-                                       "folder.") from None
+                raise OutputWriteError(f"{option(keyword, target)}: none of its folders exists; give a path in an "
+                                       "existing folder.") from None
             above = above.parent
             continue
         except OSError as err:  # ENOTDIR: a file somewhere above; a loop; no permission to look
-            raise unwritable(option, target, err) from None
+            raise unwritable(option(keyword, target), err) from None
         break
     if not stat.S_ISDIR(st.st_mode):
-        raise OutputWriteError(f"{option} {target} cannot be written: {above} is {kind_of(st)}, not a folder; "
+        raise OutputWriteError(f"{option(keyword, target)} cannot be written: {above} is {kind_of(st)}, not a folder; "
                                "give a path in a folder.")
     try:  # os.access ignores read-only mounts for some users and every permission for root: try it for real
         fd, probe = tempfile.mkstemp(prefix=".layercache-probe-", dir=above)
     except OSError as err:
-        raise unwritable(option, target, err) from None
+        raise unwritable(option(keyword, target), err) from None
     os.close(fd)
     os.unlink(probe)

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from ..core.confine import NAME_MAX, kind_of
 from ..core.devices import check_max_memory
+from ..core.option_names import command_line, flag, option
 from ..core.threads import computes
 from ..errors import ConfigError
 from ..heads.run_folders.run_folder import CONFIG_FILE, WEIGHTS_FILE
@@ -71,7 +72,7 @@ def path_argument_problem(arg: str) -> str | None:
     if not looks_like_path(arg):
         return None
     quoted = shlex.quote(arg)
-    as_text = f"to predict it as a text, pass --text {quoted} or put it after `--`"
+    as_text = f"to predict it as a text, pass {flag('text', quoted)} or put it after `--`"  # predict's arguments
     if is_run_folder(arg):
         return (f"{arg} is a run folder given after the first text; put every run folder before the texts "
                 f"(or, {as_text}).")
@@ -91,7 +92,7 @@ def path_argument_problem(arg: str) -> str | None:
         return (f"{arg} is a folder but not a run folder (it has no {' and '.join(RUN_FILES)}); pass a folder "
                 f"`layercache train-head` wrote, or, {as_text}.")
     if stat.S_ISREG(st.st_mode):
-        return (f"{arg} is a file, not a run folder; to predict its lines pass --file {quoted}; {as_text}.")
+        return (f"{arg} is a file, not a run folder; to predict its lines pass {flag('file', quoted)}; {as_text}.")
     return f"{arg} is {kind_of(st)}, not a run folder; {as_text}."
 
 
@@ -160,7 +161,8 @@ def predict_texts(runs: Sequence[str | os.PathLike], texts: Sequence[Input] = ()
         texts += [text for text, _ in lines]
         fields += [row for _, row in lines]
     if not texts:
-        raise ConfigError("Nothing to predict: give texts after the run folders, or --file with one text per line.")
+        after = " after the run folders" if command_line() else ""
+        raise ConfigError(f"Nothing to predict: give texts{after}, or {option('file')} with one text per line.")
     if target is not None:
         check_field_names(fields, runs, text_field, file)
     bundle = LiveBundle.from_runs(runs, backbone, device=device, allow_pickle=allow_pickle, device_map=device_map,
@@ -199,5 +201,5 @@ def check_field_names(fields: Sequence[Mapping], runs: Sequence[str | os.PathLik
         clash = next((key for key in row if key in uses and not (key == "text" == text_field)), None)
         if clash is not None:
             what, rename = uses[clash]
-            raise ConfigError(f"The input file {file} has a field {clash!r}, and every line --out writes holds {what} "
-                              f"under that name; rename {rename} so that neither is lost.")
+            raise ConfigError(f"The input file {file} has a field {clash!r}, and every line {option('out')} writes "
+                              f"holds {what} under that name; rename {rename} so that neither is lost.")

@@ -21,6 +21,7 @@ import os
 import torch
 
 from ..backbone.loader import Backbone
+from ..core.option_names import option
 from ..core.threads import computes
 from ..errors import ConfigError
 from ..extraction.forward import pool
@@ -67,7 +68,7 @@ class LiveLayerHead(LayerHead):
         """Fit as :meth:`LayerHead.fit` does, every batch from the live backbone (one head: no seed ensemble)."""
         if self.seeds != 1:
             raise ConfigError("Training with the live backbone fits one head, the reference for end-to-end checks; "
-                              "leave out --seeds (or train the seed ensemble from the cache).")
+                              f"leave out {option('seeds')} (or train the seed ensemble from the cache).")
         super().fit(cache, split, val_split, **kwargs)
         feeds = self.__dict__.pop("_live_feeds", [])
         self.data_["trained"] = "live"

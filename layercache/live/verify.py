@@ -60,6 +60,7 @@ import torch
 from ..backbone.loader import Backbone, load_backbone, tokenizer_fingerprint
 from ..backbone.placement import tokens_of
 from ..backbone.words import word_prefix
+from ..core.option_names import call, option
 from ..core.threads import computes
 from ..errors import CacheMismatchError, ConfigError
 from ..extraction.forward import pad_windows, pool, token_index
@@ -152,7 +153,7 @@ class VerifyResult:
         return (f"{self.clamped:,} of {self.compared:,} fresh values ({self.clamped / max(1, self.compared):.2%}) "
                 f"were beyond the {dtype} range and clamped to ±{limit:,.0f} before the comparison, as extraction "
                 f"stored them ({self.overflow_at_extraction:,} in the whole cache); beyond the limit the cache holds "
-                "no value to compare: re-extract with --storage-dtype bfloat16 to keep them.")
+                f"no value to compare: re-extract with {option('storage_dtype', 'bfloat16')} to keep them.")
 
     @property
     def passed(self) -> bool:
@@ -206,17 +207,17 @@ def check_backbone(cache: LayerCache, backbone: Backbone) -> None:
             f"The backbone {m.model.name!r} at {source} now has different weights ({short_digest(backbone.fingerprint)}"
             f") than the model that extracted the cache {cache.path} ({short_digest(m.model.fingerprint)}, revision "
             f"{m.model.revision or 'unknown'}): the cache is from another model; restore that model, or re-extract "
-            "with `layercache extract ... --overwrite`.")
+            f"with {call('extract', overwrite=True)}.")
     if backbone.tokenizer_fingerprint != m.tokenizer.fingerprint:
         raise CacheMismatchError(
             f"The tokenizer of {m.model.name!r} at {source} differs from the one that extracted the cache "
-            f"{cache.path}; restore that tokenizer, or re-extract with `layercache extract ... --overwrite`.")
+            f"{cache.path}; restore that tokenizer, or re-extract with {call('extract', overwrite=True)}.")
 
 
 def sample_rows(cache: LayerCache, splits: Sequence[str], sample: int, seed: int) -> dict[str, np.ndarray]:
     """Split -> sorted cache rows: ``sample`` of each split (all when it has fewer), drawn with ``seed``."""
     if sample < 1:
-        raise ConfigError(f"--sample must be at least 1, got {sample}.")
+        raise ConfigError(f"{option('sample')} must be at least 1, got {sample}.")
     out = {}
     for i, split in enumerate(splits):
         n = cache.num_examples(split)
@@ -403,9 +404,9 @@ def _failure(worst: StateDiff, storage: str, forward: str, m) -> str:
     what = "token states" if worst.what == "tokens" else f"{worst.what.split(':')[1]}-pooled vectors"
     storage = storage if worst.what == "tokens" else m.storage.stored_pooled_dtype  # the dataset's own dtype
     cause = ("a different model revision or tokenizer than the manifest records" if m.model.forward_dtype == forward
-             else f"the forward dtype ({forward} now, {m.model.forward_dtype} at extraction; pass --dtype "
-                  f"{m.model.forward_dtype}) or a different model revision")
+             else f"the forward dtype ({forward} now, {m.model.forward_dtype} at extraction; pass "
+                  f"{option('dtype', m.model.forward_dtype)}) or a different model revision")
     return (f"The stored {what} of {worst.state} differ from a fresh forward pass at {where} (by up to "
             f"{worst.max_abs:.3g}, {worst.max_rel:.2%} of the state's rms; {worst.worst:.3g}x the {storage} "
             f"tolerance): likely {cause}, or a shard edited after extraction (`layercache info --check` tells "
-            "them apart); re-extract with `layercache extract ... --overwrite`.")
+            f"them apart); re-extract with {call('extract', overwrite=True)}.")

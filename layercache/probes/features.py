@@ -26,6 +26,7 @@ import torch
 
 from ..core.holdout import holdout_strata, sample_rows, stratified_holdout
 from ..core.memory import current_budget
+from ..core.option_names import option
 from ..core.tasks import find_task, labelled_tasks
 from ..errors import CacheError, ConfigError
 from ..solvers import check_c_grid
@@ -473,5 +474,5 @@ def standardise(X: np.ndarray, mean: np.ndarray, scale: np.ndarray, names: Seque
         if not math.isfinite(float(block.sum(dtype=np.float64))):
             where = f" of split {split!r}" if split else ""
             raise CacheError(f"The states of {names[layer]}{where} are not finite (NaN or inf); "
-                             "re-extract with --storage-dtype bfloat16 or float32.")
+                             f"re-extract with {option('storage_dtype', 'bfloat16')} or float32.")
     return X

@@ -25,6 +25,7 @@ import numpy as np
 
 from ..core.holdout import holdout_strata, stratified_holdout
 from ..core.memory import current_budget
+from ..core.option_names import option
 from ..errors import ConfigError
 from ..store.manifest import LabelTask
 from ..store.reader import LayerCache
@@ -167,8 +168,8 @@ def read_train_parts(cache: LayerCache, spec: LabelTask, source: str, index: lis
     if train_bytes > FEATURE_SHARE * budget:
         raise ConfigError(f"The probes' training features ({n_train:,} examples x {L} states x {cache.hidden_size}, "
                           f"{train_bytes / 2**20:,.0f} MiB as float32) do not fit half the memory budget of "
-                          f"{budget / 2**20:,.0f} MiB; lower max_train (--max-train) or raise the budget "
-                          "(--memory-budget).")
+                          f"{budget / 2**20:,.0f} MiB; lower {option('max_train')} or raise the budget "
+                          f"({option('memory_budget')}).")
     val_bytes = feature_bytes(cache, item_bound(cache, val_split or split, spec, val_rows), L)
     sample = (max_train, seed)
     val = SplitPart(cache, val_split or split, spec, source, index, val_rows, want_types)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
+from ..core.option_names import option, options
 from ..core.units import human_bytes
 from ..store.reader import LayerCache
 from .tables import Column, print_fitted
@@ -65,13 +66,14 @@ def render_summary(summary: dict, console: Console) -> None:
         ("layers", ", ".join(storage["layer_names"])),
         *([("projection", _projection_text(summary["projection"]))] if summary.get("projection") else []),
         ("forward", f"{model['forward_dtype']} on {model['device']}"
-                    + (f", split by --device-map ({_placement_text(model['placement'])})" if model.get("placement")
-                       else "")),
+                    + (f", split by {option('device_map')} ({_placement_text(model['placement'])})"
+                       if model.get("placement") else "")),
         ("size", human_bytes(summary["total_bytes"])),
     ]
     if summary["fp16_overflow"]:
+        fix = options(storage_dtype="bfloat16", overwrite=True)
         rows.append(("warning", f"[red]{summary['fp16_overflow']:,} values exceeded the float16 range and were "
-                                "clamped to ±65,504; re-extract with --storage-dtype bfloat16 --overwrite[/]"))
+                                f"clamped to ±65,504; re-extract with {fix}[/]"))
     for key, value in rows:
         head.add_row(key, value)
     console.print(head)

@@ -43,6 +43,7 @@ import numpy as np
 import torch
 
 from ..core.memory import memory_limit
+from ..core.option_names import call, option
 from ..core.threads import computes
 from ..core.version import __version__
 from ..depth import expected_layer, layer_similarity
@@ -92,7 +93,7 @@ def build_probe_report(cache: LayerCache, *, tasks: Sequence[str] | None = None,
     check_max_train(max_train)
     if not cache.tasks:
         raise CacheError(f"The cache {cache.path} holds no labels, so there is nothing to probe; extract it with "
-                         "a label column (without --no-labels).")
+                         f"a label column (without {option('no_labels', True)}).")
     known = [t.name for t in cache.tasks]
     chosen = list(tasks) if tasks else known
     unknown = [t for t in chosen if t not in known]
@@ -134,7 +135,8 @@ def _add_similarity(report: ProbeReport, cache: LayerCache, eval_split: str | No
                     timer: Timer) -> None:
     pooling = cache.manifest.pooling
     if not pooling:
-        report.notes.append("No layer similarity: the cache holds no pooled vectors (extract with --pooling mean).")
+        report.notes.append("No layer similarity: the cache holds no pooled vectors (extract with "
+                            f"{option('pooling', ['mean'], typed='mean')}).")
         return
     step("layer similarity (linear CKA)")
     with timer("similarity"):
@@ -189,7 +191,7 @@ def _add_token_depth(report: ProbeReport, cache: LayerCache, eval_split: str | N
         if not act_runs:
             mixers = " or ".join(per_token_depth_mixers())
             report.notes.append(f"No per-token depth: no {mixers} run found for this cache (train one with "
-                                f"layercache train-head --mixer {per_token_depth_mixers()[0]}, or let probe-report "
+                                f"{call('train_head', mixer=per_token_depth_mixers()[0])}, or let the probe report "
                                 "train one).")
             return
         act_run = max(act_runs, key=lambda r: Path(r["path"]).stat().st_mtime)["path"]
@@ -282,18 +284,19 @@ def probe_report(cache: str | os.PathLike | LayerCache | None = None, out: str |
     with memory_limit(memory_budget), using_cache(cache) as handle:
         folder = Path(out) if out is not None else handle.path.parent / f"{handle.path.name}.report"
         if folder.exists() and not folder.is_dir():
-            raise ConfigError(f"--out {folder} is a file, not a folder; choose a folder for the report.")
+            raise ConfigError(f"{option('out', folder)} is a file, not a folder; choose a folder for the report.")
         options["runs"] = list(options.get("runs") or ())
         act_run = options.pop("act_run", None)
         found = find_runs(handle, options["runs"])
         has_act = any(_has_token_depth(_run_summary(run)["mixer"]) for run in found)
         max_train = options.get("max_train", DEFAULT_MAX_TRAIN)
         say(f"Probes fit on a seeded sample of at most {max_train:,} training examples (words) per task; "
-            "--max-train all fits every one." if max_train else "Probes fit on every training example (word).")
+            f"{option('max_train', None, typed='all')} fits every one." if max_train else
+            "Probes fit on every training example (word).")
         act_seconds = None
         if act_run is None and not has_act and train_act and handle.stores_tokens:
             say(f"Training an {per_token_depth_mixers()[0]} head for per-token depth: a quick {act_epochs}-epoch "
-                "estimate; pass --act-run for a converged one.")
+                f"estimate; pass {option('act_run')} for a converged one.")
             t0 = time.perf_counter()
             act_run = _train_act(handle, folder / "act-run", act_epochs, options.get("seed", 0), progress)
             act_seconds = time.perf_counter() - t0

@@ -17,6 +17,7 @@ from typing import Any, Iterable, Mapping
 
 from layercache.errors import DatasetError
 
+from ..core.option_names import option
 from .splits import LoadedSource, MemorySplit, Split
 from .values import as_number, is_missing
 
@@ -94,7 +95,8 @@ def choose_text_columns(loaded: LoadedSource, columns: list[str], chosen: list[S
                 return [found], "words"
         raise DatasetError(f"Label column(s) {', '.join(labels)} hold a list of tags per example, which needs a "
                            f"column of word lists (tokens/words), and none is among {', '.join(columns)}; pass "
-                           f"--text-column NAME for the word lists, or --label-column NAME for a single label.")
+                           f"{option('text_columns', typed='NAME')} for the word lists, or "
+                           f"{option('label_columns', typed='NAME')} for a single label.")
     for candidate in TEXT_COLUMN_CANDIDATES:
         found = find_column(available, candidate)
         if found:
@@ -108,7 +110,7 @@ def choose_text_columns(loaded: LoadedSource, columns: list[str], chosen: list[S
         if found:
             return [found], "texts"
     raise DatasetError(f"No text column found in {loaded.name!r} (columns: {', '.join(columns)}); pass "
-                       f"--text-column NAME (or two names for a sentence pair).")
+                       f"{option('text_columns', typed='NAME')} (or two names for a sentence pair).")
 
 
 def name_headerless_columns(splits: Mapping[str, Split], labels: list[str], texts: list[str],

@@ -27,6 +27,7 @@ from typing import Any
 from layercache.errors import ConfigError, DatasetError
 
 from ..core.checksum import json_sha256
+from ..core.option_names import option
 from .builtin_records import load_builtin_records
 from .columns import (
     LABEL_COLUMN_CANDIDATES,
@@ -198,7 +199,8 @@ def _build_records(loaded: LoadedSource, *, splits, text_columns, label_columns,
         label_columns or detect_label_columns(loaded, columns, chosen, text_columns))
     if not labels and not no_labels:
         raise DatasetError(f"No label column found in {name!r} (columns: {', '.join(columns)}); pass "
-                           f"--label-column NAME, or --no-labels to cache it without labels.")
+                           f"{option('label_columns', typed='NAME')}, or {option('no_labels', True)} to cache it "
+                           "without labels.")
     per_word_labels = any(holds_lists(all_splits.values(), c) for c in labels)
     texts, mode = choose_text_columns(loaded, columns, chosen, text_columns, labels, per_word_labels)
     overlap = [c for c in texts if c in labels]
@@ -219,7 +221,7 @@ def _build_records(loaded: LoadedSource, *, splits, text_columns, label_columns,
         if plan.task.kind == "token" and mode != "words":
             raise DatasetError(f"Label column {plan.task.name!r} holds one label per word but the input "
                                f"{', '.join(texts)} is raw text; pass a word-list column (tokens/words) with "
-                               f"--text-column.")
+                               f"{option('text_columns')}.")
 
     # ---- splits
     out: dict[str, SplitRecords] = {}
@@ -228,8 +230,9 @@ def _build_records(loaded: LoadedSource, *, splits, text_columns, label_columns,
         if records is not None:
             out[split.name] = records
     if not out:
-        raise DatasetError(f"No split of {name!r} has labels in {', '.join(labels)}; pass --label-column NAME "
-                           f"for another column, or --no-labels to cache it without labels.")
+        raise DatasetError(f"No split of {name!r} has labels in {', '.join(labels)}; pass "
+                           f"{option('label_columns', typed='NAME')} for another column, or "
+                           f"{option('no_labels', True)} to cache it without labels.")
 
     fingerprint = json_sha256({
         "version": 1, "source": loaded.fingerprint_parts, "config": loaded.config, "splits": list(out),

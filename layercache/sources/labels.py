@@ -17,6 +17,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 from layercache.errors import DatasetError
 
+from ..core.option_names import option
 from .records import LabelTask
 from .splits import Split
 from .values import INT_RE, as_number, is_missing
@@ -141,7 +142,7 @@ def plan_task(column: str, splits: Mapping[str, Split], task_kind: str | None) -
     _warn_single_class(column, names)
     if all_numeric and len(names) > MANY_CLASSES and task_kind is None:
         log.warning(f"Label column {column!r} has {len(names)} distinct integer values and is read as "
-                      f"{len(names)} classes; pass task_kind='regression' (--task-kind regression) if it is a score.")
+                      f"{len(names)} classes; pass {option('task_kind', 'regression')} if it is a score.")
 
     def encode(value: Any) -> int | None:
         if is_missing(value):
@@ -189,8 +190,8 @@ def _warn_single_class(column: str, classes: Iterable[str]) -> None:
     distinct = set(classes)
     if len(distinct) == 1:
         log.warning(f"Label column {column!r} has a single class {distinct.pop()!r} in every labelled row: a "
-                      f"head cannot learn from it; check --label-column, or pass --no-labels to cache unlabelled "
-                      f"data.")
+                      f"head cannot learn from it; check {option('label_columns')}, or pass "
+                      f"{option('no_labels', True)} to cache unlabelled data.")
 
 
 def _plan_token_task(column: str, present: dict[str, list], unlabelled: set[str],

@@ -12,6 +12,7 @@ import logging
 
 from layercache.errors import DatasetError
 
+from ..core.option_names import option
 from .labels import TaskPlan
 from .records import SplitRecords
 from .splits import Split
@@ -61,7 +62,7 @@ def split_records(split: Split, name: str, texts: list[str], mode: str, plans: l
     what = _empty_input_name(mode, texts)
     if len(empty) == stop:
         raise DatasetError(f"Every row of the {split.origin} has empty {what}; choose the input column with "
-                           f"--text-column, or pass data with text.")
+                           f"{option('text_columns')}, or pass data with text.")
     kept = [i for i in range(stop) if i not in skip]
     if not kept:
         raise DatasetError(f"No row of the {split.origin} has both text and every label in {label_names}; "
@@ -103,8 +104,8 @@ def _empty_input_name(mode: str, texts: list[str]) -> str:
 def _unlabelled(split: Split, label_names: str, explicit: bool) -> None:
     if explicit:
         raise DatasetError(f"The {split.origin} has no labels in {label_names}; leave it out of the splits, or "
-                           f"pass --no-labels to cache it without labels.")
-    log.warning(f"Skipping the {split.origin}: it has no labels in {label_names} (pass --no-labels and "
+                           f"pass {option('no_labels', True)} to cache it without labels.")
+    log.warning(f"Skipping the {split.origin}: it has no labels in {label_names} (pass {option('no_labels', True)} and "
                   f"choose the split to cache it without labels).")
     return None
 

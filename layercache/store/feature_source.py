@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from ..core.option_names import option
 from ..core.tasks import LabelTask
 from ..errors import CacheError, ConfigError, SourceError
 from .cache_view import CacheView
@@ -66,11 +67,11 @@ def require_source(cache: CacheView, source: object) -> FeatureSource:
     if parsed.kind == "tokens" and not cache.stores_tokens:
         have = ", ".join(f"pooled:{mode}" for mode in cache.manifest.pooling)
         raise CacheError(f"The cache holds pooled vectors only ({have}), not token states; use one of those "
-                         "or re-extract with --store tokens.")
+                         f"or re-extract with {option('store', 'tokens')}.")
     if parsed.is_pooled and parsed.mode not in cache.manifest.pooling:
         have = ", ".join(cache.manifest.pooling) or "none"
         raise CacheError(f"The cache has no pooled {parsed.mode!r} vectors (it has: {have}); choose one of those "
-                         f"or re-extract with --pooling {parsed.mode}.")
+                         f"or re-extract with {option('pooling', [parsed.mode], typed=parsed.mode)}.")
     return parsed
 
 
@@ -87,7 +88,7 @@ def auto_source(cache: CacheView, tasks: Sequence[LabelTask], prefer: Sequence[s
     if token_tasks:
         if not cache.stores_tokens:
             raise SourceError(f"Token task {token_tasks[0]!r} needs token states, but the cache holds pooled "
-                              "vectors only; re-extract with --store tokens.")
+                              f"vectors only; re-extract with {option('store', 'tokens')}.")
         return FeatureSource("tokens")
     pooling = cache.manifest.pooling
     mode = next((m for m in prefer if m in pooling), None)

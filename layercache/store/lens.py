@@ -38,6 +38,7 @@ import torch
 from ..core.checksum import file_checksum, fsync_and_checksum
 from ..core.confine import OwnedFolder
 from ..core.files import write_file_atomic
+from ..core.option_names import option
 from ..errors import CacheError
 from .manifest import Manifest, SideFile, confined_path
 from .schema import SIDE_FILES
@@ -150,8 +151,9 @@ def read_lens(cache_dir: str | os.PathLike, manifest: Manifest) -> LensWeights:
             raise CacheError(f"The cache {cache_dir} is of an {manifest.model.kind} model, which has no next-token "
                              "head to read layers through; the logit lens needs a cache of a decoder.")
         raise CacheError(f"The cache {cache_dir} holds no logit-lens weights (written by an older layercache, with "
-                         "--store pooled, or from a checkpoint without an LM head); run the same `layercache "
-                         "extract` command again with token states to add them, from a model with its LM head.")
+                         f"{option('store', 'pooled')}, or from a checkpoint without an LM head); run the same "
+                         "`layercache extract` command again with token states to add them, from a model with its LM "
+                         "head.")
     if not path.is_file() or file_checksum(path) != entry.checksum:
         raise CacheError(f"{path} is missing or has changed since extraction (its checksum differs from the "
                          f"manifest's); {rerun}.")

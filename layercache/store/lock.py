@@ -26,6 +26,7 @@ from pathlib import Path
 
 from ..core.confine import OwnedFolder, open_regular
 from ..core.files import free_space_or, why_unwritable
+from ..core.option_names import option
 from ..errors import CacheLockedError, CacheWriteError
 
 LOCK_NAME = ".layercache.lock"
@@ -63,10 +64,10 @@ class CacheLock:
                 os.close(fd)
                 if err.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
                     raise CacheWriteError(f"Cannot lock {self.path} ({os.strerror(err.errno)}); "
-                                          "choose an --out folder on a local disk.") from None
+                                          f"choose an {option('out')} folder on a local disk.") from None
                 raise CacheLockedError(
                     f"{self.path.parent} is being written by another layercache process ({holder}); wait for it "
-                    "to finish or stop it, or choose another --out.") from None
+                    f"to finish or stop it, or choose another {option('out')}.") from None
         try:
             os.ftruncate(fd, 0)
             os.write(fd, f"{os.getpid()}\n{' '.join(sys.argv)[:500]}\n".encode(errors="replace"))
@@ -91,8 +92,8 @@ class CacheLock:
 
 def _unwritable(path: Path, doing: str, err: OSError) -> CacheWriteError:
     """The refusal of a lock file that cannot be made or written, saying why and what to do."""
-    return CacheWriteError(f"Cannot {doing} the lock file {path} ({why_unwritable(err)}); "
-                           f"{free_space_or(err, 'choose an --out folder you can write to')}.")
+    fix = free_space_or(err, f"choose an {option('out')} folder you can write to")
+    return CacheWriteError(f"Cannot {doing} the lock file {path} ({why_unwritable(err)}); {fix}.")
 
 
 def _read_holder(fd: int) -> str:

@@ -24,6 +24,7 @@ from typing import Any
 
 from ..core.confine import OwnedFolder, check_regular_file
 from ..core.files import write_text_atomic
+from ..core.option_names import call
 from ..core.tasks import LabelTask, find_task
 from ..errors import CacheError, UnsafePathError
 from .schema import ManifestSchemaError, foreign_manifest_problem, validate_manifest
@@ -313,7 +314,7 @@ def read_manifest(cache_dir: str | os.PathLike) -> Manifest:
         return Manifest.from_json(data)
     except ManifestSchemaError as err:
         raise CacheError(f"The manifest {path} is damaged: {err}; re-extract the cache "
-                         "(`layercache extract ... --overwrite`).") from None
+                         f"({call('extract', overwrite=True)}).") from None
 
 
 def _short(err: BaseException) -> str:

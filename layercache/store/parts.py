@@ -31,6 +31,7 @@ from pathlib import Path
 
 from ..core.confine import OwnedFolder, check_regular_file, lstat_or_none
 from ..core.files import write_text_atomic
+from ..core.option_names import option
 from ..errors import CacheError, UnsafePathError
 from .manifest import FORMAT_VERSION, Manifest, ShardInfo, confined_path, read_manifest, utc_now, write_manifest
 from .schema import SHARD, ManifestSchemaError, Record, dict_of, integer, list_of, text, validate_manifest
@@ -106,11 +107,11 @@ def read_parts(cache_dir: str | os.PathLike, manifest: Manifest) -> list[Manifes
         except (UnsafePathError, OSError, ValueError, RecursionError) as err:  # ValueError: bad JSON, bad schema
             why = err.args[0] if isinstance(err, (UnsafePathError, ManifestSchemaError)) else _short(err)
             raise CacheError(f"The manifest part {path} cannot be read ({why}); delete it (its shards are "
-                             "extracted again) or re-extract with --overwrite.") from None
+                             f"extracted again) or re-extract with {option('overwrite', True)}.") from None
         if part.format_version != FORMAT_VERSION or part.config_hash != manifest.config_hash:
             raise CacheError(f"The manifest part {path} was written by another layercache version or for another "
                              "configuration of this cache; delete it (its shards are extracted again) or "
-                             "re-extract with --overwrite.")
+                             f"re-extract with {option('overwrite', True)}.")
         if PART_FILE.fullmatch(path.name).group(1) != f"{part.writer:05d}":
             raise CacheError(f"The manifest part {path} names writer {part.writer}, not the one its file name "
                              "says; delete it (its shards are extracted again).")
@@ -141,7 +142,8 @@ def fold_parts(manifest: Manifest, parts: list[ManifestPart], cache_dir: str | o
         for name, shards in part.splits.items():
             if name not in manifest.splits:
                 raise CacheError(f"The manifest part of writer {part.writer} lists shards of split {name!r}, which "
-                                 "this cache does not have; delete the part or re-extract with --overwrite.")
+                                 f"this cache does not have; delete the part or re-extract with "
+                                 f"{option('overwrite', True)}.")
             listed = {s.file: s for s in manifest.splits[name].shards}
             for shard in shards:
                 known = listed.get(shard.file)
@@ -150,7 +152,8 @@ def fold_parts(manifest: Manifest, parts: list[ManifestPart], cache_dir: str | o
                     added += 1
                 elif known != shard:
                     raise CacheError(f"Shard {shard.file} is listed twice with different content (in the manifest "
-                                     f"and in writer {part.writer}'s part); re-extract with --overwrite.")
+                                     f"and in writer {part.writer}'s part); re-extract with "
+                                     f"{option('overwrite', True)}.")
     for split in manifest.splits.values():
         split.shards.sort(key=lambda s: s.first_batch)
     if added:
@@ -159,7 +162,7 @@ def fold_parts(manifest: Manifest, parts: list[ManifestPart], cache_dir: str | o
         validate_manifest(manifest.to_json())  # overlapping shards, counts beyond the plan
     except ManifestSchemaError as err:
         raise CacheError(f"The manifest parts of {cache_dir} do not fit together ({err}); re-extract with "
-                         "--overwrite.") from None
+                         f"{option('overwrite', True)}.") from None
     return added
 
 

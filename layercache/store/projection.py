@@ -41,6 +41,7 @@ import torch
 from ..core.checksum import file_checksum, fsync_and_checksum
 from ..core.confine import OwnedFolder
 from ..core.files import write_file_atomic
+from ..core.option_names import option
 from ..errors import CacheError, ConfigError
 from .manifest import Manifest, SideFile, confined_path
 
@@ -143,7 +144,7 @@ def read_projection(cache_dir: str | os.PathLike, manifest: Manifest) -> Project
     entry = manifest.side_files.get("projection")
     path = confined_path(cache_dir, PROJECTION_NAME, "Side file")
     again = ("every shard was projected with it, so the cache cannot be read without it: re-extract with "
-             "--overwrite")
+             f"{option('overwrite', True)}")
     if entry is None or not Path(path).is_file() or file_checksum(path) != entry.checksum:
         raise CacheError(f"{path} is missing or has changed since extraction (its checksum differs from the "
                          f"manifest's); {again}.")
@@ -180,5 +181,5 @@ def _load(path: Path) -> Projection:
 def check_projection_size(k: int, width: int) -> None:
     """Refuse (:class:`ConfigError`) a projection that would keep as many dimensions as the model has, or none."""
     if k < 1 or k >= width:
-        raise ConfigError(f"--project {k} must lie between 1 and {width - 1} (the model's states are {width} wide; "
-                         "a projection to as many dimensions saves nothing).")
+        raise ConfigError(f"{option('project', k)} must lie between 1 and {width - 1} (the model's states are {width} "
+                          "wide; a projection to as many dimensions saves nothing).")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import inspect
 
+from ..core.option_names import call
 from ..errors import CacheError, LayercacheError
 
 
@@ -22,7 +23,7 @@ def translate_read_errors(method):
     def refusal(reader, err: OSError) -> CacheError:
         path = getattr(reader, "path", None) or reader.cache.path  # a LayerCache, or a feed over one
         return CacheError(f"A shard of {path} cannot be read ({_first_line(err)}); find it with "
-                          "`layercache info --check` and re-extract it with `layercache extract ... --repair`.")
+                          f"`layercache info --check` and re-extract it with {call('extract', repair=True)}.")
 
     if inspect.isgeneratorfunction(method):
         @functools.wraps(method)

@@ -26,6 +26,7 @@ import numpy as np
 
 from ..core.checksum import file_problem
 from ..core.confine import kind_of
+from ..core.option_names import call, option
 from ..core.tasks import IGNORE_INDEX
 from ..errors import CacheError
 from .codecs import codec, scales_dataset
@@ -34,7 +35,11 @@ from .manifest import Manifest, ShardInfo
 SHARD_METADATA_CACHE = 1 << 20
 """Largest HDF5 metadata cache of an open shard, in bytes (see :func:`open_shard`)."""
 
-_REFETCH = ("check it with `layercache info --check` and re-extract it with `layercache extract ... --repair`")
+
+
+def _refetch() -> str:
+    """What fixes a damaged shard: find it, then re-extract it (naming the call as the reader makes it)."""
+    return f"check it with `layercache info --check` and re-extract it with {call('extract', repair=True)}"
 
 
 def open_shard(path: str | os.PathLike) -> h5py.File:
@@ -46,10 +51,10 @@ def open_shard(path: str | os.PathLike) -> h5py.File:
         st = os.stat(path)
     except (OSError, RuntimeError) as err:
         why = err.strerror if isinstance(err, OSError) and err.strerror else "a loop of symbolic links"
-        raise CacheError(f"Shard {path} cannot be reached ({why}); {_REFETCH}.") from None
+        raise CacheError(f"Shard {path} cannot be reached ({why}); {_refetch()}.") from None
     if not stat.S_ISREG(st.st_mode):
         raise CacheError(f"Shard {path} is {kind_of(st)}, not a regular file; replace it with the shard file, or "
-                         "re-extract it with `layercache extract ... --repair`.")
+                         f"re-extract it with {call('extract', repair=True)}.")
     try:
         # No HDF5 chunk cache: shards are uncompressed, so a read can fetch exactly the bytes it
         # selects. With the default 1 MiB cache, a read of a few rows pulls each whole (512-token)
@@ -57,7 +62,7 @@ def open_shard(path: str | os.PathLike) -> h5py.File:
         # times slower (benchmarks/README.md).
         handle = h5py.File(path, "r", rdcc_nbytes=0)
     except OSError as err:
-        raise CacheError(f"Shard {path} cannot be read ({_first_line(err)}); {_REFETCH}.") from None
+        raise CacheError(f"Shard {path} cannot be read ({_first_line(err)}); {_refetch()}.") from None
     # A small metadata cache: HDF5's default (2 MiB to start, up to 32 MiB) kept the chunk index of
     # every state dataset mapped or read, a few MiB per open shard that no memory budget counted. The
     # states are read through memory maps that need the index once; the datasets read through HDF5
@@ -129,7 +134,7 @@ def check_shard_layout(h: h5py.File, info: ShardInfo, manifest: Manifest) -> Non
     except (OSError, KeyError, ValueError, TypeError) as err:  # h5py on damaged metadata
         problem = f"cannot be read ({_first_line(err)})"
     if problem:
-        raise CacheError(f"Shard {info.file} {problem}: it is damaged or from another cache; {_REFETCH}.")
+        raise CacheError(f"Shard {info.file} {problem}: it is damaged or from another cache; {_refetch()}.")
 
 
 def _stored_dtype(ds: h5py.Dataset) -> str | None:
@@ -149,13 +154,13 @@ def check_shard_labels(h: h5py.File, info: ShardInfo, manifest: Manifest) -> Non
         try:
             values = h[f"labels/{task.name}"][:]
         except (OSError, KeyError, ValueError, TypeError) as err:
-            raise CacheError(f"Shard {info.file} cannot be read ({_first_line(err)}); {_REFETCH}.") from None
+            raise CacheError(f"Shard {info.file} cannot be read ({_first_line(err)}); {_refetch()}.") from None
         if task.kind == "regression":
             bad = np.flatnonzero(~np.isfinite(values))
             if len(bad):
                 raise CacheError(
                     f"Shard {info.file} (split {split!r}) holds the regression target {values[bad[0]]} for task "
-                    f"{task.name!r}, which is not a finite number: the shard is damaged; {_REFETCH}.")
+                    f"{task.name!r}, which is not a finite number: the shard is damaged; {_refetch()}.")
             continue
         n_classes = len(task.label_names or ())
         labelled = values[values != IGNORE_INDEX] if task.kind == "token" else values
@@ -164,8 +169,9 @@ def check_shard_labels(h: h5py.File, info: ShardInfo, manifest: Manifest) -> Non
             raise CacheError(
                 f"Shard {info.file} (split {split!r}) holds the label {int(labelled[bad[0]])} for task "
                 f"{task.name!r}, whose manifest names {n_classes} classes (ids 0 to {n_classes - 1}): the shard "
-                "is damaged or the manifest's label_names were edited; re-extract the shard with `layercache "
-                "extract ... --repair`, or the whole cache with --overwrite if the manifest was edited.")
+                "is damaged or the manifest's label_names were edited; re-extract the shard with "
+                f"{call('extract', repair=True)}, or the whole cache with {option('overwrite', True)} if the manifest "
+                "was edited.")
 
 
 def _offsets_problem(offsets: np.ndarray, total: int | None, name: str) -> str | None:

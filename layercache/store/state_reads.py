@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from ..core.layers import LayerSpec
+from ..core.option_names import option
 from ..errors import CacheError
 from .codecs import StorageCodec, codec, scales_dataset
 from .read_errors import translate_read_errors
@@ -31,7 +32,7 @@ class StateReads:
         if mode not in self.manifest.pooling:
             have = ", ".join(self.manifest.pooling) or "none"
             raise CacheError(f"The cache has no pooled {mode!r} vectors (it has: {have}); "
-                             "re-extract with --pooling " + mode + ".")
+                             f"re-extract with {option('pooling', [mode], typed=mode)}.")
         index = self.layer_index(layers)
         name = f"pooled/{mode}"
         stored_as = self._codec_of(name)
@@ -51,7 +52,7 @@ class StateReads:
         if mode not in self.manifest.pooling:
             have = ", ".join(self.manifest.pooling) or "none"
             raise CacheError(f"The cache has no pooled {mode!r} vectors (it has: {have}); "
-                             "re-extract with --pooling " + mode + ".")
+                             f"re-extract with {option('pooling', [mode], typed=mode)}.")
         index = self.layer_index(layers)
         name = f"pooled/{mode}"
         stored_as = self._codec_of(name)
@@ -143,7 +144,7 @@ class StateReads:
     def require_tokens(self) -> None:
         """Refuse (:class:`CacheError`) a cache that holds pooled vectors only, before token states are read."""
         if not self.stores_tokens:
-            raise CacheError("This cache holds pooled vectors only; re-extract with --store tokens "
+            raise CacheError(f"This cache holds pooled vectors only; re-extract with {option('store', 'tokens')} "
                              "for token states.")
 
 

@@ -8,6 +8,7 @@ import os
 
 import pytest
 
+from layercache.core.option_names import speaking_to_command_line
 from layercache.errors import InsufficientDiskError
 from layercache.extraction import job, measure, pricing
 from layercache.extraction.configuration import new_manifest
@@ -122,11 +123,13 @@ def test_recommendation_is_the_most_faithful_choice_that_fits_and_pays(monkeypat
     best, text = recommend(rows, 10**9)
     assert best.name == "tokens int8"
     assert "Your choice, tokens float16" in text and "does not fit" in text and "kept as given" in text
-    assert "--storage-dtype int8" in text
+    assert "pass store='tokens', storage_dtype='int8' to change it" in text  # a Python caller's keywords
+    with speaking_to_command_line():
+        assert "pass --store tokens --storage-dtype int8 to change it" in recommend(rows, 10**9)[1]
     projected = [_row(100, 10, 60, fits=False, yours=True), _row(100, 2, 60, dtype="int8", project=64),
                  _row(100, 1, 60, store=POOLED), _row(0, None, 60, store=NO_CACHE)]
     best, text = recommend(projected, 10**9)
-    assert best.choice.project == 64 and "--project 64" in text
+    assert best.choice.project == 64 and "project=64" in text
     never = [_row(100, 70, 60, dtype=d, yours=d == "float16") for d in ("float16", "int8")]
     best, text = recommend([*never, _row(0, None, 60, store=NO_CACHE)], 10**9)
     assert best.choice.store == NO_CACHE and "not faster than recomputing" in text

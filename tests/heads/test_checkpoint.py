@@ -144,10 +144,10 @@ def test_what_an_interruption_keeps_is_said_with_the_epoch_the_same_command_resu
     first = folder.fit({"epochs": 5, "seed": 0}, "hash", "train", None, ["layer_1"])
     first._holds({"epoch": 3, "done": True})  # stopped early after epoch 3
     assert folder.resume_hint() == (f"the fit's checkpoint after epoch 3 of 5 is kept in {folder.path}, so running the "
-                                    "same command again restores its weights without training (--overwrite starts "
-                                    "afresh)")
+                                    "same command again restores its weights without training (overwrite=True "
+                                    "starts afresh)")
     second = folder.fit({"epochs": 5, "seed": 1}, "hash", "train", None, ["layer_1"])
     second._holds({"epoch": 2, "done": False})
     assert folder.resume_hint() == (f"the checkpoints of 2 fits are kept in {folder.path} (1 finished, the last after "
                                     "epoch 2 of 5), so running the same command again resumes the last from epoch 3 "
-                                    "(--overwrite starts afresh)")
+                                    "(overwrite=True starts afresh)")

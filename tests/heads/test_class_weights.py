@@ -63,7 +63,7 @@ def test_explicit_weights_by_name_or_index_and_the_rest_weigh_one():
     ({"pos": "high"}, [SENTIMENT], "is 'high'; give a positive number"),
     ("inverse", [SENTIMENT], "Unknown class weight 'inverse'; give 'balanced' or CLASS=WEIGHT pairs"),
     ({"pos": 2}, [SENTIMENT, TOPIC], "this head has sentiment, topic; name the task"),
-    ("balanced", [INTENSITY], "this head has none; drop --class-weight."),
+    ("balanced", [INTENSITY], "this head has none; drop class_weight=...."),
     ({"intensity": "balanced"}, [SENTIMENT, INTENSITY], "'intensity' is a regression task."),
 ])
 def test_bad_class_weights_are_refused_in_one_sentence(spec, tasks, message):

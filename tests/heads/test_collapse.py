@@ -9,6 +9,7 @@ import pytest
 from conftest import tiny_builtin_cache
 
 import layercache as lc
+from layercache.core.option_names import speaking_to_command_line
 from layercache.core.tasks import LabelTask
 from layercache.heads import LayerHead, train_head
 from layercache.heads.training.collapse import collapse_warning, find_collapse
@@ -55,13 +56,16 @@ def test_the_warning_names_the_task_the_class_and_what_to_try():
     gold, pred = np.array([0] * 80 + [1] * 20), np.zeros(100, dtype=np.int64)
     text = collapse_warning(SENTIMENT, gold, pred, metric="accuracy")
     assert text == ("Task 'sentiment' has collapsed onto one class: 100.0% of the validation predictions are 'neg', "
-                    "whose true share is 80.0%; try --class-weight balanced, --metric mcc, or a lower --lr / more "
-                    "--epochs.")
+                    "whose true share is 80.0%; try class_weight='balanced', metric='mcc', or a lower lr=... / more "
+                    "epochs=....")
+    with speaking_to_command_line():  # train-head's warning names its flags
+        assert collapse_warning(SENTIMENT, gold, pred, metric="accuracy").endswith(
+            "try --class-weight balanced, --metric mcc, or a lower --lr / more --epochs.")
     # What the run already did is not suggested again.
     text = collapse_warning(SENTIMENT, gold, pred, metric="mcc", balanced=True)
-    assert "--class-weight" not in text and "--metric" not in text
-    assert text.endswith("try a lower --lr / more --epochs.")
-    assert "--metric span_f1" in collapse_warning(NER, [gold], [pred], metric="accuracy")
+    assert "class_weight" not in text and "metric=" not in text
+    assert text.endswith("try a lower lr=... / more epochs=....")
+    assert "metric='span_f1'" in collapse_warning(NER, [gold], [pred], metric="accuracy")
     assert collapse_warning(SENTIMENT, gold, gold, metric="accuracy") is None
 
 
@@ -77,7 +81,7 @@ def test_fit_warns_on_a_planted_majority_class_head_and_not_on_a_good_one(cache,
                         class_weight={"O": 1000}, **FAST)
     warnings = result.metrics["warnings"]
     assert len(warnings) == 1 and warnings[0].startswith("Task 'negation_scope' has collapsed onto one class")
-    assert "'O'" in warnings[0] and "--class-weight balanced" in warnings[0]
+    assert "'O'" in warnings[0] and "class_weight='balanced'" in warnings[0]
     assert warnings[0] in caplog.text
     assert json.loads((tmp_path / "planted" / "metrics.json").read_text())["warnings"] == warnings
     # A head trained as usual is no collapse (it tags O somewhat more often than the truth does), and

@@ -173,7 +173,7 @@ def test_lbfgs_on_a_head_that_is_not_convex_is_refused_in_one_sentence(planted, 
     with pytest.raises(ConfigError) as err:
         LayerHead(mixer, tasks=["sentiment"], solver="lbfgs", **options, **QUICK).fit(planted)
     message = str(err.value)
-    assert fragment in message and message.endswith("use --solver adamw (or auto, which picks it).")
+    assert fragment in message and message.endswith("use solver='adamw' (or auto, which picks it).")
     assert message.count(". ") == 0
 
 
@@ -278,7 +278,7 @@ def test_a_token_head_with_encoder_layers_is_not_convex(planted):
     message = str(err.value)
     assert ("the head of task 'negation_scope' has transformer encoder layers (encoder_layers=1), so the problem "
             "is not convex") in message
-    assert message.endswith("use --solver adamw (or auto, which picks it).") and message.count(". ") == 0
+    assert message.endswith("use solver='adamw' (or auto, which picks it).") and message.count(". ") == 0
     # ff_dim and attention_heads build nothing without encoder layers: still a linear head
     plain = HeadModel(3, 32, tasks, mixer=f"layer:{SIGNAL}", head_options={"ff_dim": 16, "attention_heads": 2})
     assert convex_obstacle(plain) is None

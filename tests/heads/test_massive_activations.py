@@ -248,7 +248,8 @@ def test_damaged_statistics_are_refused_before_training(massive, monkeypatch):
     stats = massive.layer_stats("train")
     stats["std"][2, 5] = np.nan
     monkeypatch.setattr(massive, "layer_stats", lambda split=None: stats)
-    with pytest.raises(lc.CacheError, match="not finite for state layer_2.*--normalize none"):
+    fix = "re-extract the cache with overwrite=True .*, or pass normalize='none'"
+    with pytest.raises(lc.CacheError, match="not finite for state layer_2.*" + fix):
         LayerHead("scalar", **FAST).fit(massive)
     LayerHead("scalar", normalize="none", **{**FAST, "epochs": 1}).fit(massive)  # raw states need no statistics
 

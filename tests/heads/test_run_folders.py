@@ -232,6 +232,21 @@ def test_overwrite_replaces_only_layercaches_own_files(cache, good_run, tmp_path
     assert LayerHead.load(run).mixer == "layer:1"
 
 
+def test_an_occupied_run_folder_is_refused_in_the_words_of_its_caller(cache, tmp_path):
+    """The README's example: ``train_head(cache, "scalar", out=...)`` after ``layercache train-head ... --out`` into
+    the same folder names the keywords of the call, and the command its flags (layercache/core/option_names.py)."""
+    out = tmp_path / "scalar"
+    command = ("train-head", cache, "--mixer", "scalar", "--task", "sentiment", "--epochs", "1", "-q", "--out", out)
+    assert invoke(*command).exit_code == 0
+    with pytest.raises(ConfigError) as refused:
+        train_head(cache, "scalar", out=out, **QUICK)
+    message = str(refused.value)
+    assert message == f"The run folder {out} is not empty; choose another out=... or pass overwrite=True."
+    assert "--" not in message
+    assert_refused(invoke(*command), f"The run folder {out} is not empty; choose another --out or pass --overwrite.")
+    assert train_head(cache, "scalar", out=out, overwrite=True, **QUICK).run == out  # the fix it names works
+
+
 def test_a_sweep_overwrite_refuses_a_best_folder_with_foreign_files(cache, tmp_path):
     out = tmp_path / "sweep"
     (out / "best").mkdir(parents=True)

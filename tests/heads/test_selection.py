@@ -113,7 +113,7 @@ def test_asked_metrics_override_the_default_per_task():
                              "one of accuracy, macro_f1, mcc for it."),
     ("span_f1", [SCOPE], "task 'scope' (token classification without IOB tags)"),
     ("mcc", [SENTIMENT, INTENSITY], "'mcc' does not apply to task 'intensity' (regression); choose one of pearson, "
-                                    "spearman, r2 for it (--metric intensity=NAME"),
+                                    "spearman, r2 for it (metric={'intensity': 'NAME'} picks"),
     ({"topic": "mcc"}, [SENTIMENT], "names unknown task 'topic'; the head's tasks are: sentiment."),
 ])
 def test_a_metric_that_cannot_apply_is_refused_in_one_sentence(metric, tasks, message):

@@ -37,5 +37,5 @@ def test_act_depth_per_token_matches_the_heads_own_forward(cache):
 
 def test_a_mixer_without_per_token_depth_is_refused(cache):
     head = LayerHead("scalar", tasks=["negation_scope"], epochs=1, progress=False).fit(cache)
-    with pytest.raises(ConfigError, match="--mixer act"):
+    with pytest.raises(ConfigError, match="train one with mixer='act' to measure"):
         per_token_usage(head, cache, "test")

@@ -68,7 +68,8 @@ def test_tolerance_follows_the_storage_dtype():
 def test_an_edited_cache_fails_naming_split_row_and_state(edited_cache):
     result = verify_cache(edited_cache, sample=5)
     assert not result.passed
-    assert "layer_2" in result.failure and "'validation'" in result.failure and "--overwrite" in result.failure
+    assert "layer_2" in result.failure and "'validation'" in result.failure
+    assert "re-extract with `extract(..., overwrite=True)`" in result.failure
     failing = {(r.what, r.state) for r in result.rows if not r.passed}
     assert ("tokens", "layer_2") in failing and ("tokens", "layer_1") not in failing
 

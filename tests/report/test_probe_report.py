@@ -74,7 +74,7 @@ def test_the_console_announces_the_act_head_and_the_sample(report_cache, tmp_pat
     probe_report(report_cache, tmp_path / "r", tasks=["sentiment"], mdl=False, cumulative=False, act_epochs=1,
                  progress=False, say=lines.append)
     assert lines[0].startswith("Probes fit on a seeded sample of at most 4,000 training examples")
-    assert lines[1] == ("Training an act head for per-token depth: a quick 1-epoch estimate; pass --act-run for a "
+    assert lines[1] == ("Training an act head for per-token depth: a quick 1-epoch estimate; pass act_run=... for a "
                         "converged one.")
 
 

@@ -326,7 +326,7 @@ def test_missing_column_lists_available_columns(tmp_path):
     with pytest.raises(DatasetError, match=r"Column 'stars'.*text, label"):
         load_dataset_records(str(path), label_columns=["stars"])
     odd = write(tmp_path / "odd.csv", "body,label\nsome words here,a\n")
-    with pytest.raises(DatasetError, match=r"No text column.*body, label.*--text-column"):
+    with pytest.raises(DatasetError, match=r"No text column.*body, label.*text_columns=\.\.\."):
         load_dataset_records(str(odd))
 
 
@@ -352,7 +352,7 @@ def test_a_null_text_is_skipped_and_counted_like_an_empty_one(tmp_path, logged):
 
 def test_no_label_error_and_no_labels_option(tmp_path):
     path = write(tmp_path / "plain.csv", "text,source\nthe first line of prose,web\nanother line,book\n")
-    with pytest.raises(DatasetError, match=r"--label-column NAME.*--no-labels"):
+    with pytest.raises(DatasetError, match=r"label_columns=\.\.\., or no_labels=True"):
         load_dataset_records(str(path))
     records = load_dataset_records(str(path), no_labels=True)
     assert records.tasks == [] and records.splits["train"].labels == {}

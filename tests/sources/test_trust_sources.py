@@ -115,7 +115,7 @@ def test_eval_refuses_a_cache_of_another_model(tiny_models, altered_bert, tsv, t
 
 def test_pickle_weights_load_only_when_allowed(tiny_models, tsv, tmp_path):
     folder = pickle_only_copy(tiny_models["bert"], tmp_path / "pickled")
-    with pytest.raises(ModelLoadError, match="pickle files can run arbitrary code.*--allow-pickle"):
+    with pytest.raises(ModelLoadError, match="pickle files can run arbitrary code when loaded; pass allow_pickle=True"):
         load_backbone(str(folder), device="cpu")
     allowed = load_backbone(str(folder), device="cpu", allow_pickle=True)
     assert allowed.fingerprint.startswith("xxh3_128-files:")
@@ -210,7 +210,7 @@ def test_real_cr_file_with_an_empty_row(tiny_models, shared_data, tmp_path, logg
 def test_single_class_label_column_warns(tmp_path, logged):
     path = tmp_path / "one.csv"
     path.write_text("text,label\nthe lamp is good,pos\nthe cup is good,pos\nit is fine,pos\n")
-    with logged.expect("Label column 'label' has a single class 'pos'.*--label-column"):
+    with logged.expect(r"Label column 'label' has a single class 'pos'.*label_columns=\.\.\., or pass no_labels=True"):
         load_dataset_records(str(path))
     tags = tmp_path / "flat.conll"
     tags.write_text("the O\nlamp O\n\nit O\nworks O\n")

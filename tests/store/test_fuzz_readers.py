@@ -227,7 +227,7 @@ def test_a_mutated_projection_file_is_refused(compressed, tmp_path):
     def check(mutation):
         copy = _copy_cache(compressed, tmp_path / "copy")
         if damage(copy / "projection.safetensors", mutation):
-            with lc.LayerCache.open(copy) as opened, pytest.raises(CacheError, match="re-extract with --overwrite"):
+            with lc.LayerCache.open(copy) as opened, pytest.raises(CacheError, match="re-extract with overwrite=True"):
                 opened.projection()
         must_read_or_refuse(lambda: read_everything(copy))
 

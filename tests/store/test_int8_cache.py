@@ -182,7 +182,7 @@ def test_an_int8_cache_written_before_float16_pooled_vectors_still_reads(caches,
     assert verify_cache(old, sample=8).passed
     monkeypatch.undo()  # this version again: the same command names why it will not add to that cache
     monkeypatch.setenv("LAYERCACHE_HOME", str(tmp_path / "home"))
-    with pytest.raises(CacheError, match="different pooled-vector dtype .*--overwrite"):
+    with pytest.raises(CacheError, match="different pooled-vector dtype .*; pass overwrite=True to replace it"):
         lc.extract(str(tiny_models["bert"]), "builtin", old, limit=40, progress=False, storage_dtype="int8",
                    pooling=["mean", "first"], shard_bytes=4_000, batch_size=8)
 

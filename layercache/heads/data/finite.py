@@ -24,10 +24,14 @@ import math
 import numpy as np
 import torch
 
+from ...core.option_names import option
 from ...errors import CacheError, ConfigError
 
-REEXTRACT = ("re-extract the cache with --overwrite (and --storage-dtype bfloat16 if the model's states "
-             "overflow float16)")
+
+def reextract() -> str:
+    """What fixes a cache whose states are not finite, naming its options as the reader passes them."""
+    return (f"re-extract the cache with {option('overwrite', True)} (and {option('storage_dtype', 'bfloat16')} if "
+            "the model's states overflow float16)")
 
 
 class NonFiniteStatesError(CacheError):
@@ -79,7 +83,7 @@ def non_finite_input(feed, batch) -> NonFiniteStatesError | None:
         state = names[si] if names is not None else f"state {si}"
         return NonFiniteStatesError(
             f"The cache's states are not finite at {_where(feed, int(rows[first]))}, {state} "
-            f"({_kind(states[bi, ti, si])}); {REEXTRACT}.")
+            f"({_kind(states[bi, ti, si])}); {reextract()}.")
     kinds = getattr(feed, "kinds", {})
     for task, labels in batch.labels.items():
         if kinds.get(task) != "regression":
@@ -115,7 +119,7 @@ def check_loss(value: float, feed, batch, *, epoch: int, step: int, lr: float) -
     if error is not None:
         raise error
     raise DivergedError(f"Training diverged at epoch {epoch}, step {step}: the loss became {value} on finite "
-                        f"states; lower --lr (it was {lr:g}).")
+                        f"states; lower {option('lr')} (it was {lr:g}).")
 
 
 def check_outputs(outputs: dict[str, torch.Tensor], feed, batch) -> None:
@@ -136,7 +140,7 @@ def check_outputs(outputs: dict[str, torch.Tensor], feed, batch) -> None:
         raise NonFiniteOutputsError(
             f"The head's outputs for task {task!r} are not finite on finite states of split "
             f"{getattr(feed, 'split', '?')!r}: its weights are damaged or its training diverged; retrain it "
-            "with a lower --lr.")
+            f"with a lower {option('lr')}.")
 
 
 def check_split_stats(cache, split: str, layer_names: list[str]) -> None:
@@ -151,4 +155,11 @@ def check_split_stats(cache, split: str, layer_names: list[str]) -> None:
             if not finite:
                 raise NonFiniteStatesError(
                     f"The cache's states are not finite in split {split!r}, {name} (its recorded {key} is "
-                    f"{value}); {REEXTRACT}.")
+                    f"{value}); {reextract()}.")
+
+
+def unstandardisable(split: str, state: str) -> NonFiniteStatesError:
+    """The refusal of a split whose per-dimension statistics (the shards' sums) are not finite for ``state``."""
+    return NonFiniteStatesError(
+        f"The cache's per-dimension statistics of split {split!r} are not finite for state {state}, so its states "
+        f"cannot be standardised; {reextract()}, or pass {option('normalize', 'none')}.")

@@ -8,6 +8,7 @@ never silently run on pooled vectors.
 
 from __future__ import annotations
 
+from ...core.option_names import option
 from ...core.tasks import LabelTask
 from ...errors import ConfigError
 from ...store.feature_source import auto_source, parse_source, require_source
@@ -49,7 +50,7 @@ def needs_tokens(model: HeadModel) -> str | None:
     On one pooled vector per example such a model still runs, but it is not the model asked for.
     """
     if model.normalize == "layer_norm":
-        return "The input normalisation layer_norm (per token; --normalize standardize is not)"
+        return f"The input normalisation layer_norm (per token; {option('normalize', 'standardize')} is not)"
     for mixer in model.mixers.values():
         if not mixer.commutes_with_token_mean():
             return f"The mixer {model.mixer_spec!r}"
@@ -70,7 +71,7 @@ def pooled_note(model: HeadModel, source: str) -> str | None:
     need = needs_tokens(model)
     if need is None:
         return None
-    return (f"{need} runs on one pooled vector per example (--source {source}), not on token states: "
+    return (f"{need} runs on one pooled vector per example ({option('source', source)}), not on token states: "
             "whatever it learns across tokens is degenerate here.")
 
 
@@ -89,9 +90,11 @@ def resolve_source(cache: LayerCache, source: str, tasks: list[LabelTask], model
             # Falling back to pooled vectors would silently train another model than the one asked
             # for (attention over one vector, a per-token depth with one token); only on request.
             raise ConfigError(f"{need} needs token states but the cache holds pooled vectors only; re-extract "
-                              f"with --store tokens, use a mixer that works on pooled vectors ({_pooled_mixers()}), "
-                              f"or pass --source pooled:{chosen.mode} to run it on one pooled vector per example.")
+                              f"with {option('store', 'tokens')}, use a mixer that works on pooled vectors "
+                              f"({_pooled_mixers()}), or pass {option('source', f'pooled:{chosen.mode}')} to run it on "
+                              "one pooled vector per example.")
         return str(chosen)
     if parsed.is_pooled and token_tasks:
-        raise ConfigError(f"Token task {token_tasks[0]!r} cannot be learned from pooled vectors; use --source tokens.")
+        raise ConfigError(f"Token task {token_tasks[0]!r} cannot be learned from pooled vectors; use "
+                          f"{option('source', 'tokens')}.")
     return str(require_source(cache, parsed))

@@ -16,6 +16,7 @@ from typing import Any, Protocol, TypeVar
 
 from sklearn.base import clone
 
+from ...core.option_names import option
 from ...core.tasks import LabelTask
 from ...errors import ConfigError
 from ...store.feed_pool import FeedPool
@@ -87,8 +88,8 @@ def fit_seeds(head: H, cache: LayerCache, split: str, val_split: str | None, fee
         member.fit(cache, split, val_split, feeds=feeds, deadline=deadline, checkpoints=checkpoints, fresh=fresh)
         if member.fit_["solver"] == "lbfgs":
             raise ConfigError(f"The {head.mixer} head is fitted by the convex solver, which gives the same weights "
-                              "for every seed, so a seed ensemble adds nothing; leave out seeds (--seeds), or "
-                              "pass solver='adamw' (--solver adamw).")
+                              f"for every seed, so a seed ensemble adds nothing; leave out {option('seeds')}, or "
+                              f"pass {option('solver', 'adamw')}.")
         members.append(member)
     fitted = seed_ensemble(type(head), members, cache, split, val_split, feeds=feeds)
     for name, value in vars(fitted).items():  # the fitted attributes only: fit() leaves the settings alone

@@ -22,6 +22,7 @@ from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 
 from ...core.files import why_unwritable, write_file_atomic, write_text_atomic
+from ...core.option_names import option
 from ...core.tasks import TASK_KINDS, LabelTask
 from ...errors import ConfigError
 from ...store.feature_source import parse_source
@@ -54,7 +55,7 @@ def write_run(path: str | os.PathLike | StagedRun, state: dict[str, Tensor], con
 def unwritable(folder: Path, err: BaseException) -> ConfigError:
     """The one sentence for a run folder that cannot be written (a full disk, permissions ...)."""
     return ConfigError(f"The run folder {folder} cannot be written ({why_unwritable(err)}), and nothing of the run "
-                       "was kept; free space or choose another --out, and train again.")
+                       f"was kept; free space or choose another {option('out')}, and train again.")
 
 
 def run_files(path: Path) -> tuple[Path, Path]:

@@ -8,6 +8,7 @@ weights would mean nothing there.
 
 from __future__ import annotations
 
+from ...core.option_names import option
 from ...core.tasks import LabelTask
 from ...errors import CacheMismatchError
 from ...store.reader import LayerCache
@@ -55,21 +56,22 @@ def check_cache_matches(cache: LayerCache, trained_on: dict, layer_names: list[s
                 f"{key} {short_digest(theirs[key])}) than this head was trained on ({trained_on['model']!r}, "
                 f"{short_digest(trained_on[key])}); extract the data with the head's backbone.")
     if trained_on.get("projection") != theirs.get("projection"):
+        trained = option("project") if trained_on.get("projection") else "none"
         raise CacheMismatchError(
             f"The cache {cache.path} stores its states in {'another' if theirs.get('projection') else 'no'} "
-            f"projection than this head was trained on ({'--project' if trained_on.get('projection') else 'none'}); "
-            "score it on a cache extracted the same way (the same --project on the same data), or retrain.")
+            f"projection than this head was trained on ({trained}); score it on a cache extracted the same way "
+            f"(the same {option('project')} on the same data), or retrain.")
     missing = [n for n in layer_names if n not in cache.layer_names]
     if missing:
         raise CacheMismatchError(f"The cache {cache.path} lacks the state(s) {', '.join(missing)} this head "
-                                 "reads; re-extract without --layers (or with those layers).")
+                                 f"reads; re-extract without {option('layers')} (or with those layers).")
     if source == "pooled:mean" and cache_mean_skip_first(cache) != mean_skip_first:
         # The model's own mean pooling follows its training cache; the pooled vectors read here would not.
         how = {True: "without each example's first token", False: "over every token"}
         raise CacheMismatchError(
             f"The cache {cache.path} holds means {how[cache_mean_skip_first(cache)]} but this head was trained "
             f"on means {how[mean_skip_first]}; score it on a cache extracted the same way, or train "
-            "it with --source tokens.")
+            f"it with {option('source', 'tokens')}.")
     known = {t.name: t for t in cache.tasks}
     for t in tasks:
         other = known.get(t.name)

@@ -40,6 +40,7 @@ from pathlib import Path
 
 from ...core.confine import OwnedFolder, kind_of, lstat_or_none, open_regular
 from ...core.files import free_space_or, why_unwritable
+from ...core.option_names import option
 from ...errors import CacheLockedError, ConfigError, LayercacheError, RunInterrupted, UnsafePathError
 from ...store.lock import LOCK_NAME, CacheLock
 
@@ -140,7 +141,8 @@ class RunFolder:
         st = lstat_or_none(parent)
         if st is not None and not stat.S_ISDIR(st.st_mode):
             raise UnsafePathError(f"{parent} is {kind_of(st)}, where layercache keeps the runs of a cache in a real "
-                                  "folder (it never writes through a link); replace it with a folder, or pass --out.")
+                                  f"folder (it never writes through a link); replace it with a folder, or pass "
+                                  f"{option('out')}.")
         try:
             parent.mkdir(parents=True, exist_ok=True)
         except OSError as err:
@@ -154,7 +156,7 @@ class RunFolder:
             except OSError as err:
                 raise unwritable_folder(what, candidate, err) from None
             return cls(OwnedFolder.at(candidate, what), created=True)._locked(overwrite=False)
-        raise ConfigError(f"{parent} already holds 99,999 folders named {prefix}-NNN; pass --out.")
+        raise ConfigError(f"{parent} already holds 99,999 folders named {prefix}-NNN; pass {option('out')}.")
 
     def _locked(self, overwrite: bool) -> "RunFolder":
         """Take the lock, clear stale staging folders and check the folder again, now that no one else writes it."""
@@ -190,7 +192,7 @@ class RunFolder:
         if holder != str(os.getpid()):
             self._lock_created = False
             raise CacheLockedError(f"{self.path} was just claimed by another layercache process; wait for it to "
-                                   "finish, or choose another --out.")
+                                   f"finish, or choose another {option('out')}.")
 
     # --- writing ------------------------------------------------------------------------------
     @property
@@ -232,7 +234,7 @@ class RunFolder:
             os.rmdir(self.staging)
         except OSError as err:  # a foreign entry of the same name that is not ours to replace (a file named best)
             raise ConfigError(f"The {self.what} {self.path} cannot take the new {name} ({err.strerror or err}); "
-                              "move the entry of that name away or choose another --out.") from None
+                              f"move the entry of that name away or choose another {option('out')}.") from None
         self._staging = None
         self.committed = True
         return self.path
@@ -319,14 +321,15 @@ def _refuse_occupied(owner: OwnedFolder, overwrite: bool) -> None:
     if st is None:
         return
     if not stat.S_ISDIR(st.st_mode):
-        raise ConfigError(f"--out {owner.root} is a file; give a folder for the {owner.what.split()[0]}.")
+        raise ConfigError(f"{option('out', owner.root)} is a file; give a folder for the {owner.what.split()[0]}.")
     try:
         names = [n for n in os.listdir(owner.root) if n not in IGNORED and not n.startswith(STAGING_PREFIX)]
     except OSError as err:
         raise ConfigError(f"The {owner.what} {owner.root} cannot be read ({err.strerror or err}); choose another "
-                          "--out.") from None
+                          f"{option('out')}.") from None
     if names and not overwrite:
-        raise ConfigError(f"The {owner.what} {owner.root} is not empty; choose another --out or pass --overwrite.")
+        raise ConfigError(f"The {owner.what} {owner.root} is not empty; choose another {option('out')} or pass "
+                          f"{option('overwrite', True)}.")
     for name in names:
         st = lstat_or_none(owner.path(name))
         if name in OWN_RUNS and st is not None and stat.S_ISDIR(st.st_mode):
@@ -334,7 +337,8 @@ def _refuse_occupied(owner: OwnedFolder, overwrite: bool) -> None:
                        and not (n.startswith(STAGING_PREFIX) and is_stale_staging(owner.path(name, n)))]
             if foreign:
                 raise ConfigError(f"{owner.path(name)} holds {foreign[0]!r}, which layercache did not write, so "
-                                  "--overwrite cannot replace it; move it away or choose another --out.")
+                                  f"{option('overwrite', True)} cannot replace it; move it away or choose another "
+                                  f"{option('out')}.")
 
 
 def clear_staging(path: Path) -> bool:

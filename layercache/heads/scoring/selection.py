@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ...core.option_names import option
 from ...core.tasks import LabelTask
 from ...errors import ConfigError
 from .evaluation import is_iob, primary_metric
@@ -149,7 +150,8 @@ def requested_metrics(metric: str | Mapping[str, str] | None, tasks: Sequence[La
         if not SELECTION_METRICS[name].applies_to(task):
             fits = ", ".join(metrics_for(task))
             kind = KIND_NAMES[task.kind] + (" without IOB tags" if name == "span_f1" and task.kind == "token" else "")
-            hint = f" (--metric {task.name}=NAME picks one task's metric)" if len(tasks) > 1 else ""
+            per_task = option("metric", {task.name: "NAME"}, typed=f"{task.name}=NAME")
+            hint = f" ({per_task} picks one task's metric)" if len(tasks) > 1 else ""
             raise ConfigError(f"The selection metric {name!r} does not apply to task {task.name!r} ({kind}); "
                               f"choose one of {fits} for it{hint}.")
     return asked

@@ -41,6 +41,7 @@ import torch
 from ...core.checksum import data_checksum, json_sha256
 from ...core.confine import OwnedFolder, kind_of, lstat_or_none, open_regular
 from ...core.files import is_disk_full, why_unwritable, write_file_atomic
+from ...core.option_names import option
 from ...errors import OutputWriteError, UnsafePathError
 
 log = logging.getLogger("layercache")
@@ -249,7 +250,7 @@ class CheckpointFolder:
             again = "restores " + ("its weights" if len(kept) == 1 else "them") + " without training"
         else:
             again = f"resumes {'the last ' if len(kept) > 1 else ''}from epoch {last.saved_epoch + 1}"
-        return f"{what}, so running the same command again {again} (--overwrite starts afresh)"
+        return f"{what}, so running the same command again {again} ({option('overwrite', True)} starts afresh)"
 
     def remove(self) -> None:
         """Delete every fit's checkpoint (their run is written)."""

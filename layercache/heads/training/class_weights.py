@@ -25,6 +25,7 @@ from numbers import Real
 
 import numpy as np
 
+from ...core.option_names import option
 from ...core.tasks import IGNORE_INDEX, LabelTask
 from ...errors import ConfigError
 
@@ -96,7 +97,7 @@ def parse_class_weight(spec: str | Mapping | None, tasks: Sequence[LabelTask]) -
                               "neg=2,pos=1.")
         if not classified:
             raise ConfigError("Class weights apply to classification tasks, and this head has none; drop "
-                              "--class-weight.")
+                              f"{option('class_weight')}.")
         return {t.name: BALANCED for t in classified}
     if not isinstance(spec, Mapping):
         raise ConfigError(f"class_weight must be {BALANCED!r} or a mapping of class to weight, got "
@@ -107,7 +108,7 @@ def parse_class_weight(spec: str | Mapping | None, tasks: Sequence[LabelTask]) -
         if len(classified) != 1:
             names = ", ".join(t.name for t in classified) or "none"
             raise ConfigError(f"Class weights by class need one classification task, and this head has {names}; "
-                              "name the task, e.g. --class-weight TASK:neg=2,pos=1.")
+                              f"name the task, e.g. {_per_task_example()}.")
         spec = {classified[0].name: spec}
     out: dict[str, str | dict[int, float]] = {}
     for name, given in spec.items():
@@ -143,3 +144,8 @@ def class_weight_values(parsed: Mapping[str, str | Mapping[int, float]], tasks: 
                 weights[index] = w
         out[task.name] = [float(w) for w in weights]
     return out
+
+
+def _per_task_example() -> str:
+    """Class weights for one task of several, as the reader writes them."""
+    return option("class_weight", {"TASK": {"neg": 2, "pos": 1}}, typed="TASK:neg=2,pos=1")

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ...core.option_names import option
 from ...core.tasks import IGNORE_INDEX, LabelTask
 from ..scoring.evaluation import is_iob
 
@@ -94,12 +95,12 @@ def collapse_warning(task: LabelTask, gold, predicted, *, metric: str | None = N
         return None
     tries = []
     if not balanced:
-        tries.append("--class-weight balanced")
+        tries.append(option("class_weight", "balanced"))
     better = robust_metric(task)
     if metric != better:
-        tries.append(f"--metric {better}")
-    tries.append("a mixer that learns from every state (--mixer scalar or adaptive)" if exact
-                 else "a lower --lr / more --epochs")
+        tries.append(option("metric", better))
+    tries.append(f"a mixer that learns from every state ({option('mixer', 'scalar')} or adaptive)" if exact
+                 else f"a lower {option('lr')} / more {option('epochs')}")
     what = tries[0] if len(tries) == 1 else f"{', '.join(tries[:-1])}, or {tries[-1]}"
     name = task.label_names[found.class_id]
     return (f"Task {task.name!r} has collapsed onto one class: {found.predicted_share:.1%} of the validation "

@@ -22,6 +22,7 @@ makes the problem non-convex.
 
 from __future__ import annotations
 
+from ...core.option_names import option
 from ...errors import ConfigError
 from ..network.model import HeadModel
 from ..network.tasks import SequenceHead, TokenHead
@@ -78,6 +79,6 @@ def resolve_solver(requested: str, model: HeadModel) -> str:
     if requested == "auto":
         return "adamw" if obstacle is not None else "lbfgs"
     if requested == "lbfgs" and obstacle is not None:
-        raise ConfigError(f"--solver lbfgs fits a linear head on fixed features, but {obstacle}; use --solver "
-                          "adamw (or auto, which picks it).")
+        raise ConfigError(f"{option('solver', 'lbfgs')} fits a linear head on fixed features, but {obstacle}; use "
+                          f"{option('solver', 'adamw')} (or auto, which picks it).")
     return requested

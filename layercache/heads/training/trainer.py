@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import torch
 
+from ...core.option_names import option
 from ...core.threads import computes
 from ...errors import ConfigError
 from ...progress import training_progress
@@ -266,7 +267,7 @@ def train_model(model: HeadModel, train_feed: Feed, val_feed: Feed, config: Trai
                 if error is not None:
                     raise error from None
                 raise DivergedError(f"Training diverged at epoch {epoch}: the head's validation outputs are not "
-                                    f"finite on finite states; lower --lr (it was {config.lr:g}).") from None
+                                    f"finite on finite states; lower {option('lr')} (it was {config.lr:g}).") from None
             score = selection.score(metrics)
             if config.schedule == "plateau":
                 scheduler.step(score)
