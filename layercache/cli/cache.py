@@ -49,10 +49,15 @@ def extract(
     storage_dtype: str = typer.Option(AUTO, "--storage-dtype", help=choice_help(
         "extract", "--storage-dtype", "On disk.",
         "auto: float16, or bfloat16 when the first batch's states exceed the float16 range; "
-        "float16 clamps to ±65,504; int8: one scale per token and state.")),
+        "float16 clamps to ±65,504; int8: one scale per token and state; int4: two values a byte, one scale per "
+        "32 values (an even width).")),
     project: Optional[int] = typer.Option(
         None, "--project", help="Store each state as its coordinates in K principal directions, fitted on a sample "
                                 "of the first split (K below the model's width; `info` shows the variance kept)."),
+    project_basis: str = typer.Option("pca", "--project-basis", help=choice_help(
+        "extract", "--project-basis", "How --project fits its basis.",
+        "pca: the K directions of largest variance; standardized: PCA of the states scaled to unit variance per "
+        "dimension, so a few high-variance dimensions do not take the basis (keeps more of a weak signal).")),
     mean_skip_first: bool = eo.mean_skip_first_option(),
     dtype: str = eo.dtype_option("extract"),
     device: str = device_option(),
@@ -82,7 +87,7 @@ def extract(
         no_labels=no_labels, task_kind=task_kind, limit=limit, layers=layers, store=store, pooling=pooling,
         storage_dtype=storage_dtype, mean_skip_first=mean_skip_first, shard_size=shard_size, project=project,
         batch_tokens=batch_tokens, batch_size=batch_size, max_length=max_length, stride=stride, dtype=dtype,
-        device=device, device_map=device_map, max_memory=max_memory)
+        device=device, device_map=device_map, max_memory=max_memory, project_basis=project_basis)
     result = run_extract(model, out=out, data=data, storage=storage, batching=batching, overwrite=overwrite,
                          repair=repair, allow_pickle=allow_pickle, progress=not quiet)
     fixed = "; ".join([*([f"{len(result.repaired)} shard(s) re-extracted"] if result.repaired else []),

@@ -23,6 +23,12 @@ def _pooling_modes() -> Sequence[str]:
     return POOLING_MODES
 
 
+def _projection_bases() -> Sequence[str]:
+    from ..store.schema import PROJECTION_BASES
+
+    return PROJECTION_BASES
+
+
 def _storage_dtypes() -> Sequence[str]:
     from ..store.codecs import codec_names
 
@@ -99,6 +105,7 @@ OPTION_CHOICES: dict[tuple[str, str], Callable[[], Sequence[str]]] = {
     ("extract", "--store"): _store_modes,
     ("extract", "--pooling"): _pooling_modes,
     ("extract", "--storage-dtype"): _storage_dtypes,
+    ("extract", "--project-basis"): _projection_bases,
     ("extract", "--dtype"): _forward_dtypes,
     ("extract", "--task-kind"): _task_kinds,
     ("plan", "--store"): _store_modes,

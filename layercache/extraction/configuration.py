@@ -18,7 +18,8 @@ from .batching import PLANNER
 
 def new_manifest(backbone, records: DatasetRecords, plans, *, keep, store, pooling, storage_dtype, stride,
                  batch_tokens, batch_size, shard_bytes, limit, mean_skip_first: bool = False,
-                 dtype_choice: str | None = None, project: int | None = None) -> Manifest:
+                 dtype_choice: str | None = None, project: int | None = None,
+                 project_basis: str = "pca") -> Manifest:
     """The manifest of a new cache: every option the run was given, and the hash of those that shape its states."""
     names = backbone.layer_names
     model = ModelSection.from_json(backbone.describe())
@@ -29,6 +30,7 @@ def new_manifest(backbone, records: DatasetRecords, plans, *, keep, store, pooli
     storage = StorageSection(dtype=storage_dtype, layers=keep, layer_names=[names[i] for i in keep],
                              all_layer_names=names, store=store, pooling=pooling, shard_bytes=shard_bytes,
                              final_norm=backbone.final_norm, mean_skip_first=mean_skip_first, project=project,
+                             project_basis=project_basis if project else None,  # hashed unless pca
                              pooled_dtype=pooled_dtype_for(storage_dtype, store))  # float16 beside int8 tokens
     # storage_dtype_auto is not hashed: auto and the explicit dtype it resolved to are one configuration
     extraction = ExtractionSection(batch_tokens=batch_tokens, batch_size=batch_size, planner=PLANNER,
@@ -51,12 +53,15 @@ def difference(old: Manifest, new: Manifest) -> str:
     """Name the first thing that differs between two caches' configurations, for the refusal."""
     # With one dtype, only an older layercache makes the pooled vectors' dtype differ (int8 before 1a00df1).
     pooled = [c.storage.stored_pooled_dtype if old.storage.dtype == new.storage.dtype else None for c in (old, new)]
+    # Named only between two projected caches: a cache at full width differs by its project= first.
+    basis = [c.storage.projection_basis if old.storage.project and new.storage.project else None for c in (old, new)]
     checks = [("model", old.model.fingerprint, new.model.fingerprint),
               ("tokenizer or max length", old.tokenizer.to_json(), new.tokenizer.to_json()),
               ("dataset", old.dataset.to_json(), new.dataset.to_json()),
               ("set of splits", list(old.splits), list(new.splits)),
               ("pooled-vector dtype (an int8 cache from a layercache that stored them int8; this one stores "
                "them float16)", *pooled),
+              (f"projection basis ({option('project_basis')})", *basis),
               (f"storage (layers, dtype, store, pooling, {option('mean_skip_first')}, {option('project')} or "
                "shard size)",
                old.storage.hashed(), new.storage.hashed()),

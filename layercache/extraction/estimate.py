@@ -47,11 +47,13 @@ def estimate_bytes(manifest: Manifest, plans: dict[str, SplitPlan] | None = None
 
 
 def projection_bytes(manifest: Manifest) -> int:
-    """The ``--project K`` basis file: per kept state a ``K x D`` basis and a ``D`` mean, float32 (0 without one)."""
+    """The ``--project K`` basis file: per kept state a ``K x D`` basis and a ``D`` mean, and a ``D`` scale for a
+    ``standardized`` basis, float32 (0 without one)."""
     k = manifest.storage.project
     if not k:
         return 0
-    return len(manifest.storage.layers) * (k + 1) * manifest.model.hidden_size * 4
+    rows = k + 1 + (manifest.storage.projection_basis == "standardized")  # basis rows, the mean (and the scale)
+    return len(manifest.storage.layers) * rows * manifest.model.hidden_size * 4
 
 
 def remaining_bytes(manifest: Manifest, plans: dict[str, SplitPlan] | None = None) -> int:

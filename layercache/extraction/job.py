@@ -137,7 +137,8 @@ def _configured(inputs: JobInputs, data: DataSpec, storage: StorageSpec, batchin
                             pooling=pooling, storage_dtype=storage_dtype, mean_skip_first=storage.mean_skip_first,
                             stride=batching.stride, batch_tokens=batching.batch_tokens,
                             batch_size=batching.batch_size, shard_bytes=storage.shard_bytes, limit=data.limit,
-                            dtype_choice=dtype_choice, project=storage.project)
+                            dtype_choice=dtype_choice, project=storage.project,
+                            project_basis=storage.project_basis)
     return manifest
 
 
@@ -264,7 +265,7 @@ def _fit_projection(out: Path, manifest: Manifest, inputs: JobInputs, held: Held
     The sample's forward passes go to ``held``, so that the main pass does not run them again."""
     split = next(iter(inputs.plans))
     projection = fit_projection(inputs.backbone, inputs.plans[split], inputs.keep, manifest.storage.project,
-                                split=split, held=held)
+                                split=split, held=held, basis=manifest.storage.projection_basis)
     with write_errors(out):
         manifest.side_files["projection"] = write_projection(out, projection)
     manifest.extraction.projection_variance = [round(float(v), 6) for v in projection.variance_kept]

@@ -43,6 +43,7 @@ from ..core.threads import computes
 from ..errors import ConfigError
 from ..store.codecs import AUTO, check_storage_dtype
 from ..store.paths import default_cache_path
+from ..store.projection import check_projection_basis
 from ..store.schema import POOLING_MODES, STORE_MODES
 from .distributed import extract_on_ranks, torchrun_world
 from .estimate import estimate_bytes, free_disk_bytes, remaining_bytes
@@ -82,6 +83,7 @@ def extract(
     storage_dtype: str = AUTO,
     mean_skip_first: bool = False,
     project: int | None = None,
+    project_basis: str = "pca",
     dtype: str = DEFAULT_FORWARD_DTYPE,
     device: str = DEFAULT_DEVICE,
     device_map: str | None = None,
@@ -122,7 +124,9 @@ def extract(
     the mean pooled vector when it has more than one; the manifest records it as
     ``storage.mean_skip_first`` so heads pool token states the same way. ``project=K`` stores every state
     as its coordinates in K principal directions fitted on a seeded sample of the first split's tokens
-    (:mod:`.projection_fit`; the basis is ``projection.safetensors``, ``info`` shows the variance kept).
+    (:mod:`.projection_fit`; the basis is ``projection.safetensors``, ``info`` shows the variance kept);
+    ``project_basis="standardized"`` fits it on the states standardised per dimension (the correlation matrix's
+    principal directions), so a few dimensions of outsized variance do not take the basis.
 
     One process writes a cache folder at a time (:class:`~layercache.store.lock.CacheLock`); a
     second gets :class:`~layercache.errors.CacheLockedError` naming the first.
@@ -132,7 +136,7 @@ def extract(
         label_columns=label_columns, no_labels=no_labels, task_kind=task_kind, limit=limit), "data")
     storage = merged_spec(StorageSpec, storage, dict(
         layers=layers, store=store, pooling=pooling, storage_dtype=storage_dtype, mean_skip_first=mean_skip_first,
-        shard_bytes=shard_bytes, project=project), "storage")
+        shard_bytes=shard_bytes, project=project, project_basis=project_basis), "storage")
     batching = merged_spec(BatchSpec, batching, dict(
         batch_tokens=batch_tokens, batch_size=batch_size, max_length=max_length, stride=stride, dtype=dtype,
         device=device, device_map=device_map, max_memory=max_memory), "batching")
@@ -144,7 +148,7 @@ def _extract(model: str, data: DataSpec, storage: StorageSpec, batching: BatchSp
              *, overwrite: bool, repair: bool, allow_pickle: bool, progress: bool) -> ExtractResult:
     """:func:`extract` with its options grouped: prepare, write the one share, merge."""
     pooling = _check_options(storage.store, storage.pooling, storage.storage_dtype, storage.shard_bytes, data.limit,
-                             storage.project)
+                             storage.project, storage.project_basis)
     if overwrite and repair:
         raise ConfigError(f"{option('overwrite', True)} starts afresh and {option('repair', True)} keeps the good "
                           "shards; pass only one of them.")
@@ -175,7 +179,7 @@ def _extract(model: str, data: DataSpec, storage: StorageSpec, batching: BatchSp
 
 
 # --- checks ------------------------------------------------------------------------------
-def _check_options(store, pooling, storage_dtype, shard_bytes, limit, project=None) -> list[str]:
+def _check_options(store, pooling, storage_dtype, shard_bytes, limit, project=None, project_basis="pca") -> list[str]:
     if store not in STORE_MODES:
         raise ConfigError(f"{option('store', store, typed=repr(store))} is not known; choose one of "
                           f"{', '.join(STORE_MODES)}.")
@@ -193,4 +197,5 @@ def _check_options(store, pooling, storage_dtype, shard_bytes, limit, project=No
         raise ConfigError(f"{option('limit')} must be at least 1, got {limit}.")
     if project is not None and (isinstance(project, bool) or not isinstance(project, int) or project < 1):
         raise ConfigError(f"{option('project')} takes a number of dimensions, at least 1, got {project!r}.")
+    check_projection_basis(project, project_basis)
     return pooling

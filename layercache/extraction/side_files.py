@@ -106,7 +106,7 @@ def restore_projection(out: Path, manifest: Manifest, backbone: Backbone, plans:
     OwnedFolder.at(out).file(entry.file)  # a folder at its name is refused before the fit, not after
     split = next(iter(plans))
     data = projection_bytes(fit_projection(backbone, plans[split], keep, manifest.storage.project, split=split,
-                                           held=held))
+                                           held=held, basis=manifest.storage.projection_basis))
     if data_checksum(data) != entry.checksum:
         raise CacheError(
             f"{out / entry.file} is damaged ({problem}), and fitting it again on the same seeded sample of split "

@@ -63,6 +63,9 @@ class StorageSpec:
     project: int | None = None
     """Store every state as its coordinates in K principal directions fitted on the first split (``--project K``;
     :mod:`layercache.store.projection`); None keeps the model's width."""
+    project_basis: str = "pca"
+    """How that basis is fitted (``--project-basis``): ``pca`` (the covariance's top K eigenvectors) or
+    ``standardized`` (the correlation matrix's: PCA of the states scaled to unit variance per dimension)."""
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ def cache_summary(cache: LayerCache) -> dict:
         "storage_dtype_auto": m.extraction.storage_dtype_auto,
         "projection": None if not m.storage.project else {
             "dim": m.storage.project, "width": m.model.hidden_size, "tokens": m.extraction.projection_tokens,
+            "basis": m.storage.projection_basis,
             "variance_kept": dict(zip(m.layer_names, m.extraction.projection_variance or []))},
         "created_at": m.created_at, "updated_at": m.updated_at,
     }
@@ -87,10 +88,16 @@ def _placement_text(placement: dict[str, int]) -> str:
 
 
 def _projection_text(projection: dict) -> str:
-    """``each state projected 384 -> 96 (...); variance kept: embeddings 89.7%, ...``."""
+    """``each state stored as 96 of 384 principal coordinates (pca), ...; variance kept: embeddings 89.7%, ...``.
+
+    A ``standardized`` basis keeps a fraction of the standardised variance (each dimension scaled to unit variance
+    first), which the line says: it is not the fraction of the model's variance."""
     kept = ", ".join(f"{name} {value:.1%}" for name, value in projection["variance_kept"].items())
-    return (f"each state stored as {projection['dim']} of {projection['width']} principal coordinates, fitted on "
-            f"{projection['tokens'] or '?':,} tokens; variance kept: {kept or 'not recorded'}")
+    standardized = projection.get("basis") == "standardized"
+    kind = "standardized: PCA of the states scaled to unit variance per dimension" if standardized else "pca"
+    return (f"each state stored as {projection['dim']} of {projection['width']} principal coordinates ({kind}), "
+            f"fitted on {projection['tokens'] or '?':,} tokens; {'standardised ' if standardized else ''}variance "
+            f"kept: {kept or 'not recorded'}")
 
 
 SPLIT_COLUMNS = (  # header, summary key, justify; the counts that are zero in every split are left out

@@ -41,6 +41,9 @@ POOLING_MODES = ("mean", "first", "last")
 """Pooled vectors a cache may hold per example (mask-aware)."""
 STORE_MODES = ("tokens", "pooled")
 """``tokens``: every real token's states (and pooled vectors); ``pooled``: pooled vectors only."""
+PROJECTION_BASES = ("pca", "standardized")
+"""How a ``--project K`` basis is fitted (:mod:`layercache.store.projection`): ``pca``, the covariance's top K
+eigenvectors; ``standardized``, the correlation matrix's (PCA of the states scaled to unit variance per dimension)."""
 MODEL_KINDS = ("encoder", "decoder", "encoder-decoder")
 FINAL_NORMS = ("none", "applied", "not-applied")
 SHARD_FILE = re.compile(r"shard-(\d{5,})\.h5")
@@ -258,7 +261,8 @@ MANIFEST_SCHEMA = Record(
                            "pooling": list_of(text(POOLING_MODES)), "shard_bytes": integer(1)},
                           # mean_skip_first: absent (caches written before it existed) means false.
                           {"all_layer_names": list_of(text()), "final_norm": text(FINAL_NORMS),
-                           "mean_skip_first": boolean(), "project": integer(1), "pooled_dtype": _storage_dtype}),
+                           "mean_skip_first": boolean(), "project": integer(1), "pooled_dtype": _storage_dtype,
+                           "project_basis": text(PROJECTION_BASES)}),
         "extraction": Record({}, {"batch_tokens": integer(1), "batch_size": integer(1), "planner": text(),
                                   "fp16_overflow": integer(), "fp16_overflow_by_split": dict_of(integer()),
                                   "storage_dtype_auto": text(), "projection_variance": list_of(number()),
@@ -290,6 +294,8 @@ def check_consistency(data: dict) -> None:
                                      f"found {storage['project']}")
         if "projection" not in data.get("side_files", {}):
             _fail("side_files.projection", "is missing, but storage.project says the states are projected")
+    elif "project_basis" in storage:
+        _fail("storage.project_basis", "is set, but storage.project is missing (the states are not projected)")
     names = [t["name"] for t in data["tasks"]]
     if len(set(names)) != len(names):
         _fail("tasks", f"names a task twice ({', '.join(names)})")

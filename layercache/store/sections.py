@@ -116,6 +116,9 @@ class StorageSection(Section):
     project: int | None = field(default=None, metadata=_OMIT)
     """K: every state stored as its coordinates in K principal directions (``--project K``,
     :mod:`layercache.store.projection`); absent: stored at the model's width."""
+    project_basis: str | None = field(default=None, metadata=_OMIT)
+    """How the ``--project K`` basis was fitted (``--project-basis``: ``pca`` or ``standardized``), written with
+    ``project``; absent without a projection, and in caches older than the option (read as ``pca``)."""
     pooled_dtype: str | None = field(default=None, metadata=_OMIT)
     """The on-disk dtype of the pooled vectors where it is not :attr:`dtype`: float16 beside int8 token states
     (:func:`~layercache.store.codecs.pooled_dtype_for`). Absent: :attr:`dtype` (and in caches written before it
@@ -135,6 +138,11 @@ class StorageSection(Section):
         return self.stored_pooled_dtype if name.startswith("pooled/") else self.dtype
 
     @property
+    def projection_basis(self) -> str | None:
+        """:attr:`project_basis`, absent read as ``pca`` in a projected cache; None in one at the model's width."""
+        return (self.project_basis or "pca") if self.project else None
+
+    @property
     def stores_tokens(self) -> bool:
         """Whether shards hold per-token states (not only pooled vectors)."""
         return self.store == "tokens"
@@ -146,8 +154,10 @@ class StorageSection(Section):
 
     def hashed(self) -> dict[str, Any]:
         """The section as the configuration hash sees it: ``mean_skip_first`` only when set, so caches
-        written before the option existed keep their hash (absent means false); ``project`` only when set."""
-        return {k: v for k, v in self.to_json().items() if k != "mean_skip_first" or v}
+        written before the option existed keep their hash (absent means false); ``project`` only when set;
+        ``project_basis`` only when not ``pca`` (a ``pca`` cache keeps the hash it had before the option)."""
+        return {k: v for k, v in self.to_json().items()
+                if (k != "mean_skip_first" or v) and (k != "project_basis" or v != "pca")}
 
 
 @dataclass(kw_only=True)

@@ -61,6 +61,7 @@ from layercache.store import codecs, feature_source, schema
 
 codecs.CODECS.load()[{NEW!r}] = type("NewCodec", (codecs.StorageCodec,), {{"name": {NEW!r}}})
 for module, name in [(schema, "STORE_MODES"), (schema, "POOLING_MODES"), (feature_source, "POOLING_MODES"),
+                     (schema, "PROJECTION_BASES"),
                      (devices, "FORWARD_DTYPE_NAMES"), (tasks, "TASK_KINDS"),
                      (normalize, "NORMALIZATIONS"), (trainer, "SCHEDULES")]:
     setattr(module, name, (*getattr(module, name), {NEW!r}))
@@ -90,6 +91,7 @@ def test_each_list_follows_its_registry():
         ("extract", "--storage-dtype"): ("auto", "float16", "bfloat16", "float32", "int8", NEW),
         ("extract", "--dtype"): ("auto", "float32", "float16", "bfloat16", NEW),
         ("extract", "--task-kind"): ("sequence", "token", "regression", NEW),
+        ("extract", "--project-basis"): ("pca", "standardized", NEW),
         ("plan", "--store"): ("tokens", "pooled", NEW),
         ("plan", "--pooling"): ("mean", "first", "last", NEW),
         ("plan", "--storage-dtype"): ("auto", "float16", "bfloat16", "float32", "int8", NEW),

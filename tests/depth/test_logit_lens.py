@@ -198,3 +198,24 @@ def test_a_changed_lens_file_is_refused_and_rewritten_by_the_same_command(causal
     assert json.loads((out / "manifest.json").read_text())["side_files"]["lens"] == \
         {"file": "lens.safetensors", "bytes": lens_file.stat().st_size,
          "checksum": first.manifest.side_files["lens"].checksum}
+
+
+@pytest.mark.parametrize("basis", ["pca", "standardized"])
+def test_a_projected_caches_lens_reads_its_states_mapped_back_through_the_basis(causal_caches, tmp_path, basis):
+    """``--project K``: the lens sees ``mean + V^T V (x - mean)`` (pca) or, standardised, the same projection taken
+    in the space of ``(x - mean) / scale`` and scaled back: the part of each state the stored coordinates keep."""
+    full = lc.LayerCache.open(causal_caches["gpt2"])
+    root = causal_caches["gpt2"].parent  # the fixture's model folder and data file
+    projected = lc.LayerCache.open(lc.extract(str(root / "gpt2"), str(root / "texts.tsv"), tmp_path / basis,
+                                              storage_dtype="float32", batch_size=4, progress=False, project=8,
+                                              project_basis=basis).path)
+    projection = projected.projection()
+    (position,) = projected.layer_index("layer_1")  # not the final layer: no norm question
+    mean, directions = projection.mean[position], projection.directions()[position]  # (D,), (K, D)
+    scale = projection.scale[position] if basis == "standardized" else torch.ones_like(mean)
+    rows = [0, 5, 12]
+    for x, logits in zip(full.tokens("train", rows, ["layer_1"]),
+                         layer_logits(projected, "train", rows, "layer_1")):  # (t, 1, D), (t, V)
+        inside = (torch.from_numpy(x[:, 0]) - mean) / scale @ directions.T @ directions  # (t, D)
+        expected = lens_logits(mean + scale * inside, full.lens_weights())
+        np.testing.assert_allclose(logits, expected.numpy(), atol=2e-3, rtol=1e-3)

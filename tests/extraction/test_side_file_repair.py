@@ -155,3 +155,20 @@ def test_a_resume_fits_a_damaged_projection_again_and_completes_the_same_cache(t
     assert resumed.keys() == expected.keys()
     for key in expected:
         assert (resumed[key] == expected[key]).all(), key
+
+
+@pytest.mark.parametrize("how", ["deleted", "flipped"])
+def test_a_standardized_basis_is_fitted_again_to_the_bytes_extraction_wrote(tiny_models, projected, tmp_path, how):
+    """``--project-basis standardized``: the same seeded sample gives the same scale and rows, so --repair writes
+    the file back byte for byte (kind, scale and all), as it does a pca basis."""
+    data = projected[0]
+    cache = tmp_path / "standardized"
+    options = (*OPTIONS, "--project-basis", "standardized")
+    assert invoke("extract", tiny_models["gpt2"], data, "--out", cache, *options).exit_code == 0
+    original = (cache / "projection.safetensors").read_bytes()
+    damage(cache / "projection.safetensors", how, tmp_path)
+    result = invoke("extract", tiny_models["gpt2"], data, "--out", cache, *options, "--repair")
+    text = " ".join(result.output.split())
+    assert result.exit_code == 0 and "repaired (projection.safetensors written again)" in text, text
+    assert (cache / "projection.safetensors").read_bytes() == original
+    assert lc.LayerCache.open(cache).projection().kind == "standardized"
