@@ -12,8 +12,18 @@ import pytest
 import torch
 from sklearn.decomposition import PCA
 
+import layercache as lc
+from layercache.core.threads import computing_threads
+from layercache.errors import CacheMismatchError
+from layercache.extraction.housekeeping import locked_output
+from layercache.extraction.job import join_job, prepare_job
 from layercache.extraction.projection_fit import VARIANCE_FLOOR, principal_rows
+from layercache.extraction.run import assign_shares, merge_shares, write_share
+from layercache.extraction.specs import BatchSpec, DataSpec, StorageSpec
 from layercache.store.projection import Projection
+
+BUILTIN_SIZES = {"train": 48, "validation": 16}
+"""The builtin splits the writers' test extracts (the ``small_builtin`` fixture of tests/conftest.py)."""
 
 
 def _sample(n=4000, d=12, seed=0) -> np.ndarray:
@@ -103,3 +113,34 @@ def test_the_same_covariance_gives_the_same_rows_to_the_bit(kind):
     cov = _cov(_sample(seed=3))
     first, again = principal_rows(cov, 6, kind), principal_rows(cov.clone(), 6, kind)
     assert torch.equal(first[0], again[0]) and first[2] == again[2]
+
+
+def test_writers_of_a_standardized_cache_project_with_the_prepared_basis(tiny_models, tmp_path, small_builtin):
+    """The preparing writer fits the basis; a joining writer reads it (kind and scale) and writes what one writer
+    writes. A writer whose options name another basis computes another configuration and is refused."""
+    model, pooling, out = str(tiny_models["bert"]), ["mean"], tmp_path / "two"
+    options = dict(shard_bytes=12_000, pooling=pooling, storage_dtype="int8", project=8, project_basis="standardized")
+    data, storage, batching = DataSpec(dataset="builtin"), StorageSpec(**options), BatchSpec(batch_tokens=96)
+    with computing_threads(1):  # one thread count for both runs: the basis is a sum whose rounding follows it
+        single = lc.LayerCache.open(lc.extract(model, "builtin", tmp_path / "single", batch_tokens=96,
+                                               progress=False, **options).path)
+        with locked_output(out):
+            first = prepare_job(model, data, storage, batching, out, pooling, overwrite=False, repair=False,
+                                allow_pickle=False, progress=False)
+        shares = assign_shares(first.manifest, first.plans, 2)
+        second = join_job(model, data, storage, batching, out, pooling, allow_pickle=False)
+        assert second.packer.projection.kind == "standardized"
+        for job, share in ((second, shares[1]), (first, shares[0])):
+            write_share(job, share, progress=False)
+        with pytest.raises(CacheMismatchError, match=r"^This writer's projection basis \(project_basis=\.\.\.\)"):
+            join_job(model, data, StorageSpec(**{**options, "project_basis": "pca"}), batching, out, pooling,
+                     allow_pickle=False)
+        with locked_output(out):
+            merge_shares(first)
+    two = lc.LayerCache.open(out)
+    assert (out / "projection.safetensors").read_bytes() == (single.path / "projection.safetensors").read_bytes()
+    for split in ("train", "validation"):
+        rows = range(single.num_examples(split))
+        for a, b in zip(single.tokens(split, rows), two.tokens(split, rows)):
+            np.testing.assert_array_equal(a, b)
+        np.testing.assert_array_equal(single.pooled(split, "mean"), two.pooled(split, "mean"))
