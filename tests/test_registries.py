@@ -102,11 +102,11 @@ def test_a_new_storage_codec_module_is_a_storage_dtype(extra_module, monkeypatch
             torch_dtype = torch.float64
             file_dtype = np.dtype(np.float64)
     """)
-    assert before == ["float16", "bfloat16", "float32", "int8"] and codecs.codec_names() == [*before, "float64"]
+    assert before == ["float16", "bfloat16", "float32", "int8", "int4"] and codecs.codec_names() == [*before, "float64"]
     assert codecs.codec("float64").bytes_per_value == 8
     assert codecs.check_storage_dtype("float64") == "float64"
     dtype_rule = MANIFEST_SCHEMA.required["storage"].required["dtype"]  # the schema reads the registry
     dtype_rule("float64", "storage.dtype")
     with pytest.raises(ManifestSchemaError,
-                       match="storage.dtype should be one of float16, bfloat16, float32, int8, float64"):
+                       match="storage.dtype should be one of float16, bfloat16, float32, int8, int4, float64"):
         dtype_rule("int3", "storage.dtype")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..store.codecs import SCALE_BYTES, codec
+from ..store.codecs import codec
 from ..store.manifest import Manifest
 from ..store.writer import CHUNK_TOKENS, IDS_CHUNK, INDEX_CHUNK, POOLED_CHUNK
 from .housekeeping import nearest_existing
@@ -113,13 +113,13 @@ def _shard_file_bytes(manifest: Manifest, n: int, t: int, word_ids: bool) -> int
         "example_index": (_n_chunks(n, INDEX_CHUNK), 8 * INDEX_CHUNK),
     }
     if storage.stores_tokens:
-        chunks["hidden"] = (S * _n_chunks(t, CHUNK_TOKENS), CHUNK_TOKENS * D * stored_as.bytes_per_value)
-        if stored_as.scaled:  # (t, S, 1) float32, a chunk holds every state of CHUNK_TOKENS tokens
-            chunks["scales/hidden"] = (_n_chunks(t, CHUNK_TOKENS), CHUNK_TOKENS * S * SCALE_BYTES)
+        chunks["hidden"] = (S * _n_chunks(t, CHUNK_TOKENS), CHUNK_TOKENS * stored_as.values_bytes(D))
+        if stored_as.scaled:  # (t, S, scales width), a chunk holds every state's scales of CHUNK_TOKENS tokens
+            chunks["scales/hidden"] = (_n_chunks(t, CHUNK_TOKENS), CHUNK_TOKENS * S * stored_as.scales_bytes(D))
     for mode in storage.pooling:
-        chunks[f"pooled/{mode}"] = (S * _n_chunks(n, POOLED_CHUNK), POOLED_CHUNK * D * pooled_as.bytes_per_value)
+        chunks[f"pooled/{mode}"] = (S * _n_chunks(n, POOLED_CHUNK), POOLED_CHUNK * pooled_as.values_bytes(D))
         if pooled_as.scaled:
-            chunks[f"scales/pooled/{mode}"] = (_n_chunks(n, POOLED_CHUNK), POOLED_CHUNK * S * SCALE_BYTES)
+            chunks[f"scales/pooled/{mode}"] = (_n_chunks(n, POOLED_CHUNK), POOLED_CHUNK * S * pooled_as.scales_bytes(D))
     if word_ids:
         chunks["word_ids"] = (_n_chunks(t, IDS_CHUNK), 4 * IDS_CHUNK)
     if token_tasks:

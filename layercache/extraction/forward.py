@@ -19,7 +19,7 @@ from ..errors import NonFiniteStatesError
 from ..sources.records import LabelTask, SplitRecords
 from ..store.writer import ExtractedBatch
 from .held import HeldBatch
-from .packing import NonFiniteStates, StatePacker, StorageBuffer, storage_array
+from .packing import NonFiniteStates, StatePacker, StorageBuffer, scales_array, storage_array
 from .tokenize import EncodedExample
 
 
@@ -102,7 +102,7 @@ def run_batch(backbone: Backbone, examples: Sequence[EncodedExample], records: S
     else:
         states = hidden.states  # L+1 x (t, D) kept, None otherwise: the stored tokens already, in order
         index = torch.arange(n_tokens, device=device)  # (t,)
-    tokens = None if out is None else out.head(n_tokens)  # (S, t, D) values, (S, t, 1) scales
+    tokens = None if out is None else out.head(n_tokens)  # (S, t, W) values, (S, t, scales width) scales
     try:
         packed = packer.pack(states, keep, index, torch.from_numpy(lengths_np).to(device),
                              None if tokens is None else tokens.values, None if tokens is None else tokens.scales)
@@ -113,7 +113,7 @@ def run_batch(backbone: Backbone, examples: Sequence[EncodedExample], records: S
         word_ids = np.concatenate([ex.word_ids for ex in examples])
     return ExtractedBatch(
         hidden=None if tokens is None else storage_array(tokens.values, packer.storage_dtype),
-        hidden_scales=None if tokens is None or tokens.scales is None else tokens.scales.numpy(),
+        hidden_scales=None if tokens is None else scales_array(tokens.scales, packer.storage_dtype),
         lengths=lengths_np,
         input_ids=np.concatenate([ex.stitched_ids() for ex in examples]).astype(np.int32, copy=False),
         word_ids=word_ids,

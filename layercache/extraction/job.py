@@ -24,6 +24,7 @@ from ..core.option_names import option
 from ..core.units import human_bytes
 from ..errors import CacheMismatchError, ConfigError, InsufficientDiskError
 from ..sources.datasets import DatasetRecords, load_dataset_records
+from ..store.codecs import check_width
 from ..store.manifest import Manifest, read_manifest, write_manifest
 from ..store.parts import merge_parts, remove_parts
 from ..store.paths import record_latest
@@ -139,6 +140,8 @@ def _configured(inputs: JobInputs, data: DataSpec, storage: StorageSpec, batchin
                             batch_size=batching.batch_size, shard_bytes=storage.shard_bytes, limit=data.limit,
                             dtype_choice=dtype_choice, project=storage.project,
                             project_basis=storage.project_basis)
+    for dtype in {manifest.storage.dtype, manifest.storage.stored_pooled_dtype}:  # int4: an even width
+        check_width(dtype, manifest.hidden_size, projected=bool(manifest.storage.project))
     return manifest
 
 

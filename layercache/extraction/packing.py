@@ -30,9 +30,12 @@ pooled vectors alone (token values that are never stored are not counted). When 
 such values the batch's stored tokens are clamped in place, turning those infs into +-FP16_MAX;
 pooled vectors are clamped by :meth:`~layercache.store.codecs.StorageCodec.encode`.
 
-A scaled codec (int8) quantises each stored token's state from the same float32 block, on the
-forward's device, and writes its scale beside it (``scales``, (S, t, 1)); pooled vectors are
-quantised by the codec's ``encode``. It has no range to overflow, so nothing is clamped or counted.
+A scaled codec (int8, int4) quantises each stored token's state from the same float32 block, on
+the forward's device, and writes its scales beside it (``scales``, (S, t, scales_width(D)): one per
+vector for int8, one per 32 values for int4); pooled vectors are quantised by the codec's
+``encode``. Its scales adapt to every vector, so nothing is clamped or counted. The shapes of the
+stored values and scales are the codec's (:meth:`~layercache.store.codecs.StorageCodec.empty`,
+``empty_scales``): int4 stores two values a byte.
 
 With a projection (``--project K``, :mod:`layercache.store.projection`) each state's block is
 projected to its K coordinates right after the gather, and everything after (the stored values,
@@ -68,9 +71,10 @@ class StorageBuffer:
     """A reused host buffer for one batch's token states, state-major, in the storage form."""
 
     values: torch.Tensor
-    """(S, T, D) in the storage precision."""
+    """(S, T, stored width) in the storage precision (the stored width is D but for int4's D / 2)."""
     scales: torch.Tensor | None
-    """(S, T, 1) float32 scales of a scaled codec (int8); None otherwise."""
+    """(S, T, scales width) scales of a scaled codec (int8: one float32 a vector; int4: bfloat16 per 32 values);
+    None otherwise."""
 
     def head(self, n_tokens: int) -> StorageBuffer:
         """Views of the first ``n_tokens`` tokens."""
@@ -84,7 +88,7 @@ class PackedStates:
     pooled: dict[str, np.ndarray]
     """mode -> (b, S, D) in storage form."""
     pooled_scales: dict[str, np.ndarray]
-    """mode -> (b, S, 1) float32 scales of a scaled codec; empty otherwise."""
+    """mode -> (b, S, scales width) scales of a scaled codec, as written to disk; empty otherwise."""
     stat_sum: np.ndarray
     """(S, D) float64 sum over the batch's real tokens."""
     stat_sumsq: np.ndarray
@@ -120,7 +124,7 @@ class StatePacker:
         self.out_dim = dim if projection is None else projection.dim  # width of what is stored
         self.storage_dtype = storage_dtype
         self.codec = codec(storage_dtype)
-        self.pooled_codec = codec(pooled_dtype or storage_dtype)  # float16 beside int8 token states
+        self.pooled_codec = codec(pooled_dtype or storage_dtype)  # float16 beside int8 / int4 token states
         self.pooling = list(pooling)
         self.mean_skip_first = mean_skip_first
         self.device = torch.device(device)
@@ -141,10 +145,11 @@ class StatePacker:
         tokens with None at the states not kept (:mod:`.held`); each lies on the device that computed it
         or on the host; ``keep``: the S states to store; ``index``: (t,) positions of the stored tokens in
         the flattened (R * W) rows (``arange(t)`` for a held batch),
-        example after example; ``lengths``: (b,) stored tokens per example; ``out``: (S, t, D)
+        example after example; ``lengths``: (b,) stored tokens per example; ``out``: (S, t, W)
         host tensor of the storage dtype that receives the token states, state-major, as
-        :class:`~layercache.store.writer.ShardWriter` takes them (None: pooled only); ``scales``:
-        (S, t, 1) float32 host tensor for a scaled codec's scales (required with ``out`` then).
+        :class:`~layercache.store.writer.ShardWriter` takes them (W the codec's stored width of D; None:
+        pooled only); ``scales``: (S, t, scales width) host tensor for a scaled codec's scales (required
+        with ``out`` then; :func:`storage_buffer` makes both).
         """
         S, D = self.n_states, self.out_dim
         if out is not None and self.codec.scaled and scales is None:
@@ -177,8 +182,8 @@ class StatePacker:
                         projected_overflow += int((block.abs() > self.codec.limit).sum())
                 sums[j].index_add_(0, segment[start:stop], block)  # adds tokens in order, like one index_add_
                 if out is not None and self.codec.scaled:
-                    # Quantised where the block is: only int8 values and one scale per token cross the bus.
-                    stored, scale = self.codec.quantize(block)  # (n, D), (n, 1)
+                    # Quantised where the block is: only the stored bytes and the scales cross the bus.
+                    stored, scale = self.codec.quantize(block)  # (n, W), (n, scales width)
                     out[j, start:stop].copy_(stored)
                     scales[j, start:stop].copy_(scale)
                 elif out is not None:
@@ -199,7 +204,7 @@ class StatePacker:
             overflow = projected_overflow
         else:
             overflow = self._overflow(states, index, sumsq)
-        if out is not None and self.pooled_codec is not self.codec:  # float16 means beside int8 tokens
+        if out is not None and self.pooled_codec is not self.codec:  # float16 means beside int8 / int4 tokens
             overflow += self._pooled_overflow(pooled)
         if overflow and out is not None and self.codec.limit is not None:
             # (S, t, D): the cast's infs become +-limit (see the module docstring)
@@ -272,16 +277,23 @@ def _gather_tokens(states: list[torch.Tensor], positions: torch.Tensor) -> torch
 
 
 def storage_tensor(n_tokens: int, n_states: int, dim: int, storage_dtype: str) -> torch.Tensor:
-    """A host (S, t, D) tensor in the storage dtype, for :meth:`StatePacker.pack` to fill."""
+    """A host (S, t, W) tensor in the storage dtype (W: the codec's stored width of ``dim``), for
+    :meth:`StatePacker.pack` to fill."""
     return codec(storage_dtype).empty(n_states, n_tokens, dim)
 
 
 def storage_buffer(n_tokens: int, n_states: int, dim: int, storage_dtype: str) -> StorageBuffer:
-    """A host buffer for ``n_tokens`` tokens' states: the (S, t, D) values, and (S, t, 1) scales for a scaled codec."""
-    scales = torch.empty((n_states, n_tokens, 1), dtype=torch.float32) if codec(storage_dtype).scaled else None
-    return StorageBuffer(storage_tensor(n_tokens, n_states, dim, storage_dtype), scales)
+    """A host buffer for ``n_tokens`` tokens' states: the (S, t, W) values, and the (S, t, scales width) scales of
+    a scaled codec."""
+    return StorageBuffer(storage_tensor(n_tokens, n_states, dim, storage_dtype),
+                         codec(storage_dtype).empty_scales(n_states, n_tokens, dim))
 
 
 def storage_array(values: torch.Tensor, storage_dtype: str) -> np.ndarray:
     """The numpy view of a filled storage tensor, as written to disk (bfloat16 as raw uint16 bits)."""
     return codec(storage_dtype).file_view(values)
+
+
+def scales_array(scales: torch.Tensor | None, storage_dtype: str) -> np.ndarray | None:
+    """The numpy view of a filled scales tensor, as written to disk (int4's bfloat16 scales as uint16 bits)."""
+    return codec(storage_dtype).scales_view(scales)

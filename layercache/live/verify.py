@@ -32,7 +32,10 @@ bfloat16 one to ~8e-3, a float32 one to float32 noise. Values beyond the float16
 after the clamp extraction applies. An int8 cache stores each vector (a token's state, a pooled
 vector) in steps of its own largest magnitude / 127, so rounding moves a value by at most half a
 step, and the ulp term becomes one step of that vector (``max|fresh| / 127``): about 1 % of the
-largest value, the quantisation itself. A state of another model revision, tokenizer or forward
+largest value, the quantisation itself. An int4 cache does the same per group of 32 values, in steps of
+the group's largest magnitude / 7 (its bfloat16 scale): the term is one step of each value's own group,
+twice the codec's error bound (:meth:`~layercache.store.codecs.StorageCodec.error_bound`), so an
+outlier widens the tolerance of its own group only. A state of another model revision, tokenizer or forward
 dtype differs by a sizeable fraction of its rms and fails by orders of magnitude.
 
 **Clamping.** float16 cannot hold values beyond ±65,504 (a large decoder's massive activations), and
@@ -86,7 +89,8 @@ def ulp(dtype: str, magnitude: torch.Tensor) -> torch.Tensor:
 def tolerance(dtype: str, forward_dtype: str, fresh: torch.Tensor, rms: torch.Tensor | float) -> torch.Tensor:
     """The largest difference a stored value may have from ``fresh (n, D)`` (see the module docstring)."""
     stored_as = codec(dtype)
-    # A scaled codec (int8) rounds each vector to a step of its own: one full step, as one ulp above.
+    # A scaled codec rounds each vector (int8) or group (int4) to a step of its own: one full step, as one ulp
+    # above; its error bound is half of it, per vector (n, 1) or per value (n, D).
     rounding = 2 * stored_as.error_bound(fresh) if stored_as.scaled else ulp(dtype, fresh)
     return rounding + FORWARD_NOISE.get(forward_dtype, FORWARD_NOISE["float32"]) * rms
 

@@ -317,11 +317,9 @@ def _read_mapped_words(cache: LayerCache, split: str, index: list[int],
                 for start in range(a, b, GATHER_WORDS):  # a few thousand words at a time: small temporaries
                     stop = min(b, start + GATHER_WORDS)
                     local = positions[start:stop] - lo
-                    gathered = values.gather(local, [layer])[:, 0]  # (n, D) in the stored precision
-                    bits = gathered.view(torch.int16).numpy().view(np.uint16) if gathered.dtype == torch.bfloat16 \
-                        else gathered.numpy()  # what h5py reads: bfloat16 is kept as its uint16 bits
-                    factors = None if scales is None else scales.gather(local, [layer])[:, 0].numpy()  # (n, 1)
-                    part.X[li, start:stop] = stored.decode(bits, factors)
+                    gathered = values.gather(local, [layer])[:, 0]  # (n, W) in the stored precision and width
+                    factors = None if scales is None else scales.gather(local, [layer])[:, 0]  # (n, scales width)
+                    part.X[li, start:stop] = stored.dequantize(gathered, factors).numpy()  # (n, D) as decode gives
             for mapped in (values, scales):
                 if mapped is not None:
                     mapped.dont_need(0, hi - lo, [layer])

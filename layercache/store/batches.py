@@ -44,8 +44,8 @@ class CacheBatch:
 
     states: torch.Tensor
     """(B, T, S, D) token states, or (B, 1, S, D) for pooled vectors: the stored precision (float16
-    by default) from a ``CacheFeed``, float32 from :meth:`LayerCache.batch` (the feed's batch,
-    widened) and from a ``LiveFeed``; padded positions repeat the row's first token."""
+    by default; int4 decoded to float32) from a ``CacheFeed``, float32 from :meth:`LayerCache.batch` (the
+    feed's batch, widened) and from a ``LiveFeed``; padded positions repeat the row's first token."""
     mask: torch.Tensor
     """(B, T) bool, True on real tokens."""
     rows: np.ndarray

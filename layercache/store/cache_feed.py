@@ -14,8 +14,9 @@ epoch it
 4. builds each batch by one vectorised gather: ``(B, T, S, D)`` states in the cache's storage
    precision (float16 by default; mixers compute in float32), the mask, word ids and labels
    (first sub-token of each word for token tasks). An int8 cache's batch carries its scales
-   ``(B, T, S, 1)`` beside the values, gathered by the same positions; the values are dequantised
-   where the head computes (:meth:`~layercache.store.batches.CacheBatch.states_on`).
+   ``(B, T, S, 1)`` beside the values, gathered by the same positions, dequantised where the head
+   computes (:meth:`~layercache.store.batches.CacheBatch.states_on`); an int4 cache's codes and scales
+   are decoded to float32 in the gather (what :meth:`~layercache.store.codecs.StorageCodec.served` gives).
 
 The gather reads a memory map of the shard's chunks (:mod:`layercache.store.mapped`): nothing is
 copied out of the file but the batch itself, what was read stays in the OS page cache for the
@@ -85,25 +86,25 @@ class _Block:
 class _Slab:
     """A block's stored values copied out of its shard by h5py (when the shard cannot be mapped)."""
 
-    values: np.ndarray  # (t, S', D) token states or (n, S', D) pooled vectors, stored dtype
+    values: np.ndarray  # (t, S', W) token states or (n, S', W) pooled vectors, stored dtype and width
     run_starts: np.ndarray  # (k,) shard position of each run read, ascending
     run_bases: np.ndarray  # (k,) where that run starts in ``values``
-    scales: np.ndarray | None = None  # (t or n, S', 1) float32 scales of a scaled codec, laid out like ``values``
+    scales: np.ndarray | None = None  # (t or n, S', scales width) scales of a scaled codec, laid out like ``values``
 
     @property
     def nbytes(self) -> int:
         return self.values.nbytes + (0 if self.scales is None else self.scales.nbytes)
 
     def take(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
-        """Values at shard ``positions (...)`` (all inside the runs read) -> ``(..., S', D)``, and their scales
-        ``(..., S', 1)`` (None for an unscaled codec)."""
+        """Values at shard ``positions (...)`` (all inside the runs read) -> ``(..., S', W)``, and their scales
+        ``(..., S', scales width)`` (None for an unscaled codec)."""
         run = np.searchsorted(self.run_starts, positions, side="right") - 1
         at = positions - self.run_starts[run] + self.run_bases[run]
         return self.values[at], None if self.scales is None else self.scales[at]
 
 
 Take = Callable[[np.ndarray], "tuple[torch.Tensor, torch.Tensor | None]"]
-"""Shard positions ``(...)`` -> stored values ``(..., S', D)`` and scales ``(..., S', 1)`` or None."""
+"""Shard positions ``(...)`` -> a batch's states ``(..., S', D)`` and scales or None (``StorageCodec.served``)."""
 
 
 class CacheFeed:
@@ -211,7 +212,7 @@ class CacheFeed:
         A block is read as runs of nearby rows (see :meth:`_read`), so what it costs is the
         span of those runs, gaps included, over the states this feed serves.
         """
-        per_token = len(self.index) * self.codec.cut_bytes(self.cache.hidden_size)  # int8 as float16: same blocks
+        per_token = len(self.index) * self.codec.cut_bytes(self.cache.hidden_size)  # int8, int4 as float16
         blocks = []
         shard_of = np.searchsorted(self._starts, self.rows, side="right") - 1
         for shard in np.unique(shard_of):
@@ -285,7 +286,7 @@ class CacheFeed:
         return self._mapped_take(*maps) if maps is not None else self._slab_take(self._read(block))
 
     def _source(self, b: int) -> Take:
-        """Where block ``b``'s values come from: shard positions ``(...)`` -> stored values ``(..., S', D)``."""
+        """Where block ``b``'s values come from: shard positions ``(...)`` -> what a batch carries (:data:`Take`)."""
         maps = self._maps[self._blocks[b].shard]
         if maps is None:
             return self._slab_take(self._slab(b))
@@ -309,20 +310,19 @@ class CacheFeed:
         local, runs, offsets = self._runs(block)
         for r in runs:
             lo, hi = int(offsets[local[r[0]]]), int(offsets[local[r[-1]] + 1])
-            for mapped in (m for m in maps if m is not None):  # values, then scales (int8)
+            for mapped in (m for m in maps if m is not None):  # values, then scales (int8, int4)
                 mapped.dont_need(lo, hi, self.index)
 
     def _mapped_take(self, values, scales) -> Take:
         """Gather values (and scales) straight from their shard's memory maps."""
-        if scales is None:
-            return lambda positions: (values.gather(positions, self.index), None)
-        return lambda positions: (values.gather(positions, self.index), scales.gather(positions, self.index))
+        return lambda positions: self.codec.served(values.gather(positions, self.index), None if scales is None
+                                                   else scales.gather(positions, self.index))
 
     def _slab_take(self, slab: _Slab) -> Take:
         """Gather values (and scales) from a slab read through h5py."""
         def take(positions: np.ndarray):
             values, scales = slab.take(positions)
-            return self.codec.as_torch(values), None if scales is None else torch.from_numpy(scales)
+            return self.codec.served(self.codec.as_torch(values), self.codec.scales_as_torch(scales))
         return take
 
     def _slab(self, b: int) -> _Slab:
@@ -350,8 +350,8 @@ class CacheFeed:
         return rows * len(self.index) * self.codec.vector_bytes(self.cache.hidden_size)
 
     def _read(self, block: _Block, keep: bool = False) -> _Slab:
-        """Stored values of a block's rows, copied out of the shard through h5py: (t, S', D) token states or
-        (n, S', D) pooled vectors, stored dtype, only the states this feed serves.
+        """Stored values of a block's rows, copied out of the shard through h5py: (t, S', W) token states or
+        (n, S', W) pooled vectors, stored dtype and width, only the states this feed serves.
 
         Rows at most ``MAX_GAP_ROWS`` apart are read as one contiguous run (one large read beats many small ones);
         farther rows start a new run, so a sparse subset never reads the whole shard. A slab that will be kept is
@@ -365,10 +365,10 @@ class CacheFeed:
         slab = populated_empty(shape, ds.dtype) if keep else self._stream_buffer(shape, ds.dtype)
         self._read_spans(ds, spans, slab)
         scales = None
-        if self.codec.scaled:  # small: a fresh array each time
-            scales = np.empty(shape[:2] + (1,), np.float32)
-            self._read_spans(self.cache.shard_dataset(self.split, block.shard, scales_dataset(self.dataset)),
-                             spans, scales)
+        if self.codec.scaled:  # small: a fresh array each time, in the scales dataset's width and dtype
+            factors = self.cache.shard_dataset(self.split, block.shard, scales_dataset(self.dataset))
+            scales = np.empty(shape[:2] + factors.shape[2:], factors.dtype)
+            self._read_spans(factors, spans, scales)
         bases = np.concatenate([[0], np.cumsum([hi - lo for lo, hi in spans])[:-1]]).astype(np.int64)
         return _Slab(slab, np.array([lo for lo, _ in spans], dtype=np.int64), bases, scales)
 
@@ -413,7 +413,7 @@ class CacheFeed:
         local = rows - self._starts[shard]  # (B,) rows within the shard
         B = len(rows)
         if self.pooled_mode is not None:
-            data, scales = take(local)  # (B, S, D) stored precision, (B, S, 1) or None
+            data, scales = take(local)  # (B, S, D) as served (stored precision; int4 float32), (B, S, 1) or None
             states, mask = data.unsqueeze(1), torch.ones(B, 1, dtype=torch.bool)  # (B, 1, S, D), (B, 1)
             labels = {t: self._sequence_labels(t, shard, local) for t in self.tasks}
             return CacheBatch(states=states, mask=mask, rows=rows, labels=labels,
@@ -423,7 +423,7 @@ class CacheFeed:
         at = padded_positions(starts, offsets[local + 1] - starts)  # (B, T) shard token of each position
         # Padded positions repeat the row's first token; mixers and heads ignore them through the mask.
         # Kept in the stored precision: a mixer widens it to float32 in the same pass as its own
-        # re-layout, and a GPU receives half the bytes.
+        # re-layout, and a GPU receives half the bytes (int4 comes decoded, float32: a mixer cannot widen nibbles).
         states, scales = take(at.token)  # (B, T, S, D), (B, T, S, 1) or None
         mask = at.mask  # (B, T)
         word_ids = at.word_ids(self._word_ids[shard]) if self._word_ids else None  # (B, T)

@@ -99,9 +99,13 @@ def check_shard_layout(h: h5py.File, info: ShardInfo, manifest: Manifest) -> Non
     for mode in manifest.pooling:
         expected[f"pooled/{mode}"] = (n, S, D)
     states = [name for name in expected if name == "hidden" or name.startswith("pooled/")]
-    for name in states:  # int8: a state dataset has its scales beside it (pooled vectors beside int8 tokens: none)
-        if codec(manifest.storage.dataset_dtype(name)).scaled:
-            expected[scales_dataset(name)] = (expected[name][0], S, 1)
+    dtypes = {name: manifest.storage.dataset_dtype(name) for name in states}  # what each dataset's attrs must say
+    for name in states:  # the codec's widths; a scaled codec's scales beside (pooled vectors beside int8 tokens: none)
+        stored_as, (rows, _, _) = codec(dtypes[name]), expected[name]
+        expected[name] = (rows, S, stored_as.stored_width(D))
+        if stored_as.scaled:
+            expected[scales_dataset(name)] = (rows, S, stored_as.scales_width(D))
+            dtypes[scales_dataset(name)] = stored_as.scale_dtype
     token_tasks = [task for task in manifest.tasks if task.kind == "token"]
     if token_tasks:
         expected["word_offsets"] = (n + 1,)
@@ -117,9 +121,8 @@ def check_shard_layout(h: h5py.File, info: ShardInfo, manifest: Manifest) -> Non
                 problem = f"has no dataset {name!r}"
             elif ds.shape != shape:
                 problem = f"has {name} of shape {ds.shape}, the manifest implies {shape}"
-            elif name in states and _stored_dtype(ds) not in (None, manifest.storage.dataset_dtype(name)):
-                problem = (f"stores {name} as {_stored_dtype(ds)}, the manifest says "
-                           f"{manifest.storage.dataset_dtype(name)}")
+            elif name in dtypes and _stored_dtype(ds) not in (None, dtypes[name]):
+                problem = f"stores {name} as {_stored_dtype(ds)}, the manifest says {dtypes[name]}"
             if problem:
                 break
         else:

@@ -2,8 +2,8 @@
 
 Pooled vectors (``pooled``, ``pooled_stored``), token states (``tokens``, ``layer_tokens``) and the
 per-token integer arrays (``token_arrays``), each read grouped by shard, in as few HDF5 calls as the
-rows allow, and widened to float32 from the stored precision (an int8 cache's scales are read with the
-same index and applied: :meth:`~layercache.store.codecs.StorageCodec.decode`). :class:`StateReads` is a base of
+rows allow, and widened to float32 from the stored precision (an int8 or int4 cache's scales are read with
+the same index and applied: :meth:`~layercache.store.codecs.StorageCodec.decode`). :class:`StateReads` is a base of
 ``LayerCache``: it reads through the cache's shard access (``_handle``, ``split_info``, ``shard_offsets``).
 """
 
@@ -47,7 +47,7 @@ class StateReads:
                       layers: LayerSpec | Sequence[LayerSpec] | None = None) -> torch.Tensor:
         """Pooled vectors of a whole split, (n, S', D), as a tensor in the stored precision (float16,
         bfloat16 or float32): half the bytes of :meth:`pooled` to gather rows from, for a consumer
-        that widens (and transposes) them in its own single pass. A scaled codec's (int8) vectors
+        that widens (and transposes) them in its own single pass. A scaled codec's (int8, int4) vectors
         come dequantised, as float32."""
         if mode not in self.manifest.pooling:
             have = ", ".join(self.manifest.pooling) or "none"
@@ -125,7 +125,7 @@ class StateReads:
         stored_as = codec(self.manifest.storage.dtype)
         for info in self.split_info(split).shards:
             handle = self._handle(info.file)
-            scales = handle[scales_dataset("hidden")][:, index, :] if stored_as.scaled else None  # (t, 1)
+            scales = handle[scales_dataset("hidden")][:, index, :] if stored_as.scaled else None  # (t, widths)
             yield stored_as.decode(handle["hidden"][:, index, :], scales)
 
     @translate_read_errors

@@ -2,12 +2,13 @@
 
 Layout of ``shard-NNNNN.h5`` (n examples, t tokens, S kept states, D hidden width)::
 
-    hidden         (t, S, D)   token states, storage dtype (absent for pooled-only caches)
+    hidden         (t, S, D)   token states, storage dtype (absent for pooled-only caches; int4: (t, S, D / 2))
     offsets        (n + 1,)    int64, example i owns tokens offsets[i]:offsets[i+1]
     input_ids      (t,)        int32
     word_ids       (t,)        int32, word index inside the example, -1 for special tokens (when known)
     example_index  (n,)        int64, the example's row in the source split
     pooled/<mode>  (n, S, D)   mean / first / last token, mask-aware
+    scales/<state dataset>     a scaled codec's scales, (t or n, S, 1) for int8, (.., S, ceil(D / 32)) for int4
     labels/<task>  (n,) or (w,) per-example labels, or per-word labels for token tasks
     word_offsets   (n + 1,)    int64, word ranges into per-word labels (token tasks only)
     stats/sum, stats/sumsq (S, D) float64 over the shard's real tokens; attrs["count"]
@@ -70,7 +71,8 @@ class ExtractedBatch:
     """What one forward pass produced, unpadded and ready to append to a shard."""
 
     hidden: np.ndarray | None
-    """(S, t, D) token states in storage form, state-major, examples back to back; None for pooled-only."""
+    """(S, t, W) token states in storage form (W: the codec's stored width of D), state-major, examples back to
+    back; None for pooled-only."""
     lengths: np.ndarray
     """(b,) tokens per example."""
     input_ids: np.ndarray
@@ -78,7 +80,7 @@ class ExtractedBatch:
     word_ids: np.ndarray | None
     """(t,) int32 or None when words are unknown."""
     pooled: dict[str, np.ndarray]
-    """mode -> (b, S, D) in storage form."""
+    """mode -> (b, S, W) in storage form."""
     labels: dict[str, list]
     """task -> b entries (per-word lists for token tasks)."""
     example_index: np.ndarray
@@ -90,9 +92,9 @@ class ExtractedBatch:
     overflow: int = 0
     """Values beyond the float16 range (clamped to ±65,504 when stored) in this batch; 0 for other dtypes."""
     hidden_scales: np.ndarray | None = None
-    """(S, t, 1) float32 scales of the token states (a scaled codec: int8); None otherwise."""
+    """(S, t, scales width) scales of the token states as written (a scaled codec: int8, int4); None otherwise."""
     pooled_scales: dict[str, np.ndarray] = field(default_factory=dict)
-    """mode -> (b, S, 1) float32 scales of the pooled vectors (a scaled codec); empty otherwise."""
+    """mode -> (b, S, scales width) scales of the pooled vectors (a scaled codec); empty otherwise."""
 
     @property
     def n_examples(self) -> int:
@@ -120,7 +122,7 @@ class ShardWriter:
     first_row: int
     first_batch: int
     pooled_dtype: str | None = None
-    """The pooled vectors' dtype where it is not ``dtype`` (float16 beside int8 token states); None: ``dtype``."""
+    """The pooled vectors' dtype where it is not ``dtype`` (float16 beside scaled token states); None: ``dtype``."""
     _file: h5py.File | None = field(default=None, init=False, repr=False)
     _datasets: dict[str, h5py.Dataset] = field(default_factory=dict, init=False, repr=False)
     """Every dataset of the shard, open from its creation until the file is flushed (or discarded). Opening
@@ -154,7 +156,7 @@ class ShardWriter:
 
     @property
     def payload_bytes(self) -> int:
-        """Bytes of state data appended so far as the shard-size target counts them (int8 as float16:
+        """Bytes of state data appended so far as the shard-size target counts them (int8, int4 as float16:
         :meth:`~layercache.store.codecs.StorageCodec.cut_bytes`)."""
         token_bytes = self.n_states * codec(self.dtype).cut_bytes(self.dim)
         pooled_bytes = self.n_states * codec(self._pooled_dtype).cut_bytes(self.dim)
@@ -173,16 +175,16 @@ class ShardWriter:
         # "x": created exclusively, so nothing that appeared at the name meanwhile is written through.
         self._file = f = h5py.File(self.tmp_path, "x", track_order=True)
         S, D = self.n_states, self.dim
-        vec_dtype = codec(self.dtype).file_dtype
-        scaled = codec(self.dtype).scaled
+        stored_as = codec(self.dtype)
+        vec_dtype, W = stored_as.file_dtype, stored_as.stored_width(D)  # W: D, or D / 2 for int4
         resizable = dict(maxshape=(None,), track_times=False)
         if self.store_tokens:
-            hidden = self._create("hidden", shape=(0, S, D), maxshape=(None, S, D), dtype=vec_dtype,
-                                  chunks=(CHUNK_TOKENS, 1, D), track_times=False)
+            hidden = self._create("hidden", shape=(0, S, W), maxshape=(None, S, W), dtype=vec_dtype,
+                                  chunks=(CHUNK_TOKENS, 1, W), track_times=False)
             hidden.attrs["dtype"] = self.dtype
             self._tokens = _TokenChunks(hidden, vec_dtype)
-            if scaled:  # every state's scales of a run of tokens in one chunk: small, read with the values
-                self._create_scales("hidden", CHUNK_TOKENS)
+            if stored_as.scaled:  # every state's scales of a run of tokens in one chunk: small, read with the values
+                self._create_scales("hidden", CHUNK_TOKENS, self.dtype)
         self._create("offsets", data=np.zeros(1, np.int64), chunks=(INDEX_CHUNK,), **resizable)
         self._create("input_ids", shape=(0,), dtype=np.int32, chunks=(IDS_CHUNK,), **resizable)
         self._has_word_ids = batch.word_ids is not None
@@ -190,12 +192,13 @@ class ShardWriter:
             self._create("word_ids", shape=(0,), dtype=np.int32, chunks=(IDS_CHUNK,), **resizable)
         self._create("example_index", shape=(0,), dtype=np.int64, chunks=(INDEX_CHUNK,), **resizable)
         pooled_as = codec(self._pooled_dtype)
+        Wp = pooled_as.stored_width(D)
         for mode in self.pooling:
-            ds = self._create(f"pooled/{mode}", shape=(0, S, D), maxshape=(None, S, D), dtype=pooled_as.file_dtype,
-                              chunks=(POOLED_CHUNK, 1, D), track_times=False)
+            ds = self._create(f"pooled/{mode}", shape=(0, S, Wp), maxshape=(None, S, Wp), dtype=pooled_as.file_dtype,
+                              chunks=(POOLED_CHUNK, 1, Wp), track_times=False)
             ds.attrs["dtype"] = self._pooled_dtype
             if pooled_as.scaled:
-                self._create_scales(f"pooled/{mode}", POOLED_CHUNK)
+                self._create_scales(f"pooled/{mode}", POOLED_CHUNK, self._pooled_dtype)
         if any(t.kind == "token" for t in self.tasks):
             self._create("word_offsets", data=np.zeros(1, np.int64), chunks=(INDEX_CHUNK,), **resizable)
         for task in self.tasks:
@@ -216,11 +219,14 @@ class ShardWriter:
         ds = self._datasets[name] = self._file.create_dataset(name, **options)
         return ds
 
-    def _create_scales(self, name: str, rows_per_chunk: int) -> None:
-        """The resizable (0, S, 1) float32 dataset for the scales of state dataset ``name``."""
-        ds = self._create(scales_dataset(name), shape=(0, self.n_states, 1), maxshape=(None, self.n_states, 1),
-                          dtype=np.float32, chunks=(rows_per_chunk, self.n_states, 1), track_times=False)
-        ds.attrs["dtype"] = "float32"
+    def _create_scales(self, name: str, rows_per_chunk: int, dtype: str) -> None:
+        """The resizable (0, S, scales width) dataset for the scales of state dataset ``name``, stored as ``dtype``
+        (a scaled codec) says: int8's one float32 a vector, int4's bfloat16 per 32 values."""
+        stored_as = codec(dtype)
+        shape = (self.n_states, stored_as.scales_width(self.dim))
+        ds = self._create(scales_dataset(name), shape=(0, *shape), maxshape=(None, *shape),
+                          dtype=stored_as.scale_codec.file_dtype, chunks=(rows_per_chunk, *shape), track_times=False)
+        ds.attrs["dtype"] = stored_as.scale_dtype
 
     @staticmethod
     def _append(ds: h5py.Dataset, values: np.ndarray) -> None:
@@ -250,7 +256,7 @@ class ShardWriter:
         if self.store_tokens:
             self._tokens.append(batch.hidden)
             if batch.hidden_scales is not None:
-                self._append(ds[scales_dataset("hidden")], batch.hidden_scales.transpose(1, 0, 2))  # (t, S, 1)
+                self._append(ds[scales_dataset("hidden")], batch.hidden_scales.transpose(1, 0, 2))  # (t, S, widths)
         self._append(ds["offsets"], self._n_tokens + np.cumsum(batch.lengths, dtype=np.int64))
         self._append(ds["input_ids"], batch.input_ids)
         if self._has_word_ids:

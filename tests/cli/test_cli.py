@@ -138,7 +138,7 @@ def test_a_cache_planned_by_an_older_layercache_is_refused_not_continued(tiny_mo
     ("--shard-size", "lots", "not understood"),
     ("--store", "everything", "--store 'everything'"),
     ("--pooling", "max", "'max' is not known"),
-    ("--storage-dtype", "int4", "not supported"),
+    ("--storage-dtype", "int3", "not supported"),
     ("--max-length", "5000", "--max-length 5000"),
     ("--device", "cuda", "no CUDA GPU"),
     ("--limit", "0", "--limit must be at least 1"),

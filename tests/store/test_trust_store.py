@@ -63,7 +63,7 @@ def flip_bytes(path: Path) -> None:
 
 # --- the manifest is checked against one typed schema ---------------------------------------------
 BAD_MANIFESTS = {
-    "storage dtype int4": (lambda m: m["storage"].__setitem__("dtype", "int4"), "storage.dtype"),
+    "storage dtype int3": (lambda m: m["storage"].__setitem__("dtype", "int3"), "storage.dtype"),
     "splits as a list": (lambda m: m.__setitem__("splits", list(m["splits"])), "splits"),
     "storage null": (lambda m: m.__setitem__("storage", None), "storage"),
     "unknown task kind": (lambda m: m["tasks"][0].__setitem__("kind", "ranking"), "tasks[0].kind"),

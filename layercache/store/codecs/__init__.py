@@ -10,9 +10,9 @@ memory-mapped reads, the cache feed, the live feed's rounding, ``verify``'s comp
 from .base import (
     AUTO,
     CODECS,
-    SCALE_BYTES,
     StorageCodec,
     check_storage_dtype,
+    check_width,
     codec,
     codec_names,
     pooled_dtype_for,
@@ -20,5 +20,5 @@ from .base import (
     scales_dataset,
 )
 
-__all__ = ["AUTO", "CODECS", "SCALE_BYTES", "StorageCodec", "check_storage_dtype", "codec", "codec_names",
+__all__ = ["AUTO", "CODECS", "StorageCodec", "check_storage_dtype", "check_width", "codec", "codec_names",
            "pooled_dtype_for", "register_codec", "scales_dataset"]

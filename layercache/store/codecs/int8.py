@@ -30,7 +30,7 @@ class Int8(StorageCodec):
     name = "int8"
     torch_dtype = torch.int8
     file_dtype = np.dtype(np.int8)
-    scaled = True
+    scale_dtype = "float32"
 
     def quantize(self, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Float ``values (..., D)`` -> int8 ``(..., D)`` and float32 scales ``(..., 1)``, on their device."""
@@ -42,15 +42,11 @@ class Int8(StorageCodec):
 
     def dequantize(self, stored: torch.Tensor, scales: torch.Tensor | None) -> torch.Tensor:
         """int8 ``(..., D)`` times scales ``(..., 1)`` as float32, on the values' device."""
-        if scales is None:
-            raise ValueError("int8 states need their scales to be read")
-        return stored.float().mul_(scales.to(stored.device, torch.float32))
+        return stored.float().mul_(self.require_scales(scales).to(stored.device, torch.float32))
 
     def decode(self, array: np.ndarray, scales: np.ndarray | None = None) -> np.ndarray:
         """int8 values ``(..., D)`` and their scales ``(..., 1)`` as float32 numpy."""
-        if scales is None:
-            raise ValueError("int8 states need their scales to be read")
-        return array.astype(np.float32) * np.asarray(scales, np.float32)
+        return array.astype(np.float32) * np.asarray(self.require_scales(scales), np.float32)
 
     def round(self, values: torch.Tensor) -> torch.Tensor:
         """``values`` quantised and dequantised: float32, exactly what an int8 cache serves."""
