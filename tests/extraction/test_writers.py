@@ -36,9 +36,11 @@ def single(tiny_models, tmp_path, small_builtin) -> Path:
     return lc.extract(str(tiny_models["bert"]), "builtin", tmp_path / "single", progress=False, **OPTIONS).path
 
 
-def with_writers(model: Path, out: Path, n: int, order=None, merge: bool = True):
-    """Prepare, write every share of ``n`` writers in ``order`` (one process plays them all), merge."""
-    data, storage = DataSpec(dataset="builtin"), StorageSpec(shard_bytes=OPTIONS["shard_bytes"], pooling=POOLING)
+def with_writers(model: Path, out: Path, n: int, order=None, merge: bool = True, **storage_options):
+    """Prepare, write every share of ``n`` writers in ``order`` (one process plays them all), merge;
+    ``storage_options``: more of :class:`StorageSpec` (``storage_dtype``)."""
+    data = DataSpec(dataset="builtin")
+    storage = StorageSpec(shard_bytes=OPTIONS["shard_bytes"], pooling=POOLING, **storage_options)
     with locked_output(out):
         job = prepare_job(str(model), data, storage, BatchSpec(batch_tokens=OPTIONS["batch_tokens"]), out,
                           list(POOLING), overwrite=False, repair=False, allow_pickle=False, progress=False)
@@ -111,6 +113,19 @@ def test_two_writers_in_any_order_write_the_single_writers_cache(tiny_models, tm
     with lc.LayerCache.open(out) as a, lc.LayerCache.open(single) as b:
         for split in a.splits:
             np.testing.assert_array_equal(a.pooled(split, "mean"), b.pooled(split, "mean"))
+
+
+def test_writers_of_an_int4_cache_write_the_single_writers_cache(tiny_models, tmp_path, small_builtin):
+    """Packed codes and their group scales are per token and state: writers that split the batches between them
+    write the codes, scales and pooled vectors one writer writes."""
+    single = lc.extract(str(tiny_models["bert"]), "builtin", tmp_path / "single", progress=False,
+                        storage_dtype="int4", **OPTIONS).path
+    out = tmp_path / "three"
+    manifest = with_writers(tiny_models["bert"], out, 3, order=[2, 0, 1], storage_dtype="int4")
+    assert manifest.storage.dtype == "int4" and len(shard_names(out)) > 3
+    assert_same_cache(out, single)
+    written = contents(out)
+    assert written["train/hidden"].dtype == np.uint8 and written["train/scales/hidden"].dtype == np.uint16
 
 
 def test_a_writer_that_joins_a_prepared_run_writes_its_share_and_nothing_else(tiny_models, tmp_path,

@@ -51,17 +51,33 @@ def pristine(tiny_models, tmp_path_factory):
     return cache, run
 
 
-@pytest.fixture(scope="module")
-def compressed(tiny_models, tmp_path_factory):
-    """The same data stored int8 and projected to 8 of 32 dimensions: scales datasets, a projection section and
-    its side file, for the mutations to reach."""
-    root = tmp_path_factory.mktemp("fuzz-compressed")
+def _stored_tags(tiny_models, root: Path, **storage) -> Path:
+    """The tagged sentences extracted into ``root / 'cache'`` in small shards, with ``storage``'s options."""
     conll = _tags_file(root)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("LAYERCACHE_HOME", str(root / "home"))
         return lc.extract(str(tiny_models["bert"]), str(conll), root / "cache", shard_bytes=2_000,
-                          batch_tokens=48, pooling=["mean", "first"], storage_dtype="int8", project=8,
-                          progress=False).path
+                          batch_tokens=48, pooling=["mean", "first"], progress=False, **storage).path
+
+
+@pytest.fixture(scope="module")
+def compressed(tiny_models, tmp_path_factory):
+    """The same data stored int8 and projected to 8 of 32 dimensions: scales datasets, a projection section and
+    its side file, for the mutations to reach."""
+    return _stored_tags(tiny_models, tmp_path_factory.mktemp("fuzz-compressed"), storage_dtype="int8", project=8)
+
+
+@pytest.fixture(scope="module")
+def int4_cache(tiny_models, tmp_path_factory):
+    """The same data stored int4 at full width: packed codes, bfloat16 group scales, float16 pooled vectors."""
+    return _stored_tags(tiny_models, tmp_path_factory.mktemp("fuzz-int4"), storage_dtype="int4")
+
+
+def _which(request, which: str) -> Path:
+    """The cache a parametrised test mutates: the float16 one, the int8 projected one, or the int4 one."""
+    if which == "float16":
+        return request.getfixturevalue("pristine")[0]
+    return request.getfixturevalue({"int8+project": "compressed", "int4": "int4_cache"}[which])
 
 
 def _copy_cache(src: Path, dst: Path) -> Path:
@@ -159,9 +175,9 @@ def apply_mutation(document, mutation):
     return document
 
 
-@pytest.mark.parametrize("which", ["float16", "int8+project"])
-def test_mutated_manifests_are_read_or_refused(pristine, compressed, tmp_path, which):
-    cache = pristine[0] if which == "float16" else compressed
+@pytest.mark.parametrize("which", ["float16", "int8+project", "int4"])
+def test_mutated_manifests_are_read_or_refused(request, tmp_path, which):
+    cache = _which(request, which)
     manifest = json.loads((cache / "manifest.json").read_text())
 
     @SETTINGS
@@ -201,9 +217,9 @@ def damage(path: Path, mutation) -> bool:
     return bytes(data) != original
 
 
-@pytest.mark.parametrize("which", ["float16", "int8+project"])
-def test_mutated_shards_are_read_or_refused(pristine, compressed, tmp_path, which):
-    cache = pristine[0] if which == "float16" else compressed
+@pytest.mark.parametrize("which", ["float16", "int8+project", "int4"])
+def test_mutated_shards_are_read_or_refused(request, tmp_path, which):
+    cache = _which(request, which)
     shards = sorted(p.relative_to(cache) for p in cache.glob("*/shard-*.h5"))
 
     @SETTINGS
