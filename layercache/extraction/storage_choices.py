@@ -141,12 +141,15 @@ def projection_sizes(hidden_size: int, extra: int | None = None) -> list[int]:
 def standard_choices(manifest: Manifest, yours: StorageChoice | None = None,
                      project: int | None = None) -> list[StorageChoice]:
     """tokens float16, tokens bfloat16, tokens int8, tokens int8 + project K (each of :func:`projection_sizes`),
-    pooled float16, no cache; and ``yours`` where it is none of them (after the token rows)."""
-    rows = [StorageChoice(TOKENS, "float16"), StorageChoice(TOKENS, "bfloat16"), StorageChoice(TOKENS, "int8")]
-    rows += [StorageChoice(TOKENS, "int8", k) for k in projection_sizes(manifest.model.hidden_size, project)]
+    the same for int4 (the widths it can store), pooled float16, no cache; and ``yours`` where it is none of them
+    (after the token rows)."""
+    widths = [None, *projection_sizes(manifest.model.hidden_size, project)]  # the model's, then each projection
+    rows = [StorageChoice(TOKENS, "float16"), StorageChoice(TOKENS, "bfloat16")]
+    rows += [StorageChoice(TOKENS, dtype, k) for dtype in ("int8", "int4") for k in widths]
     rows += [StorageChoice(POOLED, "float16"), StorageChoice(NO_CACHE)]
     known = set(codec_names())
-    rows = [row for row in rows if row.dtype is None or row.dtype in known]  # a codec this layercache has
+    rows = [row for row in rows if row.dtype is None or row.dtype in known  # a codec this layercache has, at a
+            and codec(row.dtype).width_problem(row.project or manifest.model.hidden_size) is None]  # width it stores
     if yours is not None and yours not in rows:
         rows.insert(len(rows) - 2, yours)
     return rows
@@ -214,6 +217,9 @@ def _notes(manifest: Manifest, choice: StorageChoice, token_tasks: list[str]) ->
                      f"token (heads read pooled vectors, {option('source', 'pooled:<mode>')})")
     if choice.dtype == "int8" and not choice.project:
         notes.append("one float32 scale per vector; values within 0.4 % of each vector's largest; "
+                     "pooled vectors float16")
+    if choice.dtype == "int4" and not choice.project:
+        notes.append("one bfloat16 scale per 32 values; values within 1/14 (7 %) of their group's largest; "
                      "pooled vectors float16")
     if choice.project:
         width = manifest.model.hidden_size

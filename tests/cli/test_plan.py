@@ -12,7 +12,8 @@ from layercache.cli import base
 from layercache.extraction import measure, pricing
 
 CHOICES = ["tokens float16", "tokens bfloat16", "tokens int8", "tokens int8 + project 16", "tokens int8 + project 8",
-           "tokens int8 + project 4", "pooled float16", "no cache"]
+           "tokens int8 + project 4", "tokens int4", "tokens int4 + project 16", "tokens int4 + project 8",
+           "tokens int4 + project 4", "pooled float16", "no cache"]
 """Every row for the tiny BERT (32 wide: projections to 16, 8 and 4)."""
 
 
@@ -40,7 +41,8 @@ def test_plan_prints_every_choice_and_writes_no_cache(tiny_models, tsv, tmp_path
     assert not out.exists() and not list(tmp_path.glob(".layercache-disk-probe-*"))
     plan = json.loads(saved.read_text())
     assert plan["yours"] == "tokens int8 + project 12"  # --project selects the user's row
-    assert [c["name"] for c in plan["choices"]] == [*CHOICES[:4], "tokens int8 + project 12", *CHOICES[4:]]
+    assert [c["name"] for c in plan["choices"]] == [*CHOICES[:4], "tokens int8 + project 12", *CHOICES[4:8],
+                                                    "tokens int4 + project 12", *CHOICES[8:]]
     assert plan["forward"]["tokens_per_second"] > 0 and plan["disk"]["read_bytes_per_second"] > 0
 
 

@@ -22,6 +22,7 @@ from layercache.extraction.storage_choices import (
     StorageChoice,
     choice_bytes,
     recommend,
+    standard_choices,
 )
 from layercache.store.manifest import SplitInfo
 
@@ -94,6 +95,18 @@ def test_int8_halves_float16_and_a_projection_scales_with_its_width(inputs):
         priced = dataclasses.replace(big, storage=dataclasses.replace(big.storage, project=k))
         assert projection_bytes(priced) == S * (k * 1024 + 1024) * 4
     assert projected[0] > projected[1] > projected[2]
+
+
+def test_int4_is_under_three_tenths_of_float16_and_is_priced_at_every_width_it_stores(inputs):
+    _, manifest = inputs
+    big = _large(manifest())
+    fp16 = choice_bytes(big, None, StorageChoice(TOKENS, "float16"))
+    int4 = choice_bytes(big, None, StorageChoice(TOKENS, "int4"))
+    assert 0.28 < int4 / fp16 < 0.30  # half a byte a value and a 2-byte scale per 32 values (0.281), float16 means
+    rows = standard_choices(big, project=13)
+    assert [r.project for r in rows if r.dtype == "int8"] == [None, 512, 256, 128, 13]
+    assert [r.project for r in rows if r.dtype == "int4"] == [None, 512, 256, 128]  # 13 is odd: int4 cannot store it
+    assert 0.45 < choice_bytes(big, None, StorageChoice(TOKENS, "int4", 512)) / int4 < 0.55
 
 
 def _row(extraction, read, recompute, *, store=TOKENS, dtype="float16", project=None, fits=True, size=100,
