@@ -28,8 +28,8 @@ td.best { font-weight: bold; background: #eef6ee; }
 figure { margin: 1em 0; } figure img { max-width: 100%; height: auto; border: 1px solid #eee; }
 figcaption { color: #555; font-size: 0.9em; max-width: 900px; }
 .meta { color: #555; } .note { color: #8a5a00; }
-@media (max-width: 800px) { body { padding: 0 0.5em; } table { font-size: 0.75em; }
-                             th, td { padding: 0.2em 0.3em; } }
+@media (max-width: 800px) { body { padding: 0 0.5em; } table { font-size: 0.7em; }
+                             th, td { padding: 0.15em 0.25em; } }
 h2 .about { font-size: 0.6em; font-weight: normal; color: #8a5a00; white-space: normal; }
 td .about { font-size: 0.85em; color: #8a5a00; }
 """
@@ -62,6 +62,8 @@ def _table(header: list[str], rows: list[list[str]], text_columns: int = 1, best
     for r, row in enumerate(rows):
         cells = []
         for c, cell in enumerate(row):
+            if c < text_columns and "<" not in cell:  # a long name (negation_scope) may wrap after "_"
+                cell = cell.replace("_", "_<wbr>")
             classes = " ".join(x for x in ("text" if c < text_columns else "", "best" if best.get((r, c)) else "") if x)
             cells.append(f'<td class="{classes}">{cell}</td>' if classes else f"<td>{cell}</td>")
         body.append("<tr>" + "".join(cells) + "</tr>")
