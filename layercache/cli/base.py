@@ -15,6 +15,7 @@ from contextlib import contextmanager
 import typer
 from rich.console import Console
 from rich.logging import RichHandler
+from rich.markup import escape
 
 from ..core.files import NO_SPACE, why_unwritable
 from ..core.option_names import speaking_to_command_line
@@ -71,14 +72,16 @@ def friendly(command):
         except LayercacheError as err:
             if follower_rank() and getattr(err, "reported_by_rank_zero", False):
                 raise typer.Exit(EXIT_USAGE) from None  # rank 0 prints it, for every rank
-            err_console.print(f"[bold red]Error:[/] {err}", highlight=False, soft_wrap=True)
+            # escaped: a sentence may hold brackets (pip install 'layercache[compress]'), which are not markup
+            err_console.print(f"[bold red]Error:[/] {escape(str(err))}", highlight=False, soft_wrap=True)
             raise typer.Exit(EXIT_USAGE) from None
         except OSError as err:
             # The file system's refusals that no library call turned into a sentence of its own (a disk that
             # fills while a report or a figure is written): say which file and why, never a traceback.
             if err.errno not in ENVIRONMENT_ERRNOS:
                 raise
-            err_console.print(f"[bold red]Error:[/] {file_system_refusal(err)}", highlight=False, soft_wrap=True)
+            err_console.print(f"[bold red]Error:[/] {escape(file_system_refusal(err))}", highlight=False,
+                              soft_wrap=True)
             raise typer.Exit(EXIT_USAGE) from None
         except KeyboardInterrupt as err:  # a RunInterrupted (train-head, sweep) says itself what was kept
             if follower_rank():  # Ctrl-C reaches every rank; rank 0 says what was kept

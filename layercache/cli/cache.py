@@ -58,6 +58,10 @@ def extract(
         "extract", "--project-basis", "How --project fits its basis.",
         "pca: the K directions of largest variance; standardized: PCA of the states scaled to unit variance per "
         "dimension, so a few high-variance dimensions do not take the basis (keeps more of a weak signal).")),
+    compression: str = typer.Option("none", "--compression", help=choice_help(
+        "extract", "--compression", "Lossless compression of the stored states (needs the hdf5plugin "
+        "package).", "zstd: about 0.86 of the bytes of float16 states, 0.81 of int8's; every read "
+        "decompresses them (a memory map cannot), so epochs over a cache larger than memory are slower.")),
     mean_skip_first: bool = eo.mean_skip_first_option(),
     dtype: str = eo.dtype_option("extract"),
     device: str = device_option(),
@@ -87,7 +91,8 @@ def extract(
         no_labels=no_labels, task_kind=task_kind, limit=limit, layers=layers, store=store, pooling=pooling,
         storage_dtype=storage_dtype, mean_skip_first=mean_skip_first, shard_size=shard_size, project=project,
         batch_tokens=batch_tokens, batch_size=batch_size, max_length=max_length, stride=stride, dtype=dtype,
-        device=device, device_map=device_map, max_memory=max_memory, project_basis=project_basis)
+        device=device, device_map=device_map, max_memory=max_memory, project_basis=project_basis,
+        compression=compression)
     result = run_extract(model, out=out, data=data, storage=storage, batching=batching, overwrite=overwrite,
                          repair=repair, allow_pickle=allow_pickle, progress=not quiet)
     fixed = "; ".join([*([f"{len(result.repaired)} shard(s) re-extracted"] if result.repaired else []),

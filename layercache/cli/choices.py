@@ -29,6 +29,12 @@ def _projection_bases() -> Sequence[str]:
     return PROJECTION_BASES
 
 
+def _compressions() -> Sequence[str]:
+    from ..store.compression import COMPRESSIONS
+
+    return COMPRESSIONS
+
+
 def _storage_dtypes() -> Sequence[str]:
     from ..store.codecs import codec_names
 
@@ -106,6 +112,7 @@ OPTION_CHOICES: dict[tuple[str, str], Callable[[], Sequence[str]]] = {
     ("extract", "--pooling"): _pooling_modes,
     ("extract", "--storage-dtype"): _storage_dtypes,
     ("extract", "--project-basis"): _projection_bases,
+    ("extract", "--compression"): _compressions,
     ("extract", "--dtype"): _forward_dtypes,
     ("extract", "--task-kind"): _task_kinds,
     ("plan", "--store"): _store_modes,

@@ -120,7 +120,8 @@ def extraction_specs(*, dataset: Optional[str], config, split, text_column, labe
                      task_kind, limit, layers, store: str, pooling, storage_dtype: str, mean_skip_first: bool,
                      shard_size: str, project: Optional[int], batch_tokens: int, batch_size: int, max_length, stride,
                      dtype: str, device: str, device_map: Optional[str] = None,
-                     max_memory: Optional[list[str]] = None, project_basis: str = "pca"):
+                     max_memory: Optional[list[str]] = None, project_basis: str = "pca",
+                     compression: str = "none"):
     """The command line's extraction options as ``(DataSpec, StorageSpec, BatchSpec)``."""
     from ..extraction.specs import BatchSpec, DataSpec, StorageSpec
 
@@ -132,7 +133,7 @@ def extraction_specs(*, dataset: Optional[str], config, split, text_column, labe
     storage = StorageSpec(layers=layer_specs(layers) or None, store=store,
                           pooling=split_list(pooling) or list(DEFAULT_POOLING), storage_dtype=storage_dtype,
                           mean_skip_first=mean_skip_first, shard_bytes=parse_size(shard_size), project=project,
-                          project_basis=project_basis)
+                          project_basis=project_basis, compression=compression)
     batching = BatchSpec(batch_tokens=batch_tokens, batch_size=batch_size, max_length=max_length, stride=stride,
                          dtype=dtype, device=device, device_map=device_map,
                          max_memory=parse_max_memory(max_memory, device_map))

@@ -19,7 +19,7 @@ from .batching import PLANNER
 def new_manifest(backbone, records: DatasetRecords, plans, *, keep, store, pooling, storage_dtype, stride,
                  batch_tokens, batch_size, shard_bytes, limit, mean_skip_first: bool = False,
                  dtype_choice: str | None = None, project: int | None = None,
-                 project_basis: str = "pca") -> Manifest:
+                 project_basis: str = "pca", compression: str = "none") -> Manifest:
     """The manifest of a new cache: every option the run was given, and the hash of those that shape its states."""
     names = backbone.layer_names
     model = ModelSection.from_json(backbone.describe())
@@ -31,7 +31,8 @@ def new_manifest(backbone, records: DatasetRecords, plans, *, keep, store, pooli
                              all_layer_names=names, store=store, pooling=pooling, shard_bytes=shard_bytes,
                              final_norm=backbone.final_norm, mean_skip_first=mean_skip_first, project=project,
                              project_basis=project_basis if project else None,  # hashed unless pca
-                             pooled_dtype=pooled_dtype_for(storage_dtype, store))  # float16 beside int8 tokens
+                             pooled_dtype=pooled_dtype_for(storage_dtype, store),  # float16 beside int8 tokens
+                             compression=compression)  # recorded (and hashed) only when not none
     # storage_dtype_auto is not hashed: auto and the explicit dtype it resolved to are one configuration
     extraction = ExtractionSection(batch_tokens=batch_tokens, batch_size=batch_size, planner=PLANNER,
                                    device=str(backbone.device), forward_dtype=model.forward_dtype,
@@ -62,6 +63,8 @@ def difference(old: Manifest, new: Manifest) -> str:
               ("pooled-vector dtype (an int8 cache from a layercache that stored them int8; this one stores "
                "them float16)", *pooled),
               (f"projection basis ({option('project_basis')})", *basis),
+              (f"compression ({option('compression')})", old.storage.stored_compression,
+               new.storage.stored_compression),
               (f"storage (layers, dtype, store, pooling, {option('mean_skip_first')}, {option('project')} or "
                "shard size)",
                old.storage.hashed(), new.storage.hashed()),

@@ -40,6 +40,11 @@ def estimate_bytes(manifest: Manifest, plans: dict[str, SplitPlan] | None = None
     and chunk. Small shards are mostly that overhead, so the shard count matters; it follows from
     the batch plan and ``shard_bytes`` exactly as :class:`~.shards.SplitShards` draws the
     boundaries. Without ``plans`` every batch counts as its split's average batch.
+
+    A compressed cache (``storage.compression``) is counted before compression: what the filter saves
+    depends on the values and is known only once they are written, so a run is refused on this upper
+    bound (a chunk that does not compress is stored as it is, with a header of a few dozen bytes, and
+    the zero padding of a last chunk compresses away).
     """
     sizes = [size for name, split in manifest.splits.items()
              for size in _shard_estimates(manifest, name, plans, range(split.n_batches))]

@@ -139,7 +139,7 @@ def _configured(inputs: JobInputs, data: DataSpec, storage: StorageSpec, batchin
                             stride=batching.stride, batch_tokens=batching.batch_tokens,
                             batch_size=batching.batch_size, shard_bytes=storage.shard_bytes, limit=data.limit,
                             dtype_choice=dtype_choice, project=storage.project,
-                            project_basis=storage.project_basis)
+                            project_basis=storage.project_basis, compression=storage.compression)
     for dtype in {manifest.storage.dtype, manifest.storage.stored_pooled_dtype}:  # int4: an even width
         check_width(dtype, manifest.hidden_size, projected=bool(manifest.storage.project))
     return manifest
@@ -164,16 +164,23 @@ def join_job(model: str, data: DataSpec, storage: StorageSpec, batching: BatchSp
 
 
 def prepare_job(model: str, data: DataSpec, storage: StorageSpec, batching: BatchSpec, out: Path, pooling: list[str],
-                *, overwrite: bool, repair: bool, allow_pickle: bool, progress: bool) -> ExtractionJob | ExtractResult:
+                *, overwrite: bool, repair: bool, allow_pickle: bool, progress: bool, inputs: JobInputs | None = None,
+                held: HeldStates | None = None, latest: bool = True) -> ExtractionJob | ExtractResult:
     """Load, plan, compare with what ``out`` holds and make it ready for writers; the caller holds the lock.
 
     Returns an :class:`ExtractResult` when there is nothing to write (the cache is complete, or a
-    repair found every shard intact).
+    repair found every shard intact). ``inputs``: data, backbone and plans already loaded (``model`` and
+    ``data`` then only name them); ``held``: batches already forwarded, whose states every pass reads
+    instead of running the model (default: an empty holder within :func:`.held.held_budget`). ``latest``:
+    record the cache as the most recent one (``layercache info`` without a folder); not for a scratch cache.
     """
+    remember = record_latest if latest else (lambda path: None)
     existing = inspect_output(out, overwrite)
-    inputs = load_inputs(model, data, storage, batching, allow_pickle=allow_pickle)
+    if inputs is None:
+        inputs = load_inputs(model, data, storage, batching, allow_pickle=allow_pickle)
     backbone, records, plans, keep = inputs.backbone, inputs.records, inputs.plans, inputs.keep
-    held = HeldStates(held_budget())
+    if held is None:
+        held = HeldStates(held_budget())
     manifest = _configured(inputs, data, storage, batching, pooling,
                            existing if isinstance(existing, Manifest) and not overwrite else None, held)
 
@@ -196,7 +203,7 @@ def prepare_job(model: str, data: DataSpec, storage: StorageSpec, batching: Batc
             rewritten += _side_files(out, existing, backbone, allow_pickle)  # an older cache gets them now
             if not rewritten:
                 log.info("The cache at %s is already complete; nothing to do.", out)
-            record_latest(out)
+            remember(out)
             return ExtractResult(out, existing, already_complete=True, rewritten=rewritten)
         manifest, resumed = existing, True
         # A resume (or --repair) trusts no committed shard it has not re-read: a shard damaged since
@@ -208,7 +215,7 @@ def prepare_job(model: str, data: DataSpec, storage: StorageSpec, batching: Batc
             if not rewritten:
                 log.info("All %d shards and side files of %s match their checksums; nothing to repair.",
                          sum(len(s.shards) for s in manifest.splits.values()), out)
-            record_latest(out)
+            remember(out)
             return ExtractResult(out, manifest, already_complete=True, rewritten=rewritten)
         if damaged:
             log.warning("Re-extracting %d damaged shard(s): %s.", sum(map(len, damaged.values())),
@@ -246,7 +253,7 @@ def prepare_job(model: str, data: DataSpec, storage: StorageSpec, batching: Batc
                 OwnedFolder.at(out).remove(PROJECTION_NAME)
         raise
     rewritten += _side_files(out, manifest, backbone, allow_pickle)  # after the manifest: the folder is a cache
-    record_latest(out)
+    remember(out)
     job = _writer_job(out, inputs, manifest, held)
     for name, indices in damaged.items():
         for index in indices:
@@ -299,7 +306,9 @@ def check_disk(out: Path, manifest: Manifest, plans: dict[str, SplitPlan] | None
     need = estimate_bytes(manifest, plans)
     remaining = remaining_bytes(manifest, plans)
     free = free_disk_bytes(out)
-    log.info("Estimated cache size: %s (%s still to write); %s free at %s.", human_bytes(need),
+    # Compressed: the bytes before compression (estimate_bytes), what the filter saves being known only once written.
+    upper = " before compression (an upper bound)" if manifest.storage.compression else ""
+    log.info("Estimated cache size: %s%s (%s still to write); %s free at %s.", human_bytes(need), upper,
              human_bytes(remaining), human_bytes(free), nearest_existing(out))
     if remaining * DISK_MARGIN > free:
         # The same rows as `layercache plan` (sizes only): which other choice would fit. Nothing is changed.
@@ -307,7 +316,7 @@ def check_disk(out: Path, manifest: Manifest, plans: dict[str, SplitPlan] | None
         rows = size_choices(manifest, plans, free, standard_choices(manifest, yours), yours)
         _, recommendation = recommend(rows, free, preferred16=manifest.storage.dtype)
         raise InsufficientDiskError(
-            f"The cache needs about {human_bytes(remaining * DISK_MARGIN)} but only {human_bytes(free)} is free "
+            f"The cache needs about {human_bytes(remaining * DISK_MARGIN)}{upper} but only {human_bytes(free)} is free "
             f"at {nearest_existing(out)}; free space, choose another {option('out')}, keep fewer {option('layers')}, "
             f"or store less per token ({option('storage_dtype', 'int8')}, or {option('store', 'pooled')}) as below.\n"
             f"{sizes_text(rows, free)}\n{recommendation}"

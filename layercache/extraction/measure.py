@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import secrets
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,7 +22,8 @@ import numpy as np
 import torch
 
 from ..backbone.loader import Backbone
-from .forward import pad_windows
+from .forward import pad_windows, token_index
+from .held import HeldStates
 from .plan import SplitPlan
 
 DISK_PROBE_BYTES = 256 * 2**20
@@ -99,9 +101,38 @@ def forward_speed(backbone: Backbone, plan: SplitPlan, keep: list[int], count: i
     return ForwardSpeed(tokens, seconds, len(chosen), str(backbone.device), largest)
 
 
+def forward_all(backbone: Backbone, plans: Mapping[str, SplitPlan], keep: list[int], held: HeldStates) -> ForwardSpeed:
+    """Forward every planned batch of ``plans`` once, timed, and hold each batch's kept states in ``held``.
+
+    What ``layercache plan`` runs on its labelled sample (:mod:`layercache.planning.sample`): the timing
+    is the plan's forward speed, and the held states make every cache of the sample without another
+    forward pass. A warm-up on the shortest batch comes first, untimed, as :func:`forward_speed` does.
+    """
+    pad = backbone.tokenizer.pad_token_id
+    batches = [(name, b) for name, plan in plans.items() for b in range(len(plan.batches))]
+    if batches:
+        name, _ = batches[-1]
+        _forward(backbone, [plans[name].examples[i] for i in plans[name].batches[-1]], pad)
+    tokens, seconds, largest = 0, 0.0, 0.0
+    for name, b in batches:
+        examples = [plans[name].examples[i] for i in plans[name].batches[b]]
+        ids, mask = pad_windows(examples, pad)
+        start = time.perf_counter()
+        hidden = _synchronised(backbone.hidden_states(ids, mask))
+        seconds += time.perf_counter() - start
+        tokens += sum(ex.n_tokens for ex in examples)
+        largest = max(largest, *(float(hidden[i].abs().max()) for i in keep))
+        held.hold(name, b, hidden, keep, token_index(examples, mask).to(hidden[keep[0]].device))
+        del hidden
+    return ForwardSpeed(tokens, seconds, len(batches), str(backbone.device), largest)
+
+
 def _forward(backbone: Backbone, examples, pad_id: int):
-    ids, mask = pad_windows(examples, pad_id)
-    hidden = backbone.hidden_states(ids, mask)
+    return _synchronised(backbone.hidden_states(*pad_windows(examples, pad_id)))
+
+
+def _synchronised(hidden):
+    """``hidden``, once every GPU that computed it has finished (the time taken is then the computation's)."""
     for device in {state.device for state in hidden if state.device.type == "cuda"}:  # a split model: every GPU
         torch.cuda.synchronize(device)
     return hidden

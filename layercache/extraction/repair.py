@@ -102,7 +102,8 @@ def reextract_shard(backbone, records, name: str, plan: SplitPlan, manifest: Man
     writer = ShardWriter(owner.file(split, file), n_states=len(keep), dim=manifest.hidden_size,
                          dtype=manifest.storage.dtype, store_tokens=manifest.stores_tokens,
                          pooling=manifest.pooling, tasks=manifest.tasks, first_row=old.first_row,
-                         first_batch=old.first_batch, pooled_dtype=manifest.storage.stored_pooled_dtype)
+                         first_batch=old.first_batch, pooled_dtype=manifest.storage.stored_pooled_dtype,
+                         compression=manifest.storage.stored_compression)
     try:
         row = old.first_row
         for b in range(old.first_batch, old.first_batch + old.n_batches):

@@ -51,7 +51,8 @@ class SplitShards:
             self._writer = ShardWriter(path, n_states=self.n_states, dim=self.dim, dtype=storage.dtype,
                                        store_tokens=storage.stores_tokens, pooling=storage.pooling,
                                        tasks=self.manifest.tasks, first_row=int(self.plan.first_rows[b]),
-                                       first_batch=b, pooled_dtype=storage.stored_pooled_dtype)
+                                       first_batch=b, pooled_dtype=storage.stored_pooled_dtype,
+                                       compression=storage.stored_compression)
         self._writer.append(batch)
         self._next += 1
         follows = self._next < len(self._batches) and self._batches[self._next] == b + 1

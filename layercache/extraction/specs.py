@@ -66,6 +66,9 @@ class StorageSpec:
     project_basis: str = "pca"
     """How that basis is fitted (``--project-basis``): ``pca`` (the covariance's top K eigenvectors) or
     ``standardized`` (the correlation matrix's: PCA of the states scaled to unit variance per dimension)."""
+    compression: str = "none"
+    """Lossless compression of the stored states (``--compression``): ``none`` or ``zstd``
+    (:mod:`layercache.store.compression`; needs hdf5plugin)."""
 
 
 @dataclass(frozen=True)

@@ -63,7 +63,8 @@ def render_summary(summary: dict, console: Console) -> None:
                     + (f" ({summary['storage_dtype_auto']})" if summary.get("storage_dtype_auto") else "")
                     + f", pooled: {', '.join(storage['pooling']) or 'none'}"
                     + (f" ({storage['pooled_dtype']})" if storage.get("pooled_dtype") and storage["pooling"] else "")
-                    + ("; mean pooling skips each example's first token" if storage.get("mean_skip_first") else "")),
+                    + ("; mean pooling skips each example's first token" if storage.get("mean_skip_first") else "")
+                    + (f"; compressed losslessly ({storage['compression']})" if storage.get("compression") else "")),
         ("layers", ", ".join(storage["layer_names"])),
         *([("projection", _projection_text(summary["projection"]))] if summary.get("projection") else []),
         ("forward", f"{model['forward_dtype']} on {model['device']}"

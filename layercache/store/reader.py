@@ -35,6 +35,8 @@ from ..errors import CacheError, ConfigError
 from . import batch_reads
 from .batch_reads import CacheDataset
 from .batches import CacheBatch
+from .codecs import codec
+from .compression import read_chunk_cache, require_filters
 from .lens import LensWeights, read_lens
 from .manifest import Manifest, SplitInfo, confined_path, read_manifest
 from .mapped import MappedStates
@@ -45,6 +47,7 @@ from .shard_checks import check_shard_labels, check_shard_layout, open_shard, sh
 from .side_checks import side_file_problems
 from .state_reads import StateReads
 from .vocabulary import Vocabulary, read_vocabulary
+from .writer import CHUNK_TOKENS
 
 __all__ = ["LayerCache", "CacheBatch", "CacheDataset", "VALIDATION_NAMES", "TEST_NAMES", "state_positions",
            "translate_read_errors", "using_cache"]
@@ -106,6 +109,8 @@ class LayerCache(StateReads):
         self._handles: OrderedDict[str, h5py.File] = OrderedDict()  # at most OPEN_SHARDS, least recent first
         self._checked: dict[str, tuple[int, int, int, int]] = {}  # file -> (device, inode, size, mtime) checked
         self._maps: dict[tuple[str, str], MappedStates | None] = {}
+        row = CHUNK_TOKENS * len(manifest.layer_names) * codec(manifest.storage.dtype).vector_bytes(self.hidden_size)
+        self._chunk_cache = read_chunk_cache(manifest.storage.stored_compression, row)  # a row: every state's chunk
         self._pid = os.getpid()
         self._offsets: dict[str, np.ndarray] = {}
         self._vocabulary: Vocabulary | None = None
@@ -289,7 +294,8 @@ class LayerCache(StateReads):
             self._handles.move_to_end(file)
             return handle
         path = confined_path(self.path, file)
-        handle = open_shard(path)  # a FIFO is refused, never opened
+        require_filters(self.manifest.storage.stored_compression, self.path)  # hdf5plugin: before a compressed read
+        handle = open_shard(path, self._chunk_cache)  # a FIFO is refused, never opened
         try:
             st = os.fstat(handle.id.get_vfd_handle())
             identity = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)

@@ -36,6 +36,7 @@ from typing import Any
 from ..core.checksum import ALGORITHM
 from ..core.tasks import TASK_KINDS
 from .codecs import codec_names
+from .compression import COMPRESSIONS
 
 POOLING_MODES = ("mean", "first", "last")
 """Pooled vectors a cache may hold per example (mask-aware)."""
@@ -262,7 +263,7 @@ MANIFEST_SCHEMA = Record(
                           # mean_skip_first: absent (caches written before it existed) means false.
                           {"all_layer_names": list_of(text()), "final_norm": text(FINAL_NORMS),
                            "mean_skip_first": boolean(), "project": integer(1), "pooled_dtype": _storage_dtype,
-                           "project_basis": text(PROJECTION_BASES)}),
+                           "project_basis": text(PROJECTION_BASES), "compression": text(COMPRESSIONS)}),
         "extraction": Record({}, {"batch_tokens": integer(1), "batch_size": integer(1), "planner": text(),
                                   "fp16_overflow": integer(), "fp16_overflow_by_split": dict_of(integer()),
                                   "storage_dtype_auto": text(), "projection_variance": list_of(number()),

@@ -123,10 +123,20 @@ class StorageSection(Section):
     """The on-disk dtype of the pooled vectors where it is not :attr:`dtype`: float16 beside int8 token states
     (:func:`~layercache.store.codecs.pooled_dtype_for`). Absent: :attr:`dtype` (and in caches written before it
     existed, an int8 cache's pooled vectors are int8 too)."""
+    compression: str | None = field(default=None, metadata=_OMIT)
+    """The lossless filter on every shard's state datasets (``--compression``, :mod:`layercache.store.compression`);
+    recorded only when there is one, so absent (every cache written before the option) is ``none``."""
 
     def __post_init__(self) -> None:
         if self.pooled_dtype == self.dtype:  # recorded only where it differs
             self.pooled_dtype = None
+        if self.compression == "none":  # recorded only when set: an uncompressed cache keeps its hash
+            self.compression = None
+
+    @property
+    def stored_compression(self) -> str:
+        """:attr:`compression`, absent read as ``none``."""
+        return self.compression or "none"
 
     @property
     def stored_pooled_dtype(self) -> str:

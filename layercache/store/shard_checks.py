@@ -30,6 +30,7 @@ from ..core.option_names import call, option
 from ..core.tasks import IGNORE_INDEX
 from ..errors import CacheError
 from .codecs import codec, scales_dataset
+from .compression import dataset_compression, is_state_dataset
 from .manifest import Manifest, ShardInfo
 
 SHARD_METADATA_CACHE = 1 << 20
@@ -42,10 +43,12 @@ def _refetch() -> str:
     return f"check it with `layercache info --check` and re-extract it with {call('extract', repair=True)}"
 
 
-def open_shard(path: str | os.PathLike) -> h5py.File:
+def open_shard(path: str | os.PathLike, chunk_cache: int = 0) -> h5py.File:
     """The shard at ``path`` opened read-only, after refusing anything that is not a regular file.
 
     The check comes before the open, because opening a FIFO blocks until someone writes to it.
+    ``chunk_cache``: bytes of HDF5 chunk cache per dataset, for a compressed shard
+    (:func:`~layercache.store.compression.read_chunk_cache`); none for an uncompressed one.
     """
     try:
         st = os.stat(path)
@@ -56,11 +59,11 @@ def open_shard(path: str | os.PathLike) -> h5py.File:
         raise CacheError(f"Shard {path} is {kind_of(st)}, not a regular file; replace it with the shard file, or "
                          f"re-extract it with {call('extract', repair=True)}.")
     try:
-        # No HDF5 chunk cache: shards are uncompressed, so a read can fetch exactly the bytes it
+        # No HDF5 chunk cache for an uncompressed shard: a read can fetch exactly the bytes it
         # selects. With the default 1 MiB cache, a read of a few rows pulls each whole (512-token)
         # chunk through the cache first, which makes sparse row reads (a validation slice) several
-        # times slower (benchmarks/README.md).
-        handle = h5py.File(path, "r", rdcc_nbytes=0)
+        # times slower (benchmarks/README.md). A compressed chunk is decompressed whole anyway.
+        handle = h5py.File(path, "r", rdcc_nbytes=chunk_cache)
     except OSError as err:
         raise CacheError(f"Shard {path} cannot be read ({_first_line(err)}); {_refetch()}.") from None
     # A small metadata cache: HDF5's default (2 MiB to start, up to 32 MiB) kept the chunk index of
@@ -123,6 +126,9 @@ def check_shard_layout(h: h5py.File, info: ShardInfo, manifest: Manifest) -> Non
                 problem = f"has {name} of shape {ds.shape}, the manifest implies {shape}"
             elif name in dtypes and _stored_dtype(ds) not in (None, dtypes[name]):
                 problem = f"stores {name} as {_stored_dtype(ds)}, the manifest says {dtypes[name]}"
+            elif is_state_dataset(name) and dataset_compression(ds) != manifest.storage.stored_compression:
+                problem = (f"stores {name} with compression {dataset_compression(ds)}, the manifest says "
+                           f"{manifest.storage.stored_compression}")
             if problem:
                 break
         else:

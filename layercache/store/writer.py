@@ -21,8 +21,9 @@ touches only that layer's bytes.
 Token states arrive state-major, (S, t, D), so each chunk's bytes are one contiguous slice of
 a batch and are written as raw chunks (``write_direct_chunk``): HDF5 then only copies them to
 the file, instead of gathering every chunk out of a (t, S, D) array through its hyperslab
-machinery (~40 % of the append time). Chunks are uncompressed, so the file is the same HDF5
-dataset either way and reads the same.
+machinery (~40 % of the append time). Uncompressed, the file is the same HDF5 dataset either way
+and reads the same. A compressed cache (:mod:`.compression`) must pass each chunk through its filter,
+so there each is written as a selection of exactly that chunk, which HDF5 filters straight to the file.
 
 The ``.tmp`` file is created exclusively (HDF5's ``x`` mode, ``O_EXCL``): whatever stood at its
 name (a temp shard a killed run left, a planted link) is unlinked first, never opened, so a write
@@ -52,6 +53,7 @@ from ..core.confine import lstat_or_none
 from ..core.tasks import LabelTask
 from ..errors import UnsafePathError
 from .codecs import codec, scales_dataset
+from .compression import NONE, filter_options, is_state_dataset, require_filters
 from .manifest import ShardInfo
 
 log = logging.getLogger("layercache")
@@ -123,6 +125,8 @@ class ShardWriter:
     first_batch: int
     pooled_dtype: str | None = None
     """The pooled vectors' dtype where it is not ``dtype`` (float16 beside scaled token states); None: ``dtype``."""
+    compression: str = NONE
+    """The filter on the state datasets and their scales (:mod:`.compression`); ``none``: stored as they are."""
     _file: h5py.File | None = field(default=None, init=False, repr=False)
     _datasets: dict[str, h5py.Dataset] = field(default_factory=dict, init=False, repr=False)
     """Every dataset of the shard, open from its creation until the file is flushed (or discarded). Opening
@@ -169,6 +173,7 @@ class ShardWriter:
 
     # --- writing ------------------------------------------------------------------------
     def _open(self, batch: ExtractedBatch) -> h5py.File:
+        require_filters(self.compression)  # hdf5plugin's filters known to HDF5 before a dataset names one
         self.path.parent.mkdir(exist_ok=True)
         _clear_temp(self.tmp_path)
         # Held at once, so that a failure while laying out the datasets still closes it in abort().
@@ -216,8 +221,16 @@ class ShardWriter:
         deallocator, where it is printed, not raised, and leaves HDF5 with a dataset half closed,
         which crashes the process when the file is closed (a segmentation fault, not a sentence).
         """
-        ds = self._datasets[name] = self._file.create_dataset(name, **options)
+        ds = self._datasets[name] = self._file.create_dataset(name, **options, **self._filters(name, options))
         return ds
+
+    def _filters(self, name: str, options: dict) -> dict:
+        """The compression filter of state dataset ``name`` (and its chunk cache while written); none for the others,
+        small next to the states, or for an uncompressed shard. Only ``hidden`` is written a whole chunk at a time."""
+        if self.compression == NONE or not is_state_dataset(name):
+            return {}
+        return filter_options(self.compression, options["dtype"], options["chunks"], options["maxshape"],
+                              appended=name != "hidden")
 
     def _create_scales(self, name: str, rows_per_chunk: int, dtype: str) -> None:
         """The resizable (0, S, scales width) dataset for the scales of state dataset ``name``, stored as ``dtype``
@@ -362,10 +375,15 @@ class _TokenChunks:
         self._carry = np.zeros((n_states, CHUNK_TOKENS, dim), dtype)
         self._carried = 0  # tokens waiting in _carry
         self._size = 0  # tokens appended so far
+        self._filtered = ds.id.get_create_plist().get_nfilters() > 0  # raw chunks would skip the filter
 
     def _write(self, start: int, chunk_per_state) -> None:
         for j, chunk in enumerate(chunk_per_state):  # chunk: (C, D), contiguous
-            self.ds.id.write_direct_chunk((start, j, 0), chunk)
+            if self._filtered:  # compressed: HDF5 filters a selection of one whole chunk (the last up to the end)
+                end = min(start + len(chunk), self.ds.shape[0])
+                self.ds[start:end, j] = chunk[:end - start]
+            else:
+                self.ds.id.write_direct_chunk((start, j, 0), chunk)
 
     def append(self, values: np.ndarray) -> None:
         n = values.shape[1]

@@ -57,11 +57,11 @@ from layercache.heads.scoring import selection
 from layercache.heads.sweeps import sweep as sweeps
 from layercache.heads.training import fitting, trainer
 from layercache.heads.mixers import registry as mixers
-from layercache.store import codecs, feature_source, schema
+from layercache.store import codecs, compression, feature_source, schema
 
 codecs.CODECS.load()[{NEW!r}] = type("NewCodec", (codecs.StorageCodec,), {{"name": {NEW!r}}})
 for module, name in [(schema, "STORE_MODES"), (schema, "POOLING_MODES"), (feature_source, "POOLING_MODES"),
-                     (schema, "PROJECTION_BASES"),
+                     (schema, "PROJECTION_BASES"), (compression, "COMPRESSIONS"),
                      (devices, "FORWARD_DTYPE_NAMES"), (tasks, "TASK_KINDS"),
                      (normalize, "NORMALIZATIONS"), (trainer, "SCHEDULES")]:
     setattr(module, name, (*getattr(module, name), {NEW!r}))
@@ -92,6 +92,7 @@ def test_each_list_follows_its_registry():
         ("extract", "--dtype"): ("auto", "float32", "float16", "bfloat16", NEW),
         ("extract", "--task-kind"): ("sequence", "token", "regression", NEW),
         ("extract", "--project-basis"): ("pca", "standardized", NEW),
+        ("extract", "--compression"): ("none", "zstd", NEW),
         ("plan", "--store"): ("tokens", "pooled", NEW),
         ("plan", "--pooling"): ("mean", "first", "last", NEW),
         ("plan", "--storage-dtype"): ("auto", "float16", "bfloat16", "float32", "int8", "int4", NEW),
