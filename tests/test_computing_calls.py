@@ -16,12 +16,12 @@ PROBE_METHODS = ("fit", "fit_arrays", "predict", "predict_arrays", "predictions"
 def computing_calls() -> dict[str, object]:
     """The library's public calls that compute with torch, by name."""
     from layercache.depth import layer_logits, lens_logits, logit_lens
-    from layercache.extraction.pricing import plan_cache
     from layercache.extraction.run import extract
     from layercache.heads import LayerHead, evaluate_run, per_token_usage, sweep, train_head, train_model
     from layercache.live import LiveBundle, parity, train_head_live, verify_cache
     from layercache.live.predict import predict_texts
     from layercache.live.training import LiveLayerHead
+    from layercache.planning.plan import plan_cache
     from layercache.probes import selectivity
     from layercache.report.probing import build_probe_report, probe_report
 

@@ -107,13 +107,13 @@ def _public_keywords() -> set[str]:
     """Every keyword parameter of the library's public calls that take options."""
     from layercache.backbone.loader import load_backbone
     from layercache.core.threads import use_threads
-    from layercache.extraction.pricing import plan_cache
     from layercache.extraction.run import extract
     from layercache.extraction.specs import BatchSpec, DataSpec, StorageSpec
     from layercache.heads import LayerHead, evaluate_run, sweep, train_head
     from layercache.live import train_head_live, verify_cache
     from layercache.live.predict import predict_texts
     from layercache.live.verify import load_cache_backbone
+    from layercache.planning.plan import plan_cache
     from layercache.report.probing import build_probe_report, probe_report
 
     calls = (extract, plan_cache, DataSpec, StorageSpec, BatchSpec, load_backbone, use_threads, train_head,

@@ -28,6 +28,8 @@ from .parsing import parse_size
 from .threads import apply_threads
 
 SAMPLE_BATCHES = 3  # pricing.SAMPLE_BATCHES; not imported here, so `layercache --help` loads no extractor
+QUALITY_EXAMPLES = 2000  # planning.sample.DEFAULT_EXAMPLES, for the same reason
+HEAD_EPOCHS = 4  # planning.quality.HEAD_EPOCHS, likewise
 
 
 @app.command()
@@ -69,14 +71,26 @@ def plan(
     sample_batches: int = typer.Option(
         SAMPLE_BATCHES, "--sample-batches", help="Planned batches to time the forward pass on (0: no forward, "
                                                  "timings not measured)."),
+    quality_sample: int = typer.Option(
+        QUALITY_EXAMPLES, "--quality-sample",
+        help="Examples of the first split the quality check learns on (stratified, seeded; scored on a validation "
+             "or test split when there is one, else on a held-out 30 %): per-state probes and a quick default head "
+             "on every choice against float32. 0: quality not measured."),
+    max_loss: Optional[float] = typer.Option(
+        None, "--max-loss", help="Recommend the smallest choice that fits, pays and loses at most this many points "
+                                 "of any task's metric (100 x accuracy, MCC, F1, r) with 95 % confidence.",
+        show_default="the most faithful choice that fits and pays"),
+    head_epochs: int = typer.Option(HEAD_EPOCHS, "--head-epochs", help="Epochs of the quality check's quick head."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the quality sample and of its learners."),
     json_path: Optional[Path] = typer.Option(None, "--json", help="Also write the plan as JSON to this file."),
     allow_pickle: bool = allow_pickle_option(),
     threads: str = threads_option(),
     quiet: bool = quiet_option(),
 ):
-    """Price every way to store MODEL's states of DATASET (bytes, fits, times, when a cache pays); writes no cache."""
+    """Price every way to store MODEL's states of DATASET (bytes, fits, times, when a cache pays, and what each costs in
+    quality on your labels); writes no cache."""
     apply_threads(threads)
-    from ..extraction.pricing import plan_cache
+    from ..planning.plan import plan_cache
 
     data, storage, batching = eo.extraction_specs(
         dataset=dataset, config=config, split=split, text_column=text_column, label_column=label_column,
@@ -86,7 +100,9 @@ def plan(
         device=device, device_map=device_map, max_memory=max_memory)
     budget = parse_size(disk_budget) if disk_budget is not None else None
     result = plan_cache(model, data, storage, batching, out=out, project=project, disk_budget=budget,
-                        sample_batches=sample_batches, allow_pickle=allow_pickle, progress=not quiet)
+                        sample_batches=sample_batches, allow_pickle=allow_pickle, progress=not quiet,
+                        quality_examples=quality_sample, max_loss=max_loss, seed=seed,
+                        head_epochs=head_epochs)
     render_plan(result, base.out_console, dataset or "files")
     if json_path is not None:
         from ..core.files import write_text_atomic
@@ -97,8 +113,8 @@ def plan(
 
 def render_plan(result, console, dataset: str) -> None:
     """The choices table, each choice's notes, the measured inputs and the recommendation."""
-    from ..extraction.pricing import describe_measurements
     from ..extraction.storage_choices import HEADERS, choice_cells
+    from ..planning.plan import describe_measurements
     from ..report.tables import Column, print_fitted
 
     columns = [Column(HEADERS[0], key=True)] + [Column(h, justify="right") for h in HEADERS[1:-1]] + \
@@ -112,8 +128,38 @@ def render_plan(result, console, dataset: str) -> None:
     for row in result.rows:
         for note in row.notes:
             console.print(f"  {row.name}: {note}", highlight=False, soft_wrap=True, style="dim")
+    if result.quality is not None:
+        render_quality(result, console)
     print_fitted(console, [Column("what", key=True), Column("value", wrap=True)],
                  describe_measurements(result), title="Measured")
     for note in result.notes:
         console.print(f"Note: {note}.", highlight=False, soft_wrap=True)
     console.print(f"[bold]{result.recommendation}[/]", highlight=False, soft_wrap=True)
+
+
+def render_quality(result, console) -> None:
+    """Each measured choice's loss against float32, in points: its probes' and its quick head's, for the task
+    where it loses most, with the 95 % interval."""
+    from ..report.tables import Column, print_fitted
+
+    def cell(costs: dict) -> str:
+        if not costs:
+            return "-"
+        task, cost = max(costs.items(), key=lambda item: item[1].high)
+        return f"{cost.loss:+.1f} [{cost.low:+.1f}, {cost.high:+.1f}] {task}"
+
+    rows = []
+    for quality in result.quality.choices:
+        name = quality.name + (" *" if any(r.yours and r.name == quality.name for r in result.rows) else "")
+        if quality.name == result.recommended:
+            name = f"[bold green]{name}[/]"
+        rows.append([name, cell(quality.probes), cell(quality.head)])
+    print_fitted(console, [Column("choice", key=True), Column("probes: loss [95 %] worst task", wrap=True),
+                           Column("quick head: loss [95 %] worst task", wrap=True)], rows,
+                 title="Quality on your labels: points lost against float32 (+ is worse)",
+                 caption=f"{result.quality.sample}; the quick head is measured for your choice and the recommended "
+                         "one (and, with --max-loss, the candidates tried); its interval also holds what a second "
+                         "training seed moves it")
+    for quality in result.quality.choices:
+        for note in quality.notes:
+            console.print(f"  {quality.name}: {note}", highlight=False, soft_wrap=True, style="dim")

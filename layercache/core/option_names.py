@@ -40,6 +40,7 @@ FLAGS: dict[str, str] = {
     "text_columns": "--text-column",
     "label_columns": "--label-column",
     "shard_bytes": "--shard-size",
+    "quality_examples": "--quality-sample",
 }
 """Keyword -> flag, for the options whose flag is not the keyword with dashes."""
 

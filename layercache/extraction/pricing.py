@@ -12,7 +12,9 @@ on a GPU a forward runs at hundreds of TFLOP/s while a disk reads a few GB/s, so
 states can be *slower* than recomputing them, and only a smaller cache (int8, a projection to
 ``K < D`` dimensions, pooled vectors) or one that fits in memory is worth writing.
 
-:func:`plan_cache` measures the two rates instead of assuming them: it tokenizes and plans every
+:func:`layercache.planning.plan_cache` measures the two rates instead of assuming them (and each
+choice's quality on the user's labels), and :func:`price_choices` prices every choice from them. The plan
+tokenizes and plans every
 split exactly as ``extract`` would (no full forward), times the forward on a few planned batches
 of the first split on the chosen device (:func:`.measure.forward_speed`), measures the disk's
 write and cold read speeds beside ``out`` (:func:`.measure.disk_speed`), and reads the free space
@@ -38,25 +40,22 @@ fits or pays. The user's own choice is never changed: the plan says how it diffe
 from __future__ import annotations
 
 import dataclasses
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..core.memory import available_bytes
 from ..core.option_names import option
-from ..core.threads import computes
-from ..core.units import human_bytes, human_seconds
+from ..core.units import human_bytes
 from ..errors import ConfigError
-from ..progress import steps_progress
-from ..store.codecs import AUTO, codec
+from ..store.codecs import AUTO
 from ..store.codecs.float16 import FP16_MAX
-from ..store.paths import default_cache_path
+from ..store.manifest import Manifest
 from ..store.projection import check_projection_size
 from .configuration import new_manifest
-from .estimate import DISK_MARGIN, free_disk_bytes
+from .estimate import free_disk_bytes
 from .housekeeping import nearest_existing
-from .job import load_inputs
-from .measure import DISK_PROBE_BYTES, DiskSpeed, ForwardSpeed, disk_speed, forward_speed
+from .job import JobInputs
+from .measure import DISK_PROBE_BYTES, DiskSpeed, ForwardSpeed, disk_speed
 from .run import _check_options
 from .specs import BatchSpec, DataSpec, StorageSpec
 from .storage_choices import (
@@ -69,22 +68,18 @@ from .storage_choices import (
     your_choice,
 )
 
-__all__ = ["CachePlan", "plan_cache", "recommend", "SAMPLE_BATCHES"]
+__all__ = ["PricedInputs", "price_choices", "recommend", "SAMPLE_BATCHES", "check_plan_options"]
 
 SAMPLE_BATCHES = 3
 """Planned batches timed by default (after one warm-up batch)."""
 
 
 @dataclass
-class CachePlan:
-    """What :func:`plan_cache` found: the measured inputs, one priced row per choice, and the recommendation."""
+class PricedInputs:
+    """What :func:`price_choices` measured and sized: the inputs of a plan's table, one priced row per choice."""
 
-    model: str
-    device: str
-    forward_dtype: str
-    splits: dict[str, dict[str, int]]
-    """split -> {"examples": n, "tokens": t} as planned."""
-    epoch_split: str | None
+    manifest: Manifest
+    """The manifest the given options would write (the storage dtype resolved as extract resolves ``auto``)."""
     folder: Path
     """The existing folder nearest ``out``: where free space and disk speed were measured."""
     free_bytes: int
@@ -94,80 +89,33 @@ class CachePlan:
     forward: ForwardSpeed | None
     disk: DiskSpeed | None
     storage_dtype: str
-    """The storage dtype of the user's choice (``auto`` resolved, see :attr:`storage_dtype_reason`)."""
     storage_dtype_reason: str | None
     rows: list[PricedChoice]
-    recommended: str
-    recommendation: str
+    epoch_split: str | None
     notes: list[str] = field(default_factory=list)
 
-    @property
-    def yours(self) -> PricedChoice:
-        """The row of the choice the given options make."""
-        return next(r for r in self.rows if r.yours)
 
-    def to_json(self) -> dict:
-        """The plan as plain JSON (bytes, seconds, bytes per second; null where not measured)."""
-        forward = self.forward
-        disk = self.disk
-        return {
-            "model": self.model, "device": self.device, "forward_dtype": self.forward_dtype, "splits": self.splits,
-            "epoch_split": self.epoch_split, "folder": str(self.folder), "free_bytes": self.free_bytes,
-            "space_bytes": self.space_bytes, "disk_margin": DISK_MARGIN, "memory_available_bytes": self.memory_bytes,
-            "forward": None if forward is None else {
-                "tokens": forward.tokens, "seconds": forward.seconds, "batches": forward.batches,
-                "tokens_per_second": forward.tokens_per_second, "largest_state_value": forward.largest},
-            "disk": None if disk is None else {
-                "probe_bytes": disk.probe_bytes, "write_bytes_per_second": disk.write_bytes_per_second,
-                "read_bytes_per_second": disk.read_bytes_per_second, "evicted": disk.evicted,
-                "filesystem": disk.filesystem},
-            "storage_dtype": self.storage_dtype, "storage_dtype_reason": self.storage_dtype_reason,
-            "choices": [r.to_json() for r in self.rows], "yours": self.yours.name,
-            "recommended": self.recommended, "recommendation": self.recommendation, "notes": list(self.notes),
-        }
+def price_choices(inputs: JobInputs, data: DataSpec, storage: StorageSpec, batching: BatchSpec, *, out: Path,
+                  project: int | None, disk_budget: int | None, forward: ForwardSpeed | None,
+                  disk_probe_bytes: int = DISK_PROBE_BYTES, step=lambda description: None) -> PricedInputs:
+    """Measure the disk at ``out`` and price every way to store ``inputs`` (loaded data, backbone and plans) at the
+    ``forward`` speed measured on them (None: not measured): see the module for the model of cost.
 
-
-@computes
-def plan_cache(model: str = "minilm", data: DataSpec | None = None, storage: StorageSpec | None = None,
-               batching: BatchSpec | None = None, *, out: str | os.PathLike | None = None, project: int | None = None,
-               disk_budget: int | None = None, sample_batches: int = SAMPLE_BATCHES,
-               disk_probe_bytes: int = DISK_PROBE_BYTES, allow_pickle: bool = False,
-               progress: bool = True) -> CachePlan:
-    """Price every way to store ``model``'s states of ``data`` before writing any: see the module for the model.
-
-    The options are ``extract``'s (``data``, ``storage``, ``batching``, ``out``); ``project`` is the
-    projection width the user has in mind (priced beside D/2, D/4, D/8 and marked as their choice);
-    ``disk_budget`` judges ``fits`` against at most that many bytes. ``sample_batches`` planned batches
-    are timed (0: no forward, timings not measured); ``disk_probe_bytes`` is the size of the temporary
-    file that measures the disk. Writes nothing but that file, which it removes. ``progress`` shows the
-    measurement running (:func:`~layercache.progress.steps_progress`).
+    ``step(description)`` is called before the disk is measured (a progress display).
     """
-    data, storage, batching = data or DataSpec(), storage or StorageSpec(), batching or BatchSpec()
-    if project is None:
-        project = storage.project  # extract's own --project
+    backbone, plans = inputs.backbone, inputs.plans
     pooling = _check_options(storage.store, storage.pooling, storage.storage_dtype, storage.shard_bytes, data.limit)
-    _check_plan_options(project, disk_budget, sample_batches, disk_probe_bytes)
-    out = Path(out).expanduser() if out is not None else default_cache_path(model, data.dataset or "files",
-                                                                            data.config)
-    with steps_progress(progress, 3, "plan") as step:
-        step("loading the data and the model, tokenizing")
-        inputs = load_inputs(model, data, storage, batching, allow_pickle=allow_pickle)
-        backbone, plans = inputs.backbone, inputs.plans
-        if project is not None:
-            check_projection_size(project, backbone.hidden_size)  # the sentence extract would give
-        first = next((n for n, p in plans.items() if p.batches), None)
-        step("timing the forward pass")
-        forward = forward_speed(backbone, plans[first], inputs.keep, sample_batches) \
-            if first and sample_batches else None
-        folder = nearest_existing(out)
-        free = free_disk_bytes(out)
-        step(f"measuring the disk at {folder}")
-        notes = []
-        disk = None
-        try:
-            disk = disk_speed(folder, max(min(disk_probe_bytes, free // 4), 1))
-        except OSError as err:
-            notes.append(f"disk speed not measured: {err.strerror or err} at {folder}")
+    if project is not None:
+        check_projection_size(project, backbone.hidden_size)  # the sentence extract would give
+    folder = nearest_existing(out)
+    free = free_disk_bytes(out)
+    step(f"measuring the disk at {folder}")
+    notes = []
+    disk = None
+    try:
+        disk = disk_speed(folder, max(min(disk_probe_bytes, free // 4), 1))
+    except OSError as err:
+        notes.append(f"disk speed not measured: {err.strerror or err} at {folder}")
     dtype, reason = _storage_dtype(storage.storage_dtype, forward)
     manifest = new_manifest(backbone, inputs.records, plans, keep=inputs.keep, store=storage.store, pooling=pooling,
                             storage_dtype=dtype, mean_skip_first=storage.mean_skip_first, stride=batching.stride,
@@ -186,16 +134,11 @@ def plan_cache(model: str = "minilm", data: DataSpec | None = None, storage: Sto
         _time_row(row, forward, disk, total_tokens, epoch_tokens, memory)
     notes += _measurement_notes(forward, disk, split)
     notes += _memory_notes(rows, memory)
-    recommended, text = recommend(rows, space, preferred16=dtype if codec(dtype).bytes_per_value == 2 else "float16")
-    return CachePlan(
-        model=manifest.model.name, device=str(backbone.device), forward_dtype=manifest.model.forward_dtype,
-        splits={n: {"examples": len(p.examples), "tokens": p.n_tokens} for n, p in plans.items()},
-        epoch_split=split, folder=folder, free_bytes=free, space_bytes=space, memory_bytes=memory, forward=forward,
-        disk=disk, storage_dtype=dtype, storage_dtype_reason=reason, rows=rows, recommended=recommended.name,
-        recommendation=text, notes=notes)
+    return PricedInputs(manifest, folder, free, space, memory, forward, disk, dtype, reason, rows, split, notes)
 
 
-def _check_plan_options(project, disk_budget, sample_batches, disk_probe_bytes) -> None:
+def check_plan_options(project, disk_budget, sample_batches, disk_probe_bytes) -> None:
+    """Refuse, in one sentence each, a plan's own options that cannot be used."""
     if project is not None and project < 1:
         raise ConfigError(f"{option('project')} must be at least 1, got {project}.")
     if disk_budget is not None and disk_budget < 1:
@@ -260,28 +203,3 @@ def _measurement_notes(forward: ForwardSpeed | None, disk: DiskSpeed | None, spl
             notes.append(f"the folder is on {disk.filesystem}: memory, not a disk")
         notes.append("the read speed is sequential; a head's shuffled batches read smaller ranges and may be slower")
     return notes
-
-
-def describe_measurements(plan: CachePlan) -> list[tuple[str, str]]:
-    """(what, value) lines of the measured inputs, for the command's output."""
-    forward, disk = plan.forward, plan.disk
-    lines = [("device", f"{plan.device} ({plan.forward_dtype} forward)")]
-    lines.append(("forward", "not measured" if forward is None else
-                  f"{forward.tokens_per_second:,.0f} tokens/s ({forward.tokens:,} tokens in {forward.batches} planned "
-                  f"batch{'es' if forward.batches != 1 else ''}, {human_seconds(forward.seconds)})"))
-    lines.append(("tokens", ", ".join(f"{n}: {s['examples']:,} examples, {s['tokens']:,} tokens"
-                                      for n, s in plan.splits.items())))
-    if disk is None:
-        lines.append(("disk", "not measured"))
-    else:
-        fs = f", {disk.filesystem}" if disk.filesystem else ""
-        lines.append(("disk", f"read {disk.read_bytes_per_second / 1e6:,.0f} MB/s cold, write "
-                              f"{disk.write_bytes_per_second / 1e6:,.0f} MB/s with fsync "
-                              f"({human_bytes(disk.probe_bytes)} probe{fs})"))
-    space = ("" if plan.space_bytes == plan.free_bytes else
-             f" (judged against a budget of {human_bytes(plan.space_bytes)})")
-    lines.append(("free", f"{human_bytes(plan.free_bytes)} at {plan.folder}{space}"))
-    lines.append(("memory", "unknown" if plan.memory_bytes is None else f"{human_bytes(plan.memory_bytes)} available"))
-    if plan.storage_dtype_reason:
-        lines.append(("storage dtype", plan.storage_dtype_reason))
-    return lines

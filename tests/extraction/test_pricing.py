@@ -24,6 +24,7 @@ from layercache.extraction.storage_choices import (
     recommend,
     standard_choices,
 )
+from layercache.planning.plan import plan_cache
 from layercache.store.manifest import SplitInfo
 
 PROBE = 2**20  # a small disk probe keeps the tests fast
@@ -35,8 +36,9 @@ def plan_of(tiny_models, tsv, tmp_path):
     def make(**options):
         options.setdefault("disk_probe_bytes", PROBE)
         options.setdefault("sample_batches", 1)
-        return pricing.plan_cache(str(tiny_models["bert"]), DataSpec(str(tsv)), options.pop("storage", None),
-                                  out=tmp_path / "cache", **options)
+        options.setdefault("quality_examples", 0)  # the quality check has its tests in tests/planning
+        return plan_cache(str(tiny_models["bert"]), DataSpec(str(tsv)), options.pop("storage", None),
+                          out=tmp_path / "cache", **options)
     return make
 
 
