@@ -23,7 +23,7 @@ from .errors import (
 
 # public name -> the module that defines it
 _LAZY = {
-    "extract": "layercache.extraction.run", "ExtractResult": "layercache.extraction.run",
+    "extract": "layercache.planning.checked", "ExtractResult": "layercache.extraction.run",
     "train_head": "layercache.heads.workflow", "evaluate_run": "layercache.heads.workflow",
     "TrainResult": "layercache.heads.workflow", "LayerHead": "layercache.heads.estimator",
     "sweep": "layercache.heads.sweeps.sweep", "SweepResult": "layercache.heads.sweeps.sweep",
@@ -41,7 +41,8 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerl
     from .backbone.loader import DEFAULT_MODEL, Backbone, load_backbone
     from .core.tasks import LabelTask
     from .core.threads import use_threads
-    from .extraction.run import ExtractResult, extract
+    from .extraction.run import ExtractResult
+    from .planning.checked import extract
     from .heads.estimator import LayerHead
     from .heads.sweeps.sweep import SweepResult, sweep
     from .heads.workflow import TrainResult, evaluate_run, train_head

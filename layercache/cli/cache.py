@@ -77,6 +77,15 @@ def extract(
     repair: bool = typer.Option(
         False, "--repair", help="Re-read every shard and re-extract only those whose checksum fails (same arguments "
                                 "as the run that made the cache)."),
+    quality_sample: int = typer.Option(
+        eo.QUALITY_EXAMPLES, "--quality-sample",
+        help="A lossy storage (int8, int4, --project): examples of the first split its quality is measured on after "
+             "the run, as `plan` measures it (probes and a quick head against float32 states; recorded in the "
+             "manifest, shown by `info`). 0: not measured."),
+    max_loss: Optional[float] = typer.Option(
+        None, "--max-loss", help="Warn when the stored states lose more than this many points of any task's metric "
+                                 "(95 % interval), naming a more faithful choice measured within it."),
+    quality_seed: int = typer.Option(0, "--quality-seed", help="Seed of the quality sample and of its learners."),
     allow_pickle: bool = allow_pickle_option(),
     threads: str = threads_option(),
     quiet: bool = quiet_option(),
@@ -84,7 +93,7 @@ def extract(
     """Run MODEL frozen over DATASET once and cache every layer's states (resumable; one writer per rank under
     torchrun)."""
     apply_threads(threads)
-    from ..extraction.run import extract as run_extract
+    from ..planning.checked import extract as run_extract
 
     data, storage, batching = eo.extraction_specs(
         dataset=dataset, config=config, split=split, text_column=text_column, label_column=label_column,
@@ -94,7 +103,8 @@ def extract(
         device=device, device_map=device_map, max_memory=max_memory, project_basis=project_basis,
         compression=compression)
     result = run_extract(model, out=out, data=data, storage=storage, batching=batching, overwrite=overwrite,
-                         repair=repair, allow_pickle=allow_pickle, progress=not quiet)
+                         repair=repair, allow_pickle=allow_pickle, progress=not quiet,
+                         quality_examples=quality_sample, max_loss=max_loss, quality_seed=quality_seed)
     fixed = "; ".join([*([f"{len(result.repaired)} shard(s) re-extracted"] if result.repaired else []),
                        *([f"{', '.join(result.rewritten)} written again"] if result.rewritten else [])])
     if result.repaired or (result.already_complete and result.rewritten):

@@ -23,6 +23,10 @@ from ..core.extraction_defaults import (
 from .choices import choice_help, supported_files
 from .parsing import layer_specs, parse_max_memory, parse_size, parse_splits, size_text, split_list
 
+QUALITY_EXAMPLES = 2000
+"""planning.sample.DEFAULT_EXAMPLES (the quality sample of plan and extract), not imported: `--help` loads no
+model code."""
+
 
 def model_argument():
     """MODEL: a hub id, the bundled alias or a local model folder."""

@@ -28,8 +28,7 @@ from .parsing import parse_size
 from .threads import apply_threads
 
 SAMPLE_BATCHES = 3  # pricing.SAMPLE_BATCHES; not imported here, so `layercache --help` loads no extractor
-QUALITY_EXAMPLES = 2000  # planning.sample.DEFAULT_EXAMPLES, for the same reason
-HEAD_EPOCHS = 4  # planning.quality.HEAD_EPOCHS, likewise
+HEAD_EPOCHS = 4  # planning.quality.HEAD_EPOCHS, not imported for the same reason
 
 
 @app.command()
@@ -72,7 +71,7 @@ def plan(
         SAMPLE_BATCHES, "--sample-batches", help="Planned batches to time the forward pass on (0: no forward, "
                                                  "timings not measured)."),
     quality_sample: int = typer.Option(
-        QUALITY_EXAMPLES, "--quality-sample",
+        eo.QUALITY_EXAMPLES, "--quality-sample",
         help="Examples of the first split the quality check learns on (stratified, seeded; scored on a validation "
              "or test split when there is one, else on a held-out 30 %): per-state probes and a quick default head "
              "on every choice against float32. 0: quality not measured."),

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import numbers
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -72,6 +73,12 @@ class ExtractResult:
     rewritten: list[str] = field(default_factory=list)
     """Side files (``vocab.json``, ``lens.safetensors``, ``projection.safetensors``) that were missing or
     changed and were written again (the projection only as the very bytes the manifest recorded)."""
+
+    @property
+    def quality(self) -> dict | None:
+        """What the stored states cost on the data's labels, as the manifest records it
+        (``extraction.quality``, :func:`layercache.planning.extract`); None when not measured."""
+        return self.manifest.extraction.quality
 
 
 @dataclass
@@ -165,7 +172,8 @@ def join_job(model: str, data: DataSpec, storage: StorageSpec, batching: BatchSp
 
 def prepare_job(model: str, data: DataSpec, storage: StorageSpec, batching: BatchSpec, out: Path, pooling: list[str],
                 *, overwrite: bool, repair: bool, allow_pickle: bool, progress: bool, inputs: JobInputs | None = None,
-                held: HeldStates | None = None, latest: bool = True) -> ExtractionJob | ExtractResult:
+                held: HeldStates | None = None, latest: bool = True,
+                on_loaded: Callable[[JobInputs], None] | None = None) -> ExtractionJob | ExtractResult:
     """Load, plan, compare with what ``out`` holds and make it ready for writers; the caller holds the lock.
 
     Returns an :class:`ExtractResult` when there is nothing to write (the cache is complete, or a
@@ -173,11 +181,14 @@ def prepare_job(model: str, data: DataSpec, storage: StorageSpec, batching: Batc
     ``data`` then only name them); ``held``: batches already forwarded, whose states every pass reads
     instead of running the model (default: an empty holder within :func:`.held.held_budget`). ``latest``:
     record the cache as the most recent one (``layercache info`` without a folder); not for a scratch cache.
+    ``on_loaded(inputs)``: called with the inputs once they are loaded (or given).
     """
     remember = record_latest if latest else (lambda path: None)
     existing = inspect_output(out, overwrite)
     if inputs is None:
         inputs = load_inputs(model, data, storage, batching, allow_pickle=allow_pickle)
+    if on_loaded is not None:
+        on_loaded(inputs)
     backbone, records, plans, keep = inputs.backbone, inputs.records, inputs.plans, inputs.keep
     if held is None:
         held = HeldStates(held_budget())

@@ -21,9 +21,11 @@ from the shards (:mod:`.stats`).
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..backbone.loader import DEFAULT_MODEL
@@ -55,7 +57,8 @@ from .shares import assign_shares
 from .specs import BatchSpec, DataSpec, StorageSpec, merged_spec
 from .steps import list_committed, merge_shares, write_share
 
-__all__ = ["extract", "ExtractResult", "DataSpec", "StorageSpec", "BatchSpec", "DEFAULT_SHARD_BYTES",
+__all__ = ["extract", "ExtractResult", "ExtractionCall", "extraction_call", "run_extraction", "DataSpec",
+           "StorageSpec", "BatchSpec", "DEFAULT_SHARD_BYTES",
            "STORE_MODES", "estimate_bytes", "remaining_bytes", "free_disk_bytes", "write_errors",
            "write_share", "merge_shares", "list_committed", "assign_shares"]
 
@@ -137,38 +140,74 @@ def extract(
     One process writes a cache folder at a time (:class:`~layercache.store.lock.CacheLock`); a
     second gets :class:`~layercache.errors.CacheLockedError` naming the first.
     """
-    data = merged_spec(DataSpec, data, dict(
-        dataset=dataset, config=dataset_config, splits=splits, split_files=split_files, text_columns=text_columns,
-        label_columns=label_columns, no_labels=no_labels, task_kind=task_kind, limit=limit), "data")
-    storage = merged_spec(StorageSpec, storage, dict(
-        layers=layers, store=store, pooling=pooling, storage_dtype=storage_dtype, mean_skip_first=mean_skip_first,
-        shard_bytes=shard_bytes, project=project, project_basis=project_basis, compression=compression), "storage")
-    batching = merged_spec(BatchSpec, batching, dict(
-        batch_tokens=batch_tokens, batch_size=batch_size, max_length=max_length, stride=stride, dtype=dtype,
-        device=device, device_map=device_map, max_memory=max_memory), "batching")
-    return _extract(model, data, storage, batching, out, overwrite=overwrite, repair=repair,
-                    allow_pickle=allow_pickle, progress=progress)
+    return run_extraction(_grouped(locals()))
 
 
-def _extract(model: str, data: DataSpec, storage: StorageSpec, batching: BatchSpec, out: str | os.PathLike | None,
-             *, overwrite: bool, repair: bool, allow_pickle: bool, progress: bool) -> ExtractResult:
-    """:func:`extract` with its options grouped: prepare, write the one share, merge."""
+@dataclass(frozen=True)
+class ExtractionCall:
+    """One call of :func:`extract`, its options grouped as the specs that carry them."""
+
+    model: str
+    out: str | os.PathLike | None
+    data: DataSpec
+    storage: StorageSpec
+    batching: BatchSpec
+    overwrite: bool = False
+    repair: bool = False
+    allow_pickle: bool = False
+    progress: bool = True
+
+
+def extraction_call(*args, **kwargs) -> ExtractionCall:
+    """What ``extract(*args, **kwargs)`` would be asked, grouped (a keyword :func:`extract` does not take is a
+    TypeError, as in the call): for a call that adds to an extraction (:func:`layercache.planning.extract`)."""
+    bound = inspect.signature(extract).bind(*args, **kwargs)
+    bound.apply_defaults()
+    return _grouped(bound.arguments)
+
+
+def _grouped(a: Mapping) -> ExtractionCall:
+    """:func:`extract`'s arguments by name -> the call, the flat keywords merged into their specs."""
+    data = merged_spec(DataSpec, a["data"], dict(
+        dataset=a["dataset"], config=a["dataset_config"], splits=a["splits"], split_files=a["split_files"],
+        text_columns=a["text_columns"], label_columns=a["label_columns"], no_labels=a["no_labels"],
+        task_kind=a["task_kind"], limit=a["limit"]), "data")
+    storage = merged_spec(StorageSpec, a["storage"], dict(
+        layers=a["layers"], store=a["store"], pooling=a["pooling"], storage_dtype=a["storage_dtype"],
+        mean_skip_first=a["mean_skip_first"], shard_bytes=a["shard_bytes"], project=a["project"],
+        project_basis=a["project_basis"], compression=a["compression"]), "storage")
+    batching = merged_spec(BatchSpec, a["batching"], dict(
+        batch_tokens=a["batch_tokens"], batch_size=a["batch_size"], max_length=a["max_length"], stride=a["stride"],
+        dtype=a["dtype"], device=a["device"], device_map=a["device_map"], max_memory=a["max_memory"]), "batching")
+    return ExtractionCall(a["model"], a["out"], data, storage, batching, overwrite=a["overwrite"],
+                          repair=a["repair"], allow_pickle=a["allow_pickle"], progress=a["progress"])
+
+
+def run_extraction(call: ExtractionCall, *, on_loaded: Callable[[JobInputs], None] | None = None) -> ExtractResult:
+    """:func:`extract` with its options grouped: check them, prepare, write the one share (or this rank's), merge.
+
+    ``on_loaded(inputs)`` is given the data and backbone once a single process has loaded them (never under
+    torchrun), so a caller can work on them after the run without loading them again.
+    """
+    data, storage, batching = call.data, call.storage, call.batching
     pooling = _check_options(storage.store, storage.pooling, storage.storage_dtype, storage.shard_bytes, data.limit,
                              storage.project, storage.project_basis)
     require_filters(storage.compression)  # an unknown name or a missing hdf5plugin, before anything loads
-    if overwrite and repair:
+    if call.overwrite and call.repair:
         raise ConfigError(f"{option('overwrite', True)} starts afresh and {option('repair', True)} keeps the good "
                           "shards; pass only one of them.")
     check_split_names([*(data.splits or []), *(data.split_files or {})])  # before any folder is touched
-    out = Path(out).expanduser() if out is not None else default_cache_path(
-        model, data.dataset or "files", data.config)
+    out = Path(call.out).expanduser() if call.out is not None else default_cache_path(
+        call.model, data.dataset or "files", data.config)
     world = torchrun_world()
     if world is not None:  # under torchrun: this process is one rank of several writers
-        return extract_on_ranks(model, data, storage, batching, out, pooling, world, overwrite=overwrite,
-                                repair=repair, allow_pickle=allow_pickle, progress=progress)
-    return _one_writer(out, lambda: prepare_job(model, data, storage, batching, out, pooling, overwrite=overwrite,
-                                                repair=repair, allow_pickle=allow_pickle, progress=progress),
-                       progress)
+        return extract_on_ranks(call.model, data, storage, batching, out, pooling, world, overwrite=call.overwrite,
+                                repair=call.repair, allow_pickle=call.allow_pickle, progress=call.progress)
+    return _one_writer(out, lambda: prepare_job(call.model, data, storage, batching, out, pooling,
+                                                overwrite=call.overwrite, repair=call.repair,
+                                                allow_pickle=call.allow_pickle, progress=call.progress,
+                                                on_loaded=on_loaded),
+                       call.progress)
 
 
 def extract_loaded(inputs: JobInputs, out: str | os.PathLike, storage: StorageSpec, *,

@@ -115,7 +115,7 @@ def plan_cache(model: str = "minilm", data: DataSpec | None = None, storage: Sto
     if project is None:
         project = storage.project  # extract's own --project
     check_plan_options(project, disk_budget, sample_batches, disk_probe_bytes)
-    _check_quality_options(quality_examples, max_loss, head_epochs)
+    check_quality_options(quality_examples, max_loss, head_epochs)
     out = Path(out).expanduser() if out is not None else default_cache_path(model, data.dataset or "files",
                                                                             data.config)
     with steps_progress(progress, 5, "plan") as step:
@@ -162,7 +162,7 @@ def plan_cache(model: str = "minilm", data: DataSpec | None = None, storage: Sto
         recommended=recommended.name, recommendation=text, quality=quality, max_loss=max_loss, notes=notes)
 
 
-def _check_quality_options(quality_examples: int, max_loss: float | None, head_epochs: int) -> None:
+def check_quality_options(quality_examples: int, max_loss: float | None, head_epochs: int) -> None:
     if quality_examples < 0:
         raise ConfigError(f"{option('quality_examples')} must be 0 (quality not measured) or more, got "
                           f"{quality_examples}.")

@@ -109,10 +109,19 @@ class ChoiceQuality:
         return max(costs, key=lambda c: c.high) if costs else None
 
     def within(self, max_loss: float) -> bool | None:
-        """Whether every measured loss is at most ``max_loss`` points with 95 % confidence (the interval's top);
-        None when nothing was measured."""
-        worst = self.worst
-        return None if worst is None else worst.high <= max_loss
+        """Whether the choice loses at most ``max_loss`` points: every probe's loss with 95 % confidence (the
+        interval's top), and no quick head's shown to lose more (its interval's bottom); None when nothing was
+        measured.
+
+        The probes are the measurement: fitted to one optimum, two of them differ only by what the storage changed,
+        so their intervals are narrow. A quick head's interval also holds what its training alone moves it (a
+        few points on a small sample), so it could rarely show a loss under a point; it vetoes a choice that
+        loses where the probes do not look (the mix of layers, the token states a head reads) by more than that.
+        """
+        if not self.probes and not self.head:
+            return None
+        return all(c.high <= max_loss for c in self.probes.values()) and \
+            all(c.low <= max_loss for c in self.head.values())
 
     def to_json(self) -> dict:
         """Plain JSON: per task, the probes' cost and the head's (null when not measured)."""
@@ -244,6 +253,7 @@ class QualityCheck:
         if path is None:
             t0 = time.perf_counter()
             spec = StorageSpec(store=choice.store, storage_dtype=choice.dtype, project=choice.project,
+                               project_basis=self.storage.project_basis if choice.project else "pca",
                                pooling=self.storage.pooling if choice.store != POOLED else
                                tuple(dict.fromkeys([*self.storage.pooling, "mean"])),
                                mean_skip_first=self.storage.mean_skip_first)

@@ -7,6 +7,7 @@ from rich.table import Table
 
 from ..core.option_names import option, options
 from ..core.units import human_bytes
+from ..store.quality_record import describe_quality
 from ..store.reader import LayerCache
 from .tables import Column, print_fitted
 
@@ -31,6 +32,7 @@ def cache_summary(cache: LayerCache) -> dict:
             "dim": m.storage.project, "width": m.model.hidden_size, "tokens": m.extraction.projection_tokens,
             "basis": m.storage.projection_basis,
             "variance_kept": dict(zip(m.layer_names, m.extraction.projection_variance or []))},
+        "quality": m.extraction.quality,
         "created_at": m.created_at, "updated_at": m.updated_at,
     }
 
@@ -71,6 +73,8 @@ def render_summary(summary: dict, console: Console) -> None:
                     + (f", split by {option('device_map')} ({_placement_text(model['placement'])})"
                        if model.get("placement") else "")),
         ("size", human_bytes(summary["total_bytes"])),
+        *([("quality", f"{describe_quality(summary['quality'])} against float32 states, on "
+                       f"{summary['quality']['sample']}")] if summary.get("quality") else []),
     ]
     if summary["fp16_overflow"]:
         fix = options(storage_dtype="bfloat16", overwrite=True)

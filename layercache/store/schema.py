@@ -211,6 +211,14 @@ class Record:
                 spec(value[key], f"{where}.{key}".lstrip("."))
 
 
+_COST = Record({"metric": text(), "reference": number(), "score": number(), "loss_points": number(),
+                "interval_points": list_of(number())})
+QUALITY = Record({"choice": text(), "sample": text(), "seed": integer(), "examples": integer(1),
+                  "probes": dict_of(_COST)}, {"head": dict_of(_COST), "seconds": number(), "max_loss_points": number(),
+                                              "more_faithful": Record({"choice": text()})})
+"""``extraction.quality``: a lossy cache's measured cost (:attr:`~.sections.ExtractionSection.quality`)."""
+
+
 def _safe_name(what: str) -> Spec:
     return text(pattern=SAFE_NAME, what=f"a {what} name without '/', '\\\\' or a leading '.'")
 
@@ -267,7 +275,7 @@ MANIFEST_SCHEMA = Record(
         "extraction": Record({}, {"batch_tokens": integer(1), "batch_size": integer(1), "planner": text(),
                                   "fp16_overflow": integer(), "fp16_overflow_by_split": dict_of(integer()),
                                   "storage_dtype_auto": text(), "projection_variance": list_of(number()),
-                                  "projection_tokens": integer()}),
+                                  "projection_tokens": integer(), "quality": QUALITY}),
         "splits": dict_of(SPLIT, key=_split_name),
         "config_hash": text(),
         "complete": boolean(),

@@ -192,6 +192,10 @@ class ExtractionSection(Section):
     """Per kept state, the fraction of its variance the ``--project K`` directions keep (on the fitted sample)."""
     projection_tokens: int | None = field(default=None, metadata=_OMIT)
     """Tokens of the first split the projection was fitted on."""
+    quality: dict | None = field(default=None, metadata=_OMIT)
+    """What the stored states cost in quality, measured after a lossy extraction on a labelled sample
+    (:func:`layercache.planning.extract`): the choice, the sample, and per task the probes' (and the quick
+    head's) loss in points against float32 states with its 95 % interval; absent when not measured."""
 
     @property
     def overflow(self) -> int:
