@@ -31,6 +31,7 @@ def _extract(tiny_models, out: Path, monkeypatch, *, budget: int | None = None, 
     ``budget``: the held states' byte budget (None: the default); ``passes``: one fit pass per state."""
     original, calls = Backbone.hidden_states, []
     options.setdefault("storage_dtype", "int8")
+    options.setdefault("quality_examples", 0)  # extraction's own forwards only: the quality check has its tests
     with monkeypatch.context() as mp:
         mp.setattr(Backbone, "hidden_states", lambda self, ids, mask: calls.append(len(ids)) or original(self, ids,
                                                                                                          mask))
