@@ -42,11 +42,11 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerl
     from .core.tasks import LabelTask
     from .core.threads import use_threads
     from .extraction.run import ExtractResult
-    from .planning.checked import extract
     from .heads.estimator import LayerHead
     from .heads.sweeps.sweep import SweepResult, sweep
     from .heads.workflow import TrainResult, evaluate_run, train_head
     from .live.bundle import LiveBundle, attach
+    from .planning.checked import extract
     from .probes.linear import LinearProbes
     from .sources.records import DatasetRecords, SplitRecords
     from .store.manifest import Manifest, read_manifest
