@@ -157,8 +157,8 @@ def render_quality(result, console) -> None:
                            Column("quick head: loss [95 %] worst task", wrap=True)], rows,
                  title="Quality on your labels: points lost against float32 (+ is worse)",
                  caption=f"{result.quality.sample}; the quick head is measured for your choice and the recommended "
-                         "one (and, with --max-loss, the candidates tried); its interval also holds what a second "
-                         "training seed moves it")
+                         "one where they are lossy (int8, int4, a projection, pooled; with --max-loss, the candidates "
+                         "tried); its interval also holds what a second training seed moves it")
     for quality in result.quality.choices:
         for note in quality.notes:
             console.print(f"  {quality.name}: {note}", highlight=False, soft_wrap=True, style="dim")

@@ -48,6 +48,13 @@ class StorageChoice:
         return f"{self.store} {self.dtype}" + (f" + project {self.project}" if self.project else "")
 
     @property
+    def lossy(self) -> bool:
+        """Whether the stored states lose what a learner may feel: a scaled integer codec (int8, int4) or a
+        projection. float16 and bfloat16 keep each value to 2^-11 and 2^-8 of itself: no probe of
+        ``benchmarks/choice_quality.py`` lost anything on them."""
+        return bool(self.project) or (self.dtype is not None and codec(self.dtype).scaled)
+
+    @property
     def keywords(self) -> dict:
         """The extract keywords that ask for this choice (``project`` is priced, not built yet); none for no cache."""
         if self.store == NO_CACHE:

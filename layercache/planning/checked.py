@@ -40,10 +40,6 @@ __all__ = ["extract", "is_lossy", "stored_choice"]
 
 log = logging.getLogger("layercache")
 
-LOSSY_DTYPES = ("int8", "int4")
-"""Codecs whose rounding a learner may feel (float16 and bfloat16 keep a state's values to 1e-3 and 1e-2)."""
-
-
 def stored_choice(manifest: Manifest) -> StorageChoice:
     """The storage choice a cache's manifest records (``tokens int4 + project 96``)."""
     stored = manifest.storage
@@ -51,8 +47,8 @@ def stored_choice(manifest: Manifest) -> StorageChoice:
 
 
 def is_lossy(manifest: Manifest) -> bool:
-    """Whether a cache's states lose what a learner may feel: an integer codec or a projection."""
-    return bool(manifest.storage.project) or manifest.storage.dtype in LOSSY_DTYPES
+    """Whether a cache's states lose what a learner may feel (:attr:`StorageChoice.lossy`)."""
+    return stored_choice(manifest).lossy
 
 
 @computes
@@ -99,7 +95,7 @@ def _measure(result: ExtractResult, call: ExtractionCall, inputs: JobInputs, exa
                 return
             with QualityCheck(sample, call.storage, seed=seed, step=step) as check:
                 check.probes([choice])
-                quality = check.head(choice)
+                quality = check.head_if_lossy(choice)
                 faithful = _more_faithful(check, manifest, inputs, choice, max_loss) \
                     if max_loss is not None and not quality.within(max_loss) else None
                 recorded = _recorded(quality, sample.describe(), seed, examples, check.report().seconds, max_loss,
@@ -136,7 +132,7 @@ def _more_faithful(check: QualityCheck, manifest: Manifest, inputs: JobInputs, y
     least = choice_bytes(manifest, inputs.plans, yours)
     for choice in sorted((c for c, size in sizes.items() if size > least and c != yours), key=sizes.get):
         check.probes([choice])
-        if check.report().of(choice.name).within(max_loss) and check.head(choice).within(max_loss):
+        if check.report().of(choice.name).within(max_loss) and check.head_if_lossy(choice).within(max_loss):
             return check.report().of(choice.name)
     return None
 

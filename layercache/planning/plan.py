@@ -142,7 +142,7 @@ def plan_cache(model: str = "minilm", data: DataSpec | None = None, storage: Sto
                 check.probes([r.choice for r in priced.rows if r.choice.store != NO_CACHE])
                 for row in (next(r for r in priced.rows if r.yours), recommended):
                     if row.choice.store != NO_CACHE:
-                        check.head(row.choice)  # the heads the answer rests on: yours and the recommended one
+                        check.head_if_lossy(row.choice)  # the heads the answer rests on: yours, the recommended
                 if max_loss is not None:
                     recommended, text, more = _within_loss(priced.rows, check, max_loss, priced.space_bytes,
                                                            recommended, text)
@@ -197,7 +197,7 @@ def _within_loss(rows: list[PricedChoice], check: QualityCheck, max_loss: float,
         if not check.report().of(row.name).within(max_loss):  # the probes alone rule it out: no head needed
             _note_unsure(check.report().of(row.name), max_loss, unsure)
             continue
-        if check.head(row.choice).within(max_loss):
+        if check.head_if_lossy(row.choice).within(max_loss):
             best = row
             break
         _note_unsure(check.report().of(row.name), max_loss, unsure)
@@ -246,6 +246,9 @@ def describe_measurements(plan: CachePlan) -> list[tuple[str, str]]:
     if plan.storage_dtype_reason:
         lines.append(("storage dtype", plan.storage_dtype_reason))
     if plan.quality is not None:
-        lines.append(("quality", f"{plan.quality.sample}; probes and a {plan.quality.head_epochs}-epoch head per "
-                                 f"choice against float32, {human_seconds(plan.quality.seconds)}"))
+        headed = [q.name for q in plan.quality.choices if q.head]
+        heads = (f" and a {plan.quality.head_epochs}-epoch head on {', '.join(headed)}" if headed else
+                 " (no head: no lossy choice was asked about)")
+        lines.append(("quality", f"{plan.quality.sample}; probes per choice{heads} against float32, "
+                                 f"{human_seconds(plan.quality.seconds)}"))
     return lines

@@ -14,7 +14,8 @@ reference cache in float32. On each cache, for every label task:
 - where asked (:meth:`QualityCheck.head`), one quick default head (:class:`~layercache.heads.LayerHead`,
   the default mixer, :data:`HEAD_EPOCHS` epochs, one seed, every task at once; on a pooled-only cache, on
   the pooled means). A head costs seconds to minutes where a probe costs a fraction of a second, so the
-  plan measures it for the choices its answer rests on (:mod:`.plan`).
+  plan measures it for the choices its answer rests on (:mod:`.plan`), where it can show a loss
+  (:func:`head_measures`: a lossy codec, a projection, pooled vectors alone).
 
 The cost of a choice is the reference's score minus the choice's on the sample's ``test`` part, in
 points of the task's selection metric (100 x accuracy, MCC, F1 or Pearson's r), with a 95 % interval
@@ -27,6 +28,7 @@ Everything is seeded: the same data and options give the same numbers.
 
 from __future__ import annotations
 
+import copy
 import logging
 import math
 import shutil
@@ -193,7 +195,11 @@ class QualityCheck:
                 quality = self._quality(choice)
                 path = self._cache(choice, quality)
                 t0 = time.perf_counter()
-                probes = _Probes.fit(path, self.seed, C=reference.C, pooled=choice.store == POOLED)
+                # full width: each probe starts from the reference's optimum, which the same states stored
+                # another way barely move (the negation-scope words of the built-in data: 250 L-BFGS iterations
+                # from zero); a projection changes the width, and those fits are small
+                start = reference if not choice.project else None
+                probes = _Probes.fit(path, self.seed, C=reference.C, pooled=choice.store == POOLED, start=start)
                 quality.timings["probes"] = time.perf_counter() - t0
                 for task in probes.tasks:
                     quality.probes[task.name] = reference.compare(probes, task, self.seed)
@@ -222,6 +228,20 @@ class QualityCheck:
                                                                        training_noise=self._head_noise[task.name])
         return quality
 
+    def head_if_lossy(self, choice: StorageChoice) -> ChoiceQuality:
+        """:meth:`head` where a head can show what ``choice`` loses (:func:`head_measures`); else its probes only
+        (measured if not yet), and a note says why: what ``plan`` and ``extract`` ask."""
+        if head_measures(choice):
+            return self.head(choice)
+        quality = self._measured.get(choice.name)
+        if quality is None or not quality.probes:
+            self.probes([choice])
+            quality = self._measured[choice.name]
+        note = "no quick head: it only rounds float32 states, below what a second training seed moves a head"
+        if note not in quality.notes:
+            quality.notes.append(note)
+        return quality
+
     def report(self) -> QualityReport:
         """Everything measured so far, in the order the choices were first asked for."""
         return QualityReport(self.sample.describe(), list(self._measured.values()), self._seconds, self.head_epochs,
@@ -232,10 +252,10 @@ class QualityCheck:
         if self._reference is None:
             self.step(f"quality: the float32 reference, probes ({self.sample.describe()})")
             path = self._cache(REFERENCE)
-            chosen = _Probes.fit(path, self.seed).C  # each task's most chosen C over the states, from the grid
+            grid = _Probes.fit(path, self.seed)  # each task's most chosen C over the states, from the grid
             # refitted at that C, as every choice is: with C chosen per state on one side only, float16 showed
-            # a 0.4-point 'loss' that was the C, not the storage
-            self._reference = _Probes.fit(path, self.seed, C=chosen)
+            # a 0.4-point 'loss' that was the C, not the storage; from the grid's optimum, most states' own
+            self._reference = _Probes.fit(path, self.seed, C=grid.C, start=grid)
         return self._reference
 
     def _quality(self, choice: StorageChoice) -> ChoiceQuality:
@@ -273,6 +293,16 @@ class QualityCheck:
                 yield
         finally:
             self._seconds += time.perf_counter() - t0
+
+
+def head_measures(choice: StorageChoice) -> bool:
+    """Whether a quick head is worth its seconds on ``choice``: a lossy codec or a projection
+    (:attr:`~layercache.extraction.storage_choices.StorageChoice.lossy`), or pooled vectors alone (a pooled head
+    reads other features than a token head). float16 and bfloat16 token states only round the forward's float32
+    ones, which no probe felt (0.00 points on every task of ``benchmarks/choice_quality.py``) and which moves a
+    4-epoch head less than a second seed does: its three trainings (the reference's two seeds and its own) would
+    measure that noise, at most of the check's time."""
+    return choice.lossy or choice.store == POOLED
 
 
 def measure_quality(sample: QualitySample, choices: Sequence[StorageChoice], storage: StorageSpec, *,
@@ -339,16 +369,25 @@ class _Probes(_Scored):
     C: dict[str, float] = field(default_factory=dict)
     """The L2 strength each task's probes chose most often over the states (the reference's: what choices use)."""
 
+    fitted: dict[str, LinearProbes] = field(default_factory=dict)
+    """task -> its fitted probes (what a warm start starts from)."""
+
     @classmethod
-    def fit(cls, path: Path, seed: int, C: dict[str, float] | None = None, pooled: bool = False) -> _Probes:
+    def fit(cls, path: Path, seed: int, C: dict[str, float] | None = None, pooled: bool = False,
+            start: _Probes | None = None) -> _Probes:
         """Per-state probes of every task on the cache at ``path``, each task scored at its validation's best state;
-        ``C``: one L2 strength per task (else chosen per state from the grid)."""
+        ``C``: one L2 strength per task (else chosen per state from the grid); ``start``: probes of the same states
+        and width whose optimum each fit starts from (``warm_start``: the same optimum, fewer iterations)."""
         with LayerCache.open(path) as cache:
             tasks = [t for t in cache.tasks if not (pooled and t.kind == "token")]
-            predictions, gold, chosen, metrics = {}, {}, {}, {}
+            predictions, gold, chosen, metrics, probes = {}, {}, {}, {}, {}
             for task in tasks:
                 grid = {} if C is None else {"C_grid": [C[task.name]]}
-                fitted = LinearProbes(task=task.name, seed=seed, **grid).fit(cache, TRAIN)
+                if start is not None and task.name in start.fitted:
+                    fitted = copy.deepcopy(start.fitted[task.name]).set_params(warm_start=True, **grid)
+                else:
+                    fitted = LinearProbes(task=task.name, seed=seed, **grid)
+                probes[task.name] = fitted.fit(cache, TRAIN)
                 predicted, _ = fitted.predictions(cache, TEST)  # (L, n)
                 gold[task.name] = _gold(task, cache.labels(TEST, task.name))
                 predictions[task.name] = _predictions(task, predicted[fitted.best_layer_], gold[task.name])
@@ -357,7 +396,7 @@ class _Probes(_Scored):
                 counted = np.bincount(cache.labels(TRAIN, task.name), minlength=task.num_classes) \
                     if task.kind == "sequence" else None
                 metrics[task.name] = default_metric(task, counted)[0]
-        return cls(tasks, gold, predictions, metrics, chosen)
+        return cls(tasks, gold, predictions, metrics, chosen, probes)
 
 
 @dataclass

@@ -8,7 +8,7 @@ import pytest
 from layercache.extraction.job import load_inputs
 from layercache.extraction.specs import BatchSpec, DataSpec, StorageSpec
 from layercache.extraction.storage_choices import POOLED, TOKENS, StorageChoice
-from layercache.planning.quality import Z95, Cost, _training_noise, measure_quality
+from layercache.planning.quality import Z95, Cost, QualityCheck, _training_noise, head_measures, measure_quality
 from layercache.planning.sample import labelled_sample
 
 SIZES = {"train": 240, "validation": 100}
@@ -92,3 +92,15 @@ def test_a_head_is_measured_only_where_asked(sample):
     assert report.choices[0].probes and not report.choices[0].head
     assert report.choices[1].probes and report.choices[1].head
     assert report.to_json()["choices"][0]["head"] is None
+
+
+def test_plan_and_extract_train_a_head_only_where_it_can_show_a_loss(sample):
+    """float16 and bfloat16 only round float32 states: three quick heads (two reference seeds and its own) would
+    measure their own training noise, most of the check's time. int8, int4, a projection and pooled vectors get
+    one."""
+    assert [head_measures(c) for c in CHOICES] == [False, True, True]
+    assert head_measures(StorageChoice(TOKENS, "int4")) and not head_measures(StorageChoice(TOKENS, "bfloat16"))
+    with QualityCheck(sample, StorageSpec(), head_epochs=1) as check:
+        float16 = check.head_if_lossy(CHOICES[0])
+        assert float16.probes and not float16.head and any("no quick head" in n for n in float16.notes)
+        assert check.head_if_lossy(CHOICES[1]).head
