@@ -98,13 +98,38 @@ def work_folder(chosen: Path | None, prefix: str) -> Iterator[Path]:
         yield workdir
 
 
+def commit() -> str | None:
+    """The checkout's commit (``+dirty`` when tracked files differ from it); None outside a git checkout."""
+    import subprocess
+
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
+                               capture_output=True, text=True, check=True)
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+
+
+def cpu_model() -> str | None:
+    """The CPU's model name (Linux: /proc/cpuinfo; else what platform says)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or None
+
+
 def machine_meta(quick: bool, model: str, device: str) -> dict:
     """What a result file records about the run and the machine (imports torch and layercache)."""
     import torch
 
     import layercache
 
-    return {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "quick": quick, "model": model, "device": device,
+    return {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "commit": commit(), "cpu": cpu_model(),
+            "quick": quick, "model": model, "device": device,
             "python": platform.python_version(), "torch": torch.__version__, "layercache": layercache.__version__,
             "platform": platform.platform(), "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
             "loadavg_start": loadavg()}

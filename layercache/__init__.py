@@ -34,12 +34,13 @@ _LAZY = {
     "DatasetRecords": "layercache.sources.records", "SplitRecords": "layercache.sources.records",
     "LabelTask": "layercache.core.tasks", "LinearProbes": "layercache.probes.linear",
     "LiveBundle": "layercache.live.bundle", "attach": "layercache.live.bundle",
-    "use_threads": "layercache.core.threads",
+    "use_threads": "layercache.core.threads", "memory_limit": "layercache.core.memory",
 }
 
 if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerly
     from .backbone.loader import DEFAULT_MODEL, Backbone, load_backbone
     from .core.tasks import LabelTask
+    from .core.memory import memory_limit
     from .core.threads import use_threads
     from .extraction.run import ExtractResult
     from .heads.estimator import LayerHead
@@ -70,7 +71,7 @@ __all__ = [
     "__version__", "extract", "ExtractResult", "train_head", "evaluate_run", "TrainResult", "LayerHead", "sweep",
     "SweepResult",
     "LayerCache", "CacheBatch", "Manifest", "read_manifest", "load_backbone", "Backbone", "DEFAULT_MODEL",
-    "DatasetRecords", "SplitRecords", "LabelTask", "LinearProbes", "LiveBundle", "attach", "use_threads",
+    "DatasetRecords", "SplitRecords", "LabelTask", "LinearProbes", "LiveBundle", "attach", "use_threads", "memory_limit",
     "LayercacheError", "ConfigError", "ModelLoadError", "DatasetError", "CacheError", "CacheMismatchError",
     "InsufficientDiskError",
 ]
