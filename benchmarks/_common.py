@@ -8,6 +8,7 @@ script runs from a checkout without installing.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import os
 import platform
@@ -25,8 +26,8 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 DEFAULT_DATA = REPO.parent / "shared" / "data"
 """The shared data folder beside the repository (``--data`` points elsewhere)."""
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+if importlib.util.find_spec("layercache") is None and str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))  # an uninstalled checkout; an installed layercache (compare.py's REV) is kept
 
 
 def quiet_transformers() -> None:
@@ -98,13 +99,17 @@ def work_folder(chosen: Path | None, prefix: str) -> Iterator[Path]:
         yield workdir
 
 
-def commit() -> str | None:
-    """The checkout's commit (``+dirty`` when tracked files differ from it); None outside a git checkout."""
+def commit(where: Path | None = None) -> str | None:
+    """The commit of the checkout at ``where`` (default: the one layercache is imported from), ``+dirty`` when
+    tracked files differ from it; None outside a git checkout."""
     import subprocess
 
+    if where is None:
+        spec = importlib.util.find_spec("layercache")
+        where = Path(spec.origin).resolve().parents[1] if spec and spec.origin else REPO
     try:
-        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=where, capture_output=True, text=True, check=True)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=where,
                                capture_output=True, text=True, check=True)
     except (OSError, subprocess.CalledProcessError):
         return None
@@ -136,7 +141,9 @@ def machine_meta(quick: bool, model: str, device: str) -> dict:
 
 
 def write_results(results: dict, out_json: Path) -> None:
-    """Write the results as JSON (making the folder) and say where, with the run's total time."""
+    """Write the results as JSON (making the folder) and say where, with the run's total time. ``compare.py``
+    sends them elsewhere (``LAYERCACHE_BENCH_JSON``)."""
+    out_json = Path(os.environ.get("LAYERCACHE_BENCH_JSON", out_json))
     out_json.parent.mkdir(parents=True, exist_ok=True)
     out_json.write_text(json.dumps(results, indent=2, default=str) + "\n")
     print(f"\nTotal {results['meta']['total_s']:.0f}s. JSON written to {out_json}")

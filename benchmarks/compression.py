@@ -17,8 +17,8 @@ each written uncompressed and compressed. Three parts:
 
 Run ``python benchmarks/compression.py`` (about 30 minutes on 2 idle cores; ``--workdir`` keeps the caches for
 a second run, ``--skip-filters`` leaves part 1 out; ``--quick``: 200 examples, one rep, a smoke run that checks
-every compressed cache gives back its uncompressed twin's states to the bit and is smaller). Prints tables and writes JSON (default
-``benchmarks/results/compression.json``).
+every compressed cache gives back its uncompressed twin's states to the bit and is smaller). Prints tables and
+writes JSON (default ``benchmarks/results/compression.json``).
 """
 
 from __future__ import annotations

@@ -39,8 +39,8 @@ _LAZY = {
 
 if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerly
     from .backbone.loader import DEFAULT_MODEL, Backbone, load_backbone
-    from .core.tasks import LabelTask
     from .core.memory import memory_limit
+    from .core.tasks import LabelTask
     from .core.threads import use_threads
     from .extraction.run import ExtractResult
     from .heads.estimator import LayerHead
@@ -71,7 +71,8 @@ __all__ = [
     "__version__", "extract", "ExtractResult", "train_head", "evaluate_run", "TrainResult", "LayerHead", "sweep",
     "SweepResult",
     "LayerCache", "CacheBatch", "Manifest", "read_manifest", "load_backbone", "Backbone", "DEFAULT_MODEL",
-    "DatasetRecords", "SplitRecords", "LabelTask", "LinearProbes", "LiveBundle", "attach", "use_threads", "memory_limit",
+    "DatasetRecords", "SplitRecords", "LabelTask", "LinearProbes", "LiveBundle", "attach", "use_threads",
+    "memory_limit",
     "LayercacheError", "ConfigError", "ModelLoadError", "DatasetError", "CacheError", "CacheMismatchError",
     "InsufficientDiskError",
 ]

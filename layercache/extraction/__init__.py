@@ -1,5 +1,46 @@
 """Extraction: run a frozen backbone once over records and write a resumable cache of its states.
 
 :func:`~layercache.extraction.run.extract` is the entry point; the modules beside it each hold
-one step of the run.
+one step of the run. What this package exports (``__all__``) is public: the typed option groups
+(:class:`DataSpec`, :class:`StorageSpec`, :class:`BatchSpec`), the storage choices the plan prices,
+the inputs a run loads (:func:`load_inputs`), the size estimate and the length-bucketed batch plan.
+The modules themselves are internal.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+# public name -> the module that defines it (imported when first asked for: a submodule imported alone
+# does not load its siblings)
+_PUBLIC = {
+    "ExtractResult": ".job",
+    "DataSpec": ".specs",
+    "StorageSpec": ".specs",
+    "BatchSpec": ".specs",
+    "StorageChoice": ".storage_choices",
+    "load_inputs": ".job",
+    "JobInputs": ".job",
+    "estimate_bytes": ".estimate",
+    "BatchCost": ".batching",
+    "plan_batches": ".batching",
+    "fixed_batches": ".batching",
+    "padded_tokens": ".batching",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _PUBLIC.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_PUBLIC])
+
+
+__all__ = sorted(_PUBLIC)
