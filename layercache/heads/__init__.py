@@ -1,5 +1,6 @@
 """Heads learned from a layer cache: layer mixers, task heads, the trainer and run folders."""
 
+from layercache.heads.data.validation import validation_slice
 from layercache.heads.ensembles.model import EnsembleModel
 from layercache.heads.estimator import LayerHead
 from layercache.heads.mixers import (
@@ -12,7 +13,7 @@ from layercache.heads.mixers import (
 )
 from layercache.heads.network.model import HeadModel
 from layercache.heads.scoring.bootstrap import PairedComparison, paired_bootstrap
-from layercache.heads.scoring.selection import SELECTION_METRICS
+from layercache.heads.scoring.selection import SELECTION_METRICS, default_metric
 from layercache.heads.sweeps.sweep import Candidate, CandidateResult, SweepResult, candidate_grid, sweep
 from layercache.heads.token_usage import per_token_usage
 from layercache.heads.training.trainer import TrainConfig, TrainHistory, train_model
@@ -22,4 +23,4 @@ __all__ = ["LayerHead", "HeadModel", "TrainConfig", "TrainHistory", "TrainResult
            "train_head", "evaluate_run", "read_run", "MIXERS", "LayerMixer", "MixOutput", "make_mixer",
            "mixer_from_config", "mixer_names", "per_token_usage", "SELECTION_METRICS", "sweep",
            "SweepResult", "CandidateResult", "Candidate", "candidate_grid", "EnsembleModel",
-           "paired_bootstrap", "PairedComparison"]
+           "paired_bootstrap", "PairedComparison", "validation_slice", "default_metric"]
