@@ -11,20 +11,28 @@ under each setting:
 - ``1 thread``;
 - ``2, OMP_WAIT_POLICY=PASSIVE`` and ``2, GOMP_SPINCOUNT=1000``: libgomp's wait policy, the usual
   suspect (set before torch loads);
-- ``auto``: :func:`layercache.core.threads.use_threads` (the idle cores, sampled at start), the
-  default of every command now.
+- ``auto``: :func:`layercache.use_threads` (the idle cores, sampled at start), the default of every
+  command now.
 
 The cache is the built-in task set through all-MiniLM-L6-v2, extracted into ``--cache`` when
 missing (about 30 s). Prints a table of wall seconds (and the slowdown against the quiet machine
-with the same setting) and writes JSON (default ``benchmarks/results/threads.json``).
+with the same setting) and writes JSON (default ``benchmarks/results/threads.json``) with the headline
+``figures``. Each child also reports a digest of the trained weights: the same seed on the same number
+of threads must give the same weights whatever else the machine does.
 
     python benchmarks/threads.py                   # loads 0 and 1, about 3 minutes
     python benchmarks/threads.py --loads 0 1 2 --mixer last
+    python benchmarks/threads.py --quick           # 2 threads, 1 thread, auto: a scalar head on 200 examples
+
+``--quick`` (about a minute) trains a ``scalar`` head for one epoch on a cache of the first 200 examples of each
+built-in split under ``2 threads``, ``1 thread`` and ``auto``, beside 0 and 1 busy process, and asserts what does
+not depend on timing: each setting that ran on the same number of threads at both loads trained the same weights.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import subprocess
@@ -43,20 +51,31 @@ SETTINGS = {  # name -> (--threads value for the child, environment set before t
     "2, GOMP_SPINCOUNT=1000": ("2", {"GOMP_SPINCOUNT": "1000"}),
     "auto": ("auto", {}),
 }
+DEFAULT_CACHE = Path("/tmp/lc-bench-caches/builtin-minilm")
+QUICK = {"limit": 200, "mixer": "scalar", "epochs": 1, "loads": [0, 1], "settings": ["2 threads", "1 thread", "auto"]}
+
+
+def weights_digest(head) -> str:
+    """sha256 of a fitted head's weights (every tensor of its model, by name): equal digests, equal weights."""
+    digest = hashlib.sha256()
+    for name, tensor in sorted(head.model_.state_dict().items()):
+        digest.update(name.encode())
+        digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+    return digest.hexdigest()
 
 
 def child(cache: str, mixer: str, threads: str, epochs: int) -> dict:
     """Runs in the child: one warm-up epoch, then ``epochs`` timed epochs of one head."""
-    from layercache import LayerCache, LayerHead
-    from layercache.core.threads import use_threads
+    from layercache import LayerCache, LayerHead, use_threads
 
     choice = use_threads(None if threads == "auto" else int(threads))
     with LayerCache.open(cache) as handle:
-        options = dict(tasks=["sentiment"], source="tokens", progress=False, solver="adamw", patience=0)
+        options = dict(tasks=["sentiment"], source="tokens", progress=False, solver="adamw", patience=0, seed=0)
         LayerHead(mixer, epochs=1, **options).fit(handle)  # warm-up: page cache, kernels
         t0, c0 = time.perf_counter(), time.process_time()
-        LayerHead(mixer, epochs=epochs, **options).fit(handle)
-        return {"wall_s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0, "threads": choice.threads}
+        head = LayerHead(mixer, epochs=epochs, **options).fit(handle)
+        return {"wall_s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0, "threads": choice.threads,
+                "weights_sha256": weights_digest(head)}
 
 
 def spinners(n: int) -> list[subprocess.Popen]:
@@ -74,33 +93,85 @@ def measure(cache: Path, mixer: str, setting: str, epochs: int) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def main() -> None:
+def slug(setting: str) -> str:
+    """A figure's name for a setting: ``2 threads`` -> ``2_threads``, ``2, OMP_WAIT_POLICY=PASSIVE`` ->
+    ``2_omp_wait_policy_passive``."""
+    return "_".join("".join(c if c.isalnum() else " " for c in setting.lower()).split())
+
+
+def figures(results: dict) -> dict[str, float]:
+    """The headline figures, flat (``benchmarks/compare.py`` compares them): each run's wall seconds, and each
+    loaded run's slowdown against the quiet run of its setting."""
+    out: dict[str, float] = {"total_s": results["meta"]["total_s"]}
+    quiet = {r["setting"]: r["wall_s"] for r in results["runs"] if r["load"] == 0}
+    for r in results["runs"]:
+        out[f"{slug(r['setting'])}_load{r['load']}_s"] = r["wall_s"]
+        if r["load"] and r["setting"] in quiet:
+            out[f"{slug(r['setting'])}_load{r['load']}_slowdown_ratio"] = r["wall_s"] / quiet[r["setting"]]
+    return out
+
+
+def check(results: dict) -> list[str]:
+    """What does not depend on timing: a setting that ran on the same number of threads beside every load trained
+    the same weights (same seed, same data)."""
+    failed = []
+    for setting in dict.fromkeys(r["setting"] for r in results["runs"]):
+        runs = [r for r in results["runs"] if r["setting"] == setting]
+        by_threads: dict[int, set[str]] = {}
+        for r in runs:
+            by_threads.setdefault(r["threads"], set()).add(r["weights_sha256"])
+        for threads, digests in by_threads.items():
+            if len(digests) > 1:
+                failed.append(f"{setting}: {threads} thread(s) trained different weights beside different loads")
+    return failed
+
+
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--cache", type=Path, default=Path("/tmp/lc-bench-caches/builtin-minilm"),
-                        help="built-in MiniLM cache (extracted when missing)")
-    parser.add_argument("--mixer", default="adaptive")
-    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--quick", action="store_true",
+                        help=f"settings {', '.join(QUICK['settings'])}; loads 0 and 1; a {QUICK['mixer']} head for "
+                             f"{QUICK['epochs']} epoch on the first {QUICK['limit']} examples of each split; asserts "
+                             "equal weights on equal threads")
+    parser.add_argument("--cache", type=Path, default=None,
+                        help=f"built-in MiniLM cache (extracted when missing; default {DEFAULT_CACHE}, with --quick "
+                             f"{DEFAULT_CACHE}-{QUICK['limit']})")
+    parser.add_argument("--mixer", default=None, help="default adaptive (--quick scalar)")
+    parser.add_argument("--epochs", type=int, default=None, help="default 2 (--quick 1)")
     parser.add_argument("--loads", type=int, nargs="+", default=[0, 1], help="busy processes beside the training")
-    parser.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=list(SETTINGS))
-    parser.add_argument("--out", type=Path, default=HERE / "results" / "threads.json")
+    parser.add_argument("--settings", nargs="+", default=None, choices=list(SETTINGS),
+                        help="default: all (--quick: 2 threads, 1 thread, auto)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="JSON output (default: benchmarks/results/threads.json, threads-quick.json with --quick)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--threads", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    mixer = args.mixer or (QUICK["mixer"] if args.quick else "adaptive")
+    epochs = args.epochs or (QUICK["epochs"] if args.quick else 2)
     if args.child:
-        print(json.dumps(child(args.child, args.mixer, args.threads, args.epochs)))
-        return
+        print(json.dumps(child(args.child, mixer, args.threads, epochs)))
+        return 0
 
-    from layercache import extract
+    from layercache import LayerCache, LayercacheError, extract
 
+    limit = QUICK["limit"] if args.quick else None
+    cache = args.cache or (Path(f"{DEFAULT_CACHE}-{limit}") if limit else DEFAULT_CACHE)
+    settings = args.settings or (QUICK["settings"] if args.quick else list(SETTINGS))
+    loads = args.loads
+    out = args.out or HERE / "results" / ("threads-quick.json" if args.quick else "threads.json")
     started = time.perf_counter()
-    results = {"meta": machine_meta(False, "minilm", "cpu"), "mixer": args.mixer, "epochs": args.epochs, "runs": []}
-    extract("minilm", "builtin", args.cache, progress=False)  # a no-op when complete
-    for load in args.loads:
+    results = {"meta": {**machine_meta(args.quick, "minilm", "cpu"), "cache": str(cache), "limit": limit},
+               "mixer": mixer, "epochs": epochs, "runs": []}
+    os.environ.setdefault("LAYERCACHE_HOME", str(cache.parent / "home"))  # never move the user's "latest cache"
+    try:
+        LayerCache.open(cache).close()  # complete: reused (extract() would load the model to say so)
+    except LayercacheError:
+        extract("minilm", "builtin", cache, limit=limit, progress=False)
+    for load in loads:
         busy = spinners(load)
         try:
             time.sleep(0.5)  # let them reach full speed before the child samples the idle cores
-            for setting in args.settings:
-                run = {"load": load, "setting": setting, **measure(args.cache, args.mixer, setting, args.epochs),
+            for setting in settings:
+                run = {"load": load, "setting": setting, **measure(cache, mixer, setting, epochs),
                        "loadavg": loadavg()}
                 results["runs"].append(run)
                 print(f"  beside {load} busy process(es), {setting}: {run['wall_s']:.2f} s "
@@ -111,20 +182,29 @@ def main() -> None:
                 process.wait()
     quiet = {r["setting"]: r["wall_s"] for r in results["runs"] if r["load"] == 0}
     rows = []
-    for setting in args.settings:
+    for setting in settings:
         row = [setting]
-        for load in args.loads:
+        for load in loads:
             run = next(r for r in results["runs"] if r["load"] == load and r["setting"] == setting)
             slowdown = run["wall_s"] / quiet[setting] if setting in quiet and load else None
             row.append(f"{run['wall_s']:.2f} s ({run['threads']})" + (f", {slowdown:.1f}x" if slowdown else ""))
         rows.append(row)
-    print_table(f"{args.mixer} head, {args.epochs} epochs of the built-in sentiment task: wall seconds (threads used)"
+    failed = check(results)
+    print_table(f"{mixer} head, {epochs} epoch(s) of the built-in sentiment task: wall seconds (threads used)"
                 ", slowdown against the quiet machine",
-                ["setting", *[f"beside {n} busy" for n in args.loads]], rows)
+                ["setting", *[f"beside {n} busy" for n in loads]], rows,
+                note="same weights for the same seed on the same number of threads at every load: "
+                     + ("yes" if not failed else "NO"))
     results["meta"]["loadavg_end"] = loadavg()
     results["meta"]["total_s"] = time.perf_counter() - started
-    write_results(results, args.out)
+    results["figures"] = figures(results)
+    results["checks_failed"] = failed
+    write_results(results, out)
+    if failed:
+        print("\nFAILED:\n  " + "\n  ".join(failed))
+        return 1
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
