@@ -100,6 +100,37 @@ QUICK_BYTES = {"tokens int8": 0.5, "tokens int4": 0.28}
 BYTES_TOLERANCE = 0.02
 
 
+def plan_head_epochs() -> int:
+    """The epochs of ``plan``'s quick head: :func:`layercache.planning.plan_cache`'s default, read from its signature
+    (the constant behind it is not public)."""
+    import inspect
+
+    from layercache.planning import plan_cache
+
+    return int(inspect.signature(plan_cache).parameters["head_epochs"].default)
+
+
+def figures(results: dict) -> dict[str, float]:
+    """The headline figures, flat (``benchmarks/compare.py`` compares them): the run's and each task's seconds,
+    each row's bytes over float16's, its measured probe loss and head loss (mean over the seeds), and target C's
+    largest gap (points)."""
+    out: dict[str, float] = {"total_s": results["meta"]["total_s"]}
+    for task, result in results["tasks"].items():
+        out[f"{task}_s"] = result["seconds"]
+        for row in result["rows"]:
+            key = f"{task}_{row['choice']}".replace(" + ", "_").replace(" ", "_").replace("(", "").replace(")", "")
+            if row["bytes_vs_float16"] is not None:
+                out[f"{key}_bytes_ratio"] = row["bytes_vs_float16"]
+            if row["probe"]:
+                out[f"{key}_probe_loss_points"] = row["probe"]["loss_points"]
+            if row["head"]:
+                out[f"{key}_head_loss_points"] = row["head"]["loss_mean"]
+    gap = results["targets"]["C"]["max_probe_gap_points"]
+    if gap is not None:
+        out["max_probe_gap_points"] = gap
+    return out
+
+
 def log(text: str) -> None:
     print(f"  [{time.strftime('%H:%M:%S')}] {text}", flush=True)
 
@@ -112,7 +143,7 @@ def label(choice, basis: str) -> str:
 
 def every_choice(width: int) -> list[tuple[object, str]]:
     """(StorageChoice, basis) of every row, in the table's order: full width, then each K (PCA, standardized)."""
-    from layercache.extraction.storage_choices import StorageChoice
+    from layercache.extraction import StorageChoice
 
     rows = [(StorageChoice("tokens", dtype), "pca") for dtype in ("float16", "int8", "int4")]
     for k in (width // 2, width // 4, width // 8):
@@ -151,7 +182,7 @@ def priced_bytes(data_spec, work: Path) -> dict[str, int]:
 
 def run_check(sample, rows, heads, seed: int, head_epochs: int, folder: Path) -> dict[str, object]:
     """measure_quality once per basis: label -> ChoiceQuality, and each report's JSON and seconds."""
-    from layercache.extraction.specs import StorageSpec
+    from layercache.extraction import StorageSpec
     from layercache.planning import measure_quality
 
     measured, reports = {}, {}
@@ -179,8 +210,7 @@ def cost_json(cost) -> dict | None:
 
 def one_task(task: str, args, work: Path) -> dict:
     """Both measurements of ``task``: every row's bytes, losses and their comparison."""
-    from layercache.extraction.job import load_inputs
-    from layercache.extraction.specs import BatchSpec, DataSpec, StorageSpec
+    from layercache.extraction import BatchSpec, DataSpec, StorageSpec, load_inputs
     from layercache.planning import labelled_sample
 
     files, labels = split_files(task, args.data, work)
@@ -433,7 +463,7 @@ def main(argv: list[str] | None = None) -> int:
 
     started = time.perf_counter()
     quiet_transformers()
-    from layercache.planning.quality import HEAD_EPOCHS
+    head_epochs_default = plan_head_epochs()
 
     args.data = args.data.expanduser().resolve()
     if not args.data.is_dir():
@@ -442,7 +472,7 @@ def main(argv: list[str] | None = None) -> int:
     args.tasks = args.tasks or list(QUICK_TASKS if args.quick else TASKS)
     args.seeds = args.seeds or ([0] if args.quick else [0, 1, 2])
     args.plan_examples = args.plan_examples or (QUICK_PLAN_EXAMPLES if args.quick else 2000)
-    args.head_epochs = args.head_epochs or (1 if args.quick else HEAD_EPOCHS)
+    args.head_epochs = args.head_epochs or (1 if args.quick else head_epochs_default)
     if args.quick:
         args.max_examples = min(args.max_examples, QUICK_LIMIT)
     meta = {**machine_meta(args.quick, MODEL, "cpu"), "tasks": args.tasks, "seeds": args.seeds,
@@ -459,6 +489,7 @@ def main(argv: list[str] | None = None) -> int:
     meta["loadavg_end"] = loadavg()
     failures = quick_checks(results) if args.quick else []
     results["quick_failures"] = failures
+    results["figures"] = figures(results)
     write_results(results, args.out)
     if failures:
         raise AssertionError("--quick: " + "; ".join(failures))
