@@ -3,7 +3,8 @@
 :func:`~layercache.extraction.run.extract` is the entry point; the modules beside it each hold
 one step of the run. What this package exports (``__all__``) is public: the typed option groups
 (:class:`DataSpec`, :class:`StorageSpec`, :class:`BatchSpec`), the storage choices the plan prices,
-the inputs a run loads (:func:`load_inputs`), the size estimate and the length-bucketed batch plan.
+the inputs a run loads (:func:`load_inputs`) and a run of inputs already loaded (:func:`extract_loaded`),
+the size estimate and the length-bucketed batch plan.
 The modules themselves are internal.
 """
 
@@ -21,6 +22,7 @@ _PUBLIC = {
     "BatchSpec": ".specs",
     "StorageChoice": ".storage_choices",
     "load_inputs": ".job",
+    "extract_loaded": ".run",
     "JobInputs": ".job",
     "estimate_bytes": ".estimate",
     "BatchCost": ".batching",
