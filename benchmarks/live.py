@@ -99,7 +99,7 @@ def main(argv=None) -> int:
     import numpy as np
 
     import layercache as lc
-    from layercache.live import parity, verify_cache
+    from layercache import live  # live.parity: `from layercache.live import parity` names the module parity.py
     from layercache.sources import load_dataset_records
 
     threads = args.threads or ("auto" if args.quick else "2")
@@ -131,11 +131,11 @@ def main(argv=None) -> int:
         for name in ("adaptive", "layer3"):
             log(f"parity {name}")
             t0 = time.perf_counter()
-            agreement = parity(runs[name], cache, "test", backbone=backbone)
+            agreement = live.parity(runs[name], cache, "test", backbone=backbone)
             results["parity"][name] = {**agreement.to_json(), "seconds": time.perf_counter() - t0}
         log("verify 100 examples of test")
         t0 = time.perf_counter()
-        checked = verify_cache(cache, sample=100, seed=args.seed, split="test", backbone=backbone)
+        checked = live.verify_cache(cache, sample=100, seed=args.seed, split="test", backbone=backbone)
         results["verify"] = {"seconds": time.perf_counter() - t0, "passed": checked.passed,
                              "examples": checked.examples, "worst": max(r.worst for r in checked.rows)}
 
