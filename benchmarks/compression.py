@@ -67,7 +67,6 @@ def survey_filters(caches: dict, work: Path, reps: int) -> list[dict]:
         shard = sorted((caches[dtype, "none"] / "train").glob("shard-*.h5"))[0]
         with h5py.File(shard, "r") as h:
             samples[dtype] = h["hidden"][:SAMPLE_TOKENS]
-    width = samples["float16"].shape[2]
     trials = [(name, dtype, 512) for name in ["none", *filter_candidates()] for dtype in DTYPES]
     trials += [(name, dtype, chunk) for name in ("blosc2 zstd 1 + shuffle", "zstd 1") for dtype in DTYPES
                for chunk in (128, 2048)]
@@ -81,7 +80,7 @@ def survey_filters(caches: dict, work: Path, reps: int) -> list[dict]:
             options = {} if name == "none" else filter_candidates()[name]
             start = time.perf_counter()
             with h5py.File(path, "w") as h:
-                h.create_dataset("x", data=values, chunks=(chunk, 1, width), **options)
+                h.create_dataset("x", data=values, chunks=(chunk, 1, values.shape[2]), **options)  # int4: D / 2
             times[trial]["write"].append(time.perf_counter() - start)
             with h5py.File(path, "r", rdcc_nbytes=0) as h:
                 ratios[trial] = h["x"].id.get_storage_size() / values.nbytes

@@ -44,7 +44,7 @@ TARGET = 0.20
 
 
 def data_spec(name: str, data: Path, limit: int | None):
-    from layercache.extraction.specs import DataSpec
+    from layercache.extraction import DataSpec
 
     if name == "builtin":
         return DataSpec(dataset="builtin", limit=limit)
@@ -110,12 +110,24 @@ def main(argv=None) -> int:
                          fmt(summary["check_over_plan_own"], 2), ", ".join(f"{k} {v:.0f}" for k, v in parts.items()),
                          ", ".join(on[0].get("heads_on", [])) if on else ""])
     results["meta"].update(total_s=round(time.perf_counter() - t_all, 1), loadavg_end=loadavg(), reps=reps)
+    results["figures"] = {f"{name}_{key}": value for name, summary in results["datasets"].items()
+                          for key, value in (("check_s", summary["check_s"]), ("plan_own_s", summary["plan_own_s"]),
+                                             ("plan_without_check_s", summary["plan_without_check_s"]),
+                                             ("check_over_own_ratio", summary["check_over_plan_own"]))
+                          if value is not None}
     print_table("plan's quality check against the plan's own time (medians, seconds)",
                 ["data", "plan, no check", "plan, check", "plan's own", "check", "check / own", "check's parts",
                  "heads on"], rows,
                 note=f"plan's own: the call with the check less the check (it includes the sample's forward, which is "
                      f"the plan's timing of the model); target: check / own <= {TARGET:.2f}")
     write_results(results, args.json)
+    if args.quick:  # what does not depend on timing: the check ran, and trained heads only on lossy choices
+        for name, summary in results["datasets"].items():
+            on = [r for r in summary["runs"] if r["quality"]]
+            assert on and all(r.get("check_s", 0) > 0 and "probes" in r["parts_s"] for r in on), name
+            assert all(not ({"tokens float16", "tokens bfloat16", "tokens float32"} & set(r["heads_on"]))
+                       for r in on), f"{name}: a quick head on a choice that only rounds"
+            assert all("check_s" not in r for r in summary["runs"] if not r["quality"]), name
     return 0
 
 
