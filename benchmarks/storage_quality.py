@@ -9,8 +9,10 @@ for every storage variant), one cache per storage variant:
   (``extract(..., project=K)``), run only when the installed layercache has that option; otherwise
   the rows say "not built".
 - cache size on disk (every file of the cache folder) and the ratio to fp16; extraction wall time
-  (the whole ``extract()`` call, model load included) and its ratio to fp16, the variants extracted
-  back to back in this process (``--extract-reps 2`` runs them ABBA and keeps the medians).
+  (the whole ``extract()`` call, model load included, its quality check of a lossy cache off:
+  ``quality_examples=0``, which ``benchmarks/plan_check_cost.py`` times) and its ratio to fp16, the
+  variants extracted back to back in this process (``--extract-reps 2`` runs them ABBA and keeps the
+  medians).
 - per state: :class:`~layercache.probes.LinearProbes` (``C`` chosen per state on the probes' seeded
   10 % slice of train) scored on the held-out split by the task's metric (accuracy for SST-2,
   Matthews correlation for the imbalanced CR and MPQA, entity F1 for CoNLL-2003 NER, on each word's
@@ -25,14 +27,22 @@ for every storage variant), one cache per storage variant:
 Targets (issue 28): int8 within 0.3 point of fp16 on every state's probe and, for the head, inside
 the fp16 head's seed spread; the smallest K where the head loses under 1 point.
 
-    python benchmarks/storage_quality.py --tasks cr --limit 500 --seeds 1 --epochs 2   # smoke run
+    python benchmarks/storage_quality.py --quick                                        # smoke run with checks
+    python benchmarks/storage_quality.py --tasks cr --limit 500 --seeds 1 --epochs 2   # a small run
     python benchmarks/storage_quality.py --tasks cr mpqa conll                          # fp16 and int8
     python benchmarks/storage_quality.py --tasks sst2 --extract-reps 2                  # end to end
 
 Caches go to ``--cache-dir`` (default ``/tmp/quality``), one folder per task and variant; an
 existing complete cache is reused (its extraction time then comes from the side file written when
 it was made). Prints a table per task and writes JSON (default
-``benchmarks/results/storage_quality.json``).
+``benchmarks/results/storage_quality.json``, ``storage_quality-quick.json`` with ``--quick``) with the
+headline ``figures`` (seconds, MB, size over fp16).
+
+``--quick`` (about a minute once its caches exist): the first 300 SST-2 sentences of each file, fp16 and int8,
+probes, one seed of the head at 5 epochs, no pooled head; it asserts what does not depend on timing: int8 takes
+under 0.75x fp16's bytes, every state's probe on int8 lies within 2 points of fp16's, and the fp16 head beats the
+majority class. Public API only (the task's metric from :func:`layercache.heads.default_metric`, the entity
+F1 from ``benchmarks/quality.py``).
 """
 
 from __future__ import annotations
@@ -41,6 +51,7 @@ import argparse
 import dataclasses
 import inspect
 import json
+import os
 import statistics
 import sys
 import time
@@ -83,7 +94,7 @@ def projection_support() -> str | None:
     """How this layercache takes a projection width: ``"kwarg"`` (``extract(project=K)``),
     ``"spec"`` (``StorageSpec(project=K)``), or None where it is not built yet."""
     from layercache import extract
-    from layercache.extraction.specs import StorageSpec
+    from layercache.extraction import StorageSpec
 
     if "project" in inspect.signature(extract).parameters:
         return "kwarg"
@@ -105,7 +116,8 @@ def extract_variant(model: str, name: str, variant: dict, data: Path, cache_dir:
     files = {"train": str(data / train), HELD_OUT: str(data / held_out)}
     path = cache_dir / f"{model}-{name}-{limit or 'all'}-{variant['name']}"
     side = path.with_suffix(".extract-time.json")
-    kwargs = {"split_files": files, "limit": limit, "progress": False, "overwrite": fresh}
+    # extract()'s quality check of a lossy cache is off: it is not storage (benchmarks/plan_check_cost.py times it)
+    kwargs = {"split_files": files, "limit": limit, "progress": False, "overwrite": fresh, "quality_examples": 0}
     if variant["project"]:
         how = projection_support()
         if how is None:
@@ -113,7 +125,7 @@ def extract_variant(model: str, name: str, variant: dict, data: Path, cache_dir:
         if how == "kwarg":
             kwargs.update(storage_dtype=variant["dtype"], project=variant["project"])
         else:
-            from layercache.extraction.specs import StorageSpec
+            from layercache.extraction import StorageSpec
 
             kwargs["storage"] = StorageSpec(storage_dtype=variant["dtype"], project=variant["project"])
     else:
@@ -159,7 +171,7 @@ def task_of(cache, name: str):
 def metric_of(cache, task) -> tuple[str, str]:
     import numpy as np
 
-    from layercache.heads.scoring.selection import default_metric
+    from layercache.heads import default_metric
 
     counts = None
     if task.kind == "sequence":
@@ -179,7 +191,7 @@ def probe_scores(cache, task, metric: str, max_train: int | None) -> dict:
     predicted, gold = probes.predictions(cache, HELD_OUT)  # (L, n), (n,)
     accuracy = [float((p == gold).mean()) for p in predicted]
     if task.kind == "token":
-        from layercache.heads.scoring.metrics import span_f1
+        from quality import span_f1  # benchmarks/quality.py: conlleval's entity F1
 
         counts = [int((np.asarray(s) >= 0).sum()) for s in cache.labels(HELD_OUT, task.name)]
         if sum(counts) != len(gold):
@@ -189,7 +201,7 @@ def probe_scores(cache, task, metric: str, max_train: int | None) -> dict:
         def sentences(tags) -> list[list[str]]:
             return [[task.label_names[i] for i in tags[a:b]] for a, b in zip(bounds[:-1], bounds[1:])]
 
-        scores = [float(span_f1(sentences(gold), sentences(p))["f1"]) for p in predicted]
+        scores = [float(span_f1(sentences(gold), sentences(p))) for p in predicted]
     elif metric == "mcc":
         scores = [float(matthews_corrcoef(gold, p)) for p in predicted]
     elif metric == "macro_f1":
@@ -270,6 +282,9 @@ def bench_task(name: str, args, variants: list[dict]) -> dict:
             metric, why = metric_of(cache, task)
             result.update(task=task.name, kind=task.kind, metric=metric, metric_reason=why,
                           n_train=cache.num_examples("train"), n_test=cache.num_examples(HELD_OUT))
+            if task.kind == "sequence":
+                held_out = [int(x) for x in cache.labels(HELD_OUT, task.name)]
+                result["test_majority_share"] = max(map(held_out.count, set(held_out))) / len(held_out)
             if not args.no_probes:
                 log(f"{name} {v['name']}: linear probes")
                 entry["probes"] = probe_scores(cache, task, metric, args.probe_max_train)
@@ -340,56 +355,136 @@ def summarise(name: str, r: dict) -> None:
                     ["head", "mean ± sd", "spread", "vs fp16 tokens (points)", "s / seed"], rows, digits=4)
 
 
-def main() -> None:
+QUICK = {"tasks": ["sst2"], "limit": 300, "variants": ["fp16", "int8"], "seeds": 1, "epochs": 5}
+"""``--quick``: the first 300 SST-2 sentences of each file, fp16 and int8, one seed of the head at 5 epochs."""
+QUICK_PROBE_POINTS = 2.0
+"""--quick: every state's probe on int8 within this many points of fp16 (300 held-out sentences: 1 point is 3)."""
+
+
+def figures(results: dict) -> dict[str, float]:
+    """The headline figures, flat (``benchmarks/compare.py`` compares them), each one larger when worse: seconds
+    (extraction, probes, a head seed), MB on disk and each variant's size over fp16's."""
+    out: dict[str, float] = {"total_s": results["meta"]["total_s"]}
+    for name, r in results["tasks"].items():
+        base = r["variants"].get("fp16", {})
+        for vname, e in r["variants"].items():
+            if e.get("status") != "ok":
+                continue
+            key = f"{name}_{vname}".replace("+", "_")
+            if e.get("extract_s") is not None and not e.get("reused"):  # a reused cache's time is another run's
+                out[f"{key}_extract_s"] = e["extract_s"]
+            out[f"{key}_mb"] = e["bytes"] / 1e6
+            if vname != "fp16" and base.get("bytes"):
+                out[f"{key}_size_over_fp16_ratio"] = e["bytes"] / base["bytes"]
+            if e.get("probes"):
+                out[f"{key}_probes_s"] = e["probes"]["seconds"]
+            if e.get("head"):
+                out[f"{key}_head_seed_s"] = statistics.fmean(e["head"]["seconds"])
+    return out
+
+
+def quick_checks(results: dict) -> list[str]:
+    """What a quick run must show whatever the machine's speed: int8 stored smaller than fp16, every state's probe
+    on int8 within QUICK_PROBE_POINTS of fp16's, and the fp16 head above the majority class on a balanced task."""
+    failed = []
+    for name, r in results["tasks"].items():
+        fp16, int8 = r["variants"].get("fp16"), r["variants"].get("int8")
+        if not fp16 or not int8 or fp16.get("status") != "ok" or int8.get("status") != "ok":
+            failed.append(f"{name}: fp16 and int8 caches were not both built")
+            continue
+        if not int8["bytes"] < 0.75 * fp16["bytes"]:
+            failed.append(f"{name}: int8 takes {int8['bytes'] / fp16['bytes']:.2f}x fp16's bytes (not < 0.75)")
+        if fp16.get("probes") and int8.get("probes"):
+            worst = max(abs(a - b) for a, b in zip(fp16["probes"]["test"], int8["probes"]["test"])) * 100
+            if worst > QUICK_PROBE_POINTS:
+                failed.append(f"{name}: a state's probe on int8 is {worst:.2f} points from fp16's "
+                              f"(> {QUICK_PROBE_POINTS})")
+        if r.get("metric") == "accuracy" and fp16.get("head") and "test_majority_share" in r:
+            if not fp16["head"]["mean"] > r["test_majority_share"]:
+                failed.append(f"{name}: the fp16 head's accuracy {fp16['head']['mean']:.4f} is not above the "
+                              f"majority class's share {r['test_majority_share']:.4f}")
+    return failed
+
+
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--tasks", nargs="+", default=["cr", "mpqa", "conll"], choices=list(DATASETS))
+    parser.add_argument("--quick", action="store_true",
+                        help="the first 300 SST-2 sentences of each file, fp16 and int8, one head seed at 5 epochs, no "
+                             "pooled head; asserts int8 is smaller, its probes within 2 points of fp16's, and the head "
+                             "above the majority class")
+    parser.add_argument("--tasks", nargs="+", default=None, choices=list(DATASETS),
+                        help="default cr mpqa conll (--quick sst2)")
     parser.add_argument("--model", default="minilm")
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--cache-dir", type=Path, default=Path("/tmp/quality"))
-    parser.add_argument("--limit", type=int, default=None, help="the first N examples of each file")
+    parser.add_argument("--limit", type=int, default=None, help="the first N examples of each file (--quick 300)")
     parser.add_argument("--project", default="192,96,48",
                         help="projection widths K for int8 + projection ('' for none); rows say 'not built' where "
                              "extract has no projection yet")
-    parser.add_argument("--variants", nargs="+", default=None, help="only these variants (fp16, int8, int8+p<K>)")
-    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--variants", nargs="+", default=None,
+                        help="only these variants (fp16, int8, int8+p<K>; --quick fp16 int8)")
+    parser.add_argument("--seeds", type=int, default=None, help="default 3 (--quick 1)")
     parser.add_argument("--first-seed", type=int, default=0, help="the heads' seeds are first-seed, first-seed + 1 ...")
     parser.add_argument("--proj-seeds", type=int, default=None, help="seeds of the head on projected caches "
                         "(default: --seeds)")
-    parser.add_argument("--epochs", type=int, default=20, help="the head's epochs at most (LayerHead's default 20)")
+    parser.add_argument("--epochs", type=int, default=None,
+                        help="the head's epochs at most (LayerHead's default 20; --quick 5)")
     parser.add_argument("--probe-max-train", type=int, default=None,
                         help="LinearProbes' max_train (default: every training example or word)")
     parser.add_argument("--extract-reps", type=int, default=1, help="2: extract ABBA and keep the median times")
     parser.add_argument("--fresh", action="store_true", help="extract again even where a complete cache exists")
     parser.add_argument("--no-probes", action="store_true")
     parser.add_argument("--no-heads", action="store_true")
-    parser.add_argument("--no-pooled", action="store_true")
+    parser.add_argument("--no-pooled", action="store_true", help="no pooled:mean head (always with --quick)")
     parser.add_argument("--pooled-all", action="store_true", help="the pooled:mean head on every variant")
-    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own)")
-    parser.add_argument("--out", type=Path, default=HERE / "results" / "storage_quality.json")
+    parser.add_argument("--threads", default=None,
+                        help="torch threads, or auto (default: the library's own policy, auto)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="JSON output (default: benchmarks/results/storage_quality.json, "
+                             "storage_quality-quick.json with --quick)")
     args = parser.parse_args()
     if not args.data.is_dir():
         sys.exit(f"no data folder at {args.data}; pass --data")
+    if args.quick:
+        args.tasks = args.tasks or QUICK["tasks"]
+        args.limit = args.limit or QUICK["limit"]
+        args.variants = args.variants or QUICK["variants"]
+        args.seeds = args.seeds or QUICK["seeds"]
+        args.epochs = args.epochs or QUICK["epochs"]
+        args.no_pooled = True
+    args.tasks = args.tasks or ["cr", "mpqa", "conll"]
+    args.seeds = args.seeds or 3
+    args.epochs = args.epochs or 20
+    out = args.out or HERE / "results" / ("storage_quality-quick.json" if args.quick else "storage_quality.json")
     quiet_transformers()
     if args.threads:
-        from layercache.core.threads import use_threads  # kept by every computing call, even at torch's default count
+        from layercache import use_threads  # kept by every computing call, even at torch's default count
 
-        use_threads(args.threads)
+        use_threads(None if args.threads == "auto" else int(args.threads))
     args.cache_dir.mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("LAYERCACHE_HOME", str(args.cache_dir / "home"))  # never move the user's "latest cache"
     project = [int(k) for k in args.project.split(",") if k.strip()]
     variants = [v for v in variants_of(project) if not args.variants or v["name"] in args.variants]
     started = time.perf_counter()
-    results = {"meta": machine_meta(args.limit is not None, args.model, "cpu"),
+    results = {"meta": machine_meta(args.quick, args.model, "cpu"),
                "args": {k: str(v) for k, v in vars(args).items()},
                "projection": projection_support() or NOT_BUILT, "tasks": {}}
+    partial = Path(os.environ.get("LAYERCACHE_BENCH_JSON", out))  # where write_results puts the final file
     for name in args.tasks:
         results["tasks"][name] = bench_task(name, args, variants)
         summarise(name, results["tasks"][name])
-        args.out.parent.mkdir(parents=True, exist_ok=True)  # after every task, so a long run keeps what it measured
-        args.out.write_text(json.dumps(results, indent=2, default=str) + "\n")
+        partial.parent.mkdir(parents=True, exist_ok=True)  # after every task, so a long run keeps what it measured
+        partial.write_text(json.dumps(results, indent=2, default=str) + "\n")
     results["meta"]["loadavg_end"] = loadavg()
     results["meta"]["total_s"] = time.perf_counter() - started
-    write_results(results, args.out)
+    results["figures"] = figures(results)
+    results["checks_failed"] = quick_checks(results) if args.quick else []
+    write_results(results, out)
+    if results["checks_failed"]:
+        print("\nFAILED:\n  " + "\n  ".join(results["checks_failed"]))
+        return 1
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
