@@ -1,23 +1,32 @@
 """Head benchmarks for layercache on all-MiniLM-L6-v2 (CPU): layer mixers, and cache vs live training.
 
-Measures, on real data from ``../shared/data`` (see benchmarks/README.md):
+Measures, on real data from ``../shared/data`` (see benchmarks/README.md), through the public API only:
 
 1. mixers - every layer mixer (``last``, ``layer:0`` … ``layer:6`` as single-layer baselines, ``scalar``,
-   ``adaptive``, ``attention``, ``gumbel``, ``act``) with its default head, trained from one cache per
-   dataset: SST-2 dev accuracy and CoNLL-2003 valid entity (span) F1, with training times.
+   ``adaptive``, ``attention``, ``gumbel``, ``act``) with its default head, as :class:`layercache.LayerHead`
+   trains it (``solver="auto"``: the single-layer heads get the convex fit; ``--solver adamw`` trains every
+   head by minibatch AdamW as the earlier tables did), from one cache per dataset: SST-2 dev accuracy
+   (task ``label``) and CoNLL-2003 valid entity span F1 (task ``ner`` alone), with training times.
    Target: ``adaptive`` at least as good as the best single layer on both.
-2. live   - the same adaptive head on SST-2 trained for a fixed number of epochs from the cache and
-   with the live backbone (a forward pass per batch, :class:`layercache.live.feed.LiveFeed`):
-   training times, extraction time and dev accuracy of both. Targets: cache >= 20x faster
-   excluding the one extraction, >= 4x including it, equal accuracy within 1 point.
+2. live   - the same adaptive head on SST-2 trained for a fixed number of epochs from the cache
+   (:func:`layercache.train_head`) and with the live backbone (:func:`layercache.live.train_head_live`:
+   a forward pass per batch of the cache's own token ids, states rounded to the cache's storage dtype):
+   the same rows, validation slice, seed, hyper-parameters, checkpoints and run folder on both sides, so
+   the two calls do equal work but for where the states come from. Training times (the training loop with
+   its per-epoch validation, ``TrainHistory.seconds``; and each whole call), extraction time and dev
+   accuracy of both. Targets: cache >= 20x faster excluding the one extraction, >= 4x including it,
+   equal accuracy within 1 point.
 
 Protocol (both parts): train on the train split minus a seeded 10% validation slice of it
 (stratified by label for SST-2), validate on that slice after every epoch and keep the best epoch,
 report once on the held-out split (SST-2 ``dev.tsv``, CoNLL ``valid.txt``), which no choice sees.
 
-Run ``python benchmarks/heads.py`` (estimated 15-20 minutes on 2 idle CPU cores) or ``--quick`` (small
-subsets: under a minute on idle cores, a few minutes when other work shares them). Prints tables and writes
-JSON (default ``benchmarks/results/heads.json``, ``heads-quick.json`` with ``--quick``).
+Run ``python benchmarks/heads.py`` (estimated 15-20 minutes on 2 idle CPU cores) or ``--quick`` (the first 400
+SST-2 and 300 CoNLL sentences of each file, a few mixers, 2 epochs; about a minute on idle cores, a few when
+other work shares them; it asserts what does not depend on timing: the same seed trains the same head, the
+cache-trained head scores the same on live states as on the cache's, both sides of part 2 trained on the same
+rows, and ``adaptive`` beats the majority class on SST-2). Prints tables and writes JSON (default
+``benchmarks/results/heads.json``, ``heads-quick.json`` with ``--quick``) with the headline ``figures``.
 """
 
 from __future__ import annotations
@@ -43,19 +52,16 @@ THREADS = 2
 REPORT_SPLIT = "test"  # the held-out split's name in the caches: not a validation name, so nothing selects on it
 VAL_FRACTION = 0.1
 TRAIN_BATCH = 32
-# As LayerHead: the validation slice is scored every epoch in training-sized batches, the held-out
-# split once in batches of 128. (On 2 cores, the adaptive head validates ~2x faster in batches of
-# 32 than of 128: the large batches' tensors outgrow the caches and glibc's mmap threshold.)
-VAL_BATCH = TRAIN_BATCH
-EVAL_BATCH = 128
+# LayerHead validates in training-sized batches every epoch and scores the held-out split once in batches of 128.
 
-# name -> (train file, held-out file, what the held-out file is)
+# name -> (train file, held-out file, what the held-out file is, the task learned)
 DATASETS = {
-    "sst2": ("sst2/train.tsv", "sst2/dev.tsv", "SST-2 dev"),
-    "conll": ("conll2003/train.txt", "conll2003/valid.txt", "CoNLL-2003 valid"),
+    "sst2": ("sst2/train.tsv", "sst2/dev.tsv", "SST-2 dev", "label"),
+    "conll": ("conll2003/train.txt", "conll2003/valid.txt", "CoNLL-2003 valid", "ner"),
 }
 SINGLE_LAYERS = [f"layer:{i}" for i in range(7)]  # MiniLM: embeddings + 6 layers
 MIXERS = ["last", *SINGLE_LAYERS, "scalar", "adaptive", "attention", "gumbel", "act"]
+QUICK_MIXERS = ["last", "layer:3", "scalar", "adaptive"]
 
 # The head of the cache-vs-live comparison: the adalayers sequence head in the configuration of the
 # live reference run in ../shared/METHODS.md (k 64, alpha 70, cutoff 0.005, 16 heads, batch 32;
@@ -83,35 +89,80 @@ def log(text: str) -> None:
     print(f"  [{time.strftime('%H:%M:%S')}] {text}", flush=True)
 
 
+def metric_of(task) -> str:
+    """The score a table reports for a task: accuracy (a sentence task), entity span F1 (IOB tags)."""
+    return "accuracy" if task.kind == "sequence" else "span_f1"
+
+
 # --------------------------------------------------------------------------------------------
 # data and caches
 
 
 def dataset_files(data: Path, name: str) -> dict[str, str]:
-    train, held_out, _ = DATASETS[name]
+    train, held_out, _, _ = DATASETS[name]
     return {"train": str(data / train), REPORT_SPLIT: str(data / held_out)}
 
 
-def cache_limit(files: dict[str, str], n_train: int | None, n_test: int | None) -> int | None:
-    """``extract(limit=)`` keeps the first N examples of *each* split: enough for both sizes asked for.
+def count_examples(path: str) -> int:
+    from layercache.sources import load_dataset_records
 
-    The heads then train and report on the first ``n_train`` / ``n_test`` examples (:func:`first_rows`).
+    return len(load_dataset_records(None, split_files={REPORT_SPLIT: path}).splits[REPORT_SPLIT])
+
+
+def first_examples(source: Path, n: int, target: Path) -> None:
+    """Write the first ``n`` examples of a data file to ``target``: lines of a ``.tsv``, sentences of a CoNLL file
+    (``-DOCSTART-`` lines kept, not counted)."""
+    lines = source.read_text(encoding="utf-8").splitlines()
+    if source.suffix == ".tsv":
+        kept = [line for line in lines if line.strip()][:n]
+    else:
+        kept, sentences, inside = [], 0, False
+        for line in lines:
+            if not line.strip():
+                if inside:
+                    sentences += 1
+                    inside = False
+                kept.append(line)
+                if sentences == n:
+                    break
+                continue
+            inside = inside or not line.startswith("-DOCSTART-")
+            kept.append(line)
+    target.write_text("\n".join(kept) + "\n", encoding="utf-8")
+
+
+def cache_inputs(files: dict[str, str], n_train: int | None, n_test: int | None,
+                 workdir: Path) -> tuple[dict[str, str], int | None, str]:
+    """The files and ``extract(limit=)`` that give the first ``n_train`` / ``n_test`` examples of the two splits
+    (None: all), and the cache's name tag.
+
+    One limit serves both splits when it gives both sizes (every default run); otherwise the first examples of
+    each file are written to the work folder and extracted whole.
     """
-    if n_train is None:
-        return None
-    if n_test is None:  # all of the held-out file
-        from layercache.sources.datasets import load_dataset_records
+    if n_train is None and n_test is None:
+        return files, None, "all"
+    held_out = count_examples(files[REPORT_SPLIT])
+    want_test = held_out if n_test is None else min(n_test, held_out)
+    if n_train is not None and min(n_train, held_out) == want_test:
+        return files, n_train, str(n_train)
+    tag = f"train{n_train or 'all'}-test{n_test or 'all'}"
+    subset = {}
+    for split, path, n in (("train", files["train"], n_train), (REPORT_SPLIT, files[REPORT_SPLIT], n_test)):
+        if n is None:
+            subset[split] = path
+        else:
+            subset[split] = str(workdir / f"{tag}-{split}{Path(path).suffix}")
+            first_examples(Path(path), n, Path(subset[split]))
+    return subset, None, tag
 
-        n_test = len(load_dataset_records(None, split_files={REPORT_SPLIT: files[REPORT_SPLIT]}).splits[REPORT_SPLIT])
-    return max(n_train, n_test)
 
-
-def get_cache(name: str, files: dict[str, str], limit: int | None, cache_dir: Path) -> tuple[Path, dict]:
+def get_cache(name: str, files: dict[str, str], limit: int | None, tag: str,
+              cache_dir: Path) -> tuple[Path, dict]:
     """Extract (or reuse) the cache of one dataset; returns its path and the extraction's timing."""
     from layercache import extract
 
-    path = cache_dir / f"{name}-{limit or 'all'}"
-    timing_file = cache_dir / f"{name}-{limit or 'all'}.extract-time.json"
+    path = cache_dir / f"{name}-{tag}"
+    timing_file = cache_dir / f"{name}-{tag}.extract-time.json"
     t0 = time.perf_counter()
     result = extract(MODEL, None, path, split_files=files, limit=limit, device=DEVICE, progress=False)
     seconds = time.perf_counter() - t0
@@ -128,83 +179,6 @@ def get_cache(name: str, files: dict[str, str], limit: int | None, cache_dir: Pa
     return path, info
 
 
-def first_rows(cache, split: str, n: int | None):
-    """Cache rows of the first ``n`` examples of the source file (cache rows are sorted by length)."""
-    import numpy as np
-
-    index = cache.example_index(split)
-    return np.nonzero(index < n)[0] if n is not None else np.arange(len(index))
-
-
-def validation_split(cache, rows, seed: int):
-    """(train rows, validation rows): a seeded 10% slice of ``rows``, stratified by a sequence label."""
-    import numpy as np
-
-    rng = np.random.default_rng(seed)
-    task = next((t for t in cache.tasks if t.kind == "sequence"), None)
-    strata = np.asarray(cache.labels("train", task.name))[rows] if task is not None else np.zeros(len(rows))
-    val = []
-    for value in np.unique(strata):
-        members = rng.permutation(rows[strata == value])
-        val.append(members[: int(round(VAL_FRACTION * len(members)))])
-    val = np.sort(np.concatenate(val))
-    return np.setdiff1d(rows, val), val
-
-
-# --------------------------------------------------------------------------------------------
-# training one head
-
-
-def build_model(cache, mixer: str, seed: int, mixer_options: dict | None = None):
-    from layercache.heads.estimator import default_lr
-    from layercache.heads.network.model import HeadModel
-    from layercache.heads.training.trainer import seed_everything
-
-    seed_everything(seed)  # as LayerHead.fit: the same initialisation for the same seed
-    model = HeadModel(len(cache.layer_names), cache.hidden_size, list(cache.tasks), mixer=mixer,
-                      mixer_options=mixer_options)
-    return model, default_lr(model)
-
-
-def fit_and_score(model, lr: float, train_feed, val_feed, test_feed, *, epochs: int, patience: int, seed: int,
-                  profile: bool = False) -> dict:
-    """``train_model`` (the loop ``LayerHead.fit`` runs) then one scoring pass on the held-out feed."""
-    from layercache.heads.scoring.evaluation import evaluate, primary_metric
-    from layercache.heads.training.trainer import TrainConfig, train_model
-
-    config = TrainConfig(epochs=epochs, batch_size=train_feed.batch_size, lr=lr, patience=patience, seed=seed)
-    profiler = cProfile.Profile() if profile else None
-    c0 = time.process_time()
-    if profiler:
-        profiler.enable()
-    history = train_model(model, train_feed, val_feed, config, device=DEVICE, progress=False)
-    if profiler:
-        profiler.disable()
-    cpu = time.process_time() - c0
-    t0 = time.perf_counter()
-    metrics, result = evaluate(model, test_feed, DEVICE)
-    eval_s = time.perf_counter() - t0
-    task = model.tasks[0]
-    metric = primary_metric(task)
-    weights = model.layer_weights()["shared"]
-    usage = {k: {m: float(v) for m, v in u.items()} for k, u in result.usage.items()}
-    out = {
-        "task": task.name, "metric": metric, "score": float(metrics[task.name][metric]),
-        "test_metrics": {k: v for k, v in metrics[task.name].items() if k not in ("report", "per_type")},
-        "train_s": history.seconds, "train_cpu_s": cpu, "eval_s": eval_s,
-        "epochs_run": len(history.epochs), "best_epoch": history.best_epoch, "val_score": history.best_score,
-        "stopped_early": history.stopped_early,
-        "epoch_s": [e.seconds for e in history.epochs], "val_per_epoch": [e.val_score for e in history.epochs],
-        "train_loss_per_epoch": [e.train_loss for e in history.epochs],
-        "lr": lr, "n_train": train_feed.n_examples, "n_val": val_feed.n_examples, "n_test": test_feed.n_examples,
-        "layer_weights": weights, "usage": usage,
-        "parameters": sum(p.numel() for p in model.parameters()),
-    }
-    if profiler:
-        out["profile"] = profile_summary(profiler, history.seconds)
-    return out
-
-
 def profile_summary(profiler: cProfile.Profile, wall: float, top: int = 25) -> dict:
     """The functions where training spends its time (cProfile, by own time and by cumulative time)."""
     stats = pstats.Stats(profiler)
@@ -217,46 +191,70 @@ def profile_summary(profiler: cProfile.Profile, wall: float, top: int = 25) -> d
             "by_cumtime": sorted(rows, key=lambda r: -r["cumtime_s"])[:top], "text": text.getvalue()}
 
 
+def weights_digest(head) -> str:
+    """sha256 of a fitted head's weights: the same seed must give the same digest."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for name, tensor in sorted(head.model_.state_dict().items()):
+        digest.update(name.encode())
+        digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+    return digest.hexdigest()
+
+
+def history_record(head) -> dict:
+    """What a fitted head's history says: epochs run and kept, the loop's seconds, per-epoch figures."""
+    h = head.history_
+    return {"solver": h.solver, "train_s": h.seconds, "epochs_run": len(h.epochs), "best_epoch": h.best_epoch,
+            "val_score": h.best_score, "stopped_early": h.stopped_early,
+            "epoch_s": [e.seconds for e in h.epochs], "val_per_epoch": [e.val_score for e in h.epochs],
+            "train_loss_per_epoch": [e.train_loss for e in h.epochs]}
+
+
 # --------------------------------------------------------------------------------------------
 # 1. every mixer on both datasets
 
 
-def bench_mixers(caches: dict, sizes: dict, mixers: list[str], epochs: int, patience: int, seed: int) -> dict:
-    from layercache import LayerCache
-    from layercache.heads.data.source import resolve_source
-    from layercache.store.cache_feed import CacheFeed
+def bench_mixers(caches: dict, mixers: list[str], epochs: int, patience: int, seed: int, solver: str) -> dict:
+    from layercache import LayerCache, LayerHead
 
     out = {}
     for name, (path, _) in caches.items():
-        cache = LayerCache.open(path)
-        tasks = [t.name for t in cache.tasks]
-        train_rows, val_rows = validation_split(cache, first_rows(cache, "train", sizes[name]["train"]), seed)
-        test_rows = first_rows(cache, REPORT_SPLIT, sizes[name]["test"])
-        feeds = {}  # one (train, val, test) triple of feeds per source, built the first time a head needs it
+        task_name = DATASETS[name][3]
         runs = {}
-        for mixer in mixers:
-            model, lr = build_model(cache, mixer, seed)
-            source = resolve_source(cache, "auto", list(cache.tasks), model)
-            # As LayerHead.fit: heads that cannot tell mean-pooled vectors from token states read the former.
-            if source not in feeds:
-                feeds[source] = (
-                    CacheFeed(cache, "train", tasks=tasks, rows=train_rows, batch_size=TRAIN_BATCH, source=source),
-                    CacheFeed(cache, "train", tasks=tasks, rows=val_rows, batch_size=VAL_BATCH, source=source),
-                    CacheFeed(cache, REPORT_SPLIT, tasks=tasks, rows=test_rows, batch_size=EVAL_BATCH, source=source))
-            runs[mixer] = fit_and_score(model, lr, *feeds[source], epochs=epochs, patience=patience, seed=seed)
-            runs[mixer]["source"] = source
-            r = runs[mixer]
-            log(f"{name:5s} {mixer:10s} {r['metric']} {r['score']:.4f}  ({r['epochs_run']} epochs, best "
-                f"{r['best_epoch']}, {r['train_s']:.1f}s, {source})")
+        with LayerCache.open(path) as cache:
+            for mixer in mixers:
+                head = LayerHead(mixer, tasks=[task_name], epochs=epochs, patience=patience, batch_size=TRAIN_BATCH,
+                                 seed=seed, solver=solver, val_fraction=VAL_FRACTION, device=DEVICE, progress=False)
+                c0, t0 = time.process_time(), time.perf_counter()
+                head.fit(cache)
+                fit_s, cpu = time.perf_counter() - t0, time.process_time() - c0
+                t0 = time.perf_counter()
+                metrics, scored = head.evaluate(cache, REPORT_SPLIT)
+                eval_s = time.perf_counter() - t0
+                task = head.tasks_[0]
+                metric = metric_of(task)
+                runs[mixer] = {
+                    "task": task.name, "metric": metric, "score": float(metrics[task.name][metric]),
+                    "test_metrics": {k: v for k, v in metrics[task.name].items() if k not in ("report", "per_type")},
+                    **history_record(head), "fit_s": fit_s, "fit_cpu_s": cpu, "eval_s": eval_s, "lr": head.lr,
+                    "fit": head.fit_, "source": head.source_, "n_train": head.data_["n_train"],
+                    "n_val": head.data_["n_validation"], "layer_weights": head.layer_weights()["shared"],
+                    "usage": {k: {m: float(v) for m, v in u.items()} for k, u in scored.usage.items()},
+                    "parameters": sum(p.numel() for p in head.model_.parameters())}
+                r = runs[mixer]
+                log(f"{name:5s} {mixer:10s} {r['metric']} {r['score']:.4f}  ({r['epochs_run']} epochs, best "
+                    f"{r['best_epoch']}, {r['train_s']:.1f}s, {r['solver']}, {r['source']})")
+            n_test = cache.num_examples(REPORT_SPLIT)
         singles = {m: runs[m]["score"] for m in ("last", *SINGLE_LAYERS) if m in runs}
         best_single = max(singles, key=singles.get) if singles else None
         verdict = None
         if best_single is not None and "adaptive" in runs:
             verdict = runs["adaptive"]["score"] >= singles[best_single]
-        out[name] = {"runs": runs, "n_train": len(train_rows), "n_val": len(val_rows), "n_test": len(test_rows),
-                     "best_single_layer": best_single, "best_single_score": singles.get(best_single),
+        first = next(iter(runs.values()))
+        out[name] = {"runs": runs, "task": task_name, "n_train": first["n_train"], "n_val": first["n_val"],
+                     "n_test": n_test, "best_single_layer": best_single, "best_single_score": singles.get(best_single),
                      "adaptive_at_least_best_single": verdict, "loadavg_end": loadavg()}
-        cache.close()
     return out
 
 
@@ -264,57 +262,96 @@ def bench_mixers(caches: dict, sizes: dict, mixers: list[str], epochs: int, pati
 # 2. cache vs live for the same head
 
 
-def bench_live(cache_path: Path, extract_info: dict, files: dict, limit: int | None, sizes: dict, epochs: int,
-               live_epochs: int, seed: int, profile: bool, bucket: int = 0, head: dict = LIVE_HEAD,
-               cache_reps: int = 3) -> dict:
-    from layercache import LayerCache, load_backbone
-    from layercache.heads.scoring.evaluation import evaluate
-    from layercache.live.feed import LiveFeed
-    from layercache.sources.datasets import load_dataset_records
-    from layercache.store.cache_feed import CacheFeed
+def live_head_class(backbone, bucket: int = 0):
+    """A :class:`layercache.LayerHead` whose feeds run ``backbone`` on every batch of the cache's own token ids
+    (:meth:`layercache.live.LiveFeed.from_cache_tokens`, states rounded to the cache's storage dtype), through
+    ``make_feed``, the estimator's public extension point; ``bucket`` > 0 sorts buckets of that many training
+    batches by length, as the cache feed does (:func:`layercache.live.train_head_live` draws random batches).
+    Used to score the cache-trained head on live states, and for ``--live-bucket``."""
+    from layercache import LayerHead
+    from layercache.live import LiveFeed
 
+    class BenchLiveHead(LayerHead):
+        feeds: list = []
+
+        def make_feed(self, cache, split, tasks, layer_names, source, *, rows=None, batch_size=None, pool=None):
+            if not source.startswith("tokens"):
+                raise SystemExit(f"benchmarks/heads.py: the live side reads token states, not {source}")
+            feed = LiveFeed.from_cache_tokens(cache, split, backbone, tasks=[t.name for t in tasks], rows=rows,
+                                              layers=layer_names, batch_size=batch_size or self.batch_size,
+                                              storage_dtype=cache.manifest.storage.dtype, bucket_batches=bucket)
+            type(self).feeds.append(feed)
+            return feed
+
+    return BenchLiveHead
+
+
+def run_record(result, call_s: float, metric: str = "accuracy") -> dict:
+    """What one train_head / train_head_live call gave: the history, the whole call's seconds, dev accuracy."""
+    head = result.head
+    return {**history_record(head), "call_s": call_s, "score": float(result.metrics["test"]["label"][metric]),
+            "n_train": head.data_["n_train"], "n_val": head.data_["n_validation"],
+            "validation": head.data_["validation"], "weights_sha256": weights_digest(head), "run": str(result.run)}
+
+
+def bench_live(cache_path: Path, extract_info: dict, epochs: int, live_epochs: int, seed: int, profile: bool,
+               runs_dir: Path, bucket: int = 0, head: dict = LIVE_HEAD, cache_reps: int = 3) -> dict:
+    import layercache
+    from layercache import LayerCache, load_backbone
+    from layercache.live import train_head_live
+
+    params = dict(tasks=["label"], mixer_options=head, patience=0, batch_size=TRAIN_BATCH, seed=seed,
+                  val_fraction=VAL_FRACTION, device=DEVICE, progress=False)
     cache = LayerCache.open(cache_path)
-    tasks = [t.name for t in cache.tasks]
-    train_rows, val_rows = validation_split(cache, first_rows(cache, "train", sizes["train"]), seed)
-    test_rows = first_rows(cache, REPORT_SPLIT, sizes["test"])
 
     # Cache side: extraction already done (timed separately); only the head's training counts.
-    # A 15-second run moves by 10-20 % with the machine's load, so it is repeated (fresh feeds, so
-    # every repetition reads the cache again) and the median time is the one compared; the seeded
-    # runs must agree on accuracy.
+    # A 15-second run moves by 10-20 % with the machine's load, so it is repeated (each call builds its own
+    # feeds and reads the cache again) and the median time is the one compared; the seeded runs must agree.
     cache_runs = []
     for rep in range(cache_reps):
         log(f"cache: adaptive {head}, {epochs} epochs, no early stopping (repetition {rep + 1}/{cache_reps})")
-        model, lr = build_model(cache, "adaptive", seed, head)
-        run = fit_and_score(
-            model, lr, CacheFeed(cache, "train", tasks=tasks, rows=train_rows, batch_size=TRAIN_BATCH),
-            CacheFeed(cache, "train", tasks=tasks, rows=val_rows, batch_size=VAL_BATCH),
-            CacheFeed(cache, REPORT_SPLIT, tasks=tasks, rows=test_rows, batch_size=EVAL_BATCH),
-            epochs=epochs, patience=0, seed=seed, profile=profile and rep == 0)
-        log(f"cache: {run['train_s']:.1f}s, dev accuracy {run['score']:.4f}")
-        cache_runs.append((run, model))
-    cache_run, cache_model = sorted(cache_runs, key=lambda rm: rm[0]["train_s"])[cache_reps // 2]
-    cache_run = {**cache_run, "train_s_reps": [r["train_s"] for r, _ in cache_runs],
-                 "scores_reps": [r["score"] for r, _ in cache_runs]}
+        profiler = cProfile.Profile() if profile and rep == 0 else None
+        if profiler:
+            profiler.enable()
+        t0 = time.perf_counter()
+        result = layercache.train_head(cache, "adaptive", out=runs_dir / f"cache-{rep}", overwrite=True, epochs=epochs,
+                                       **params)
+        call_s = time.perf_counter() - t0
+        if profiler:
+            profiler.disable()
+        run = run_record(result, call_s)
+        if profiler:
+            run["profile"] = profile_summary(profiler, run["train_s"])
+        log(f"cache: {run['train_s']:.1f}s training ({call_s:.1f}s the whole call), dev accuracy {run['score']:.4f}")
+        cache_runs.append(run)
+    cache_run = sorted(cache_runs, key=lambda r: r["train_s"])[cache_reps // 2]
+    cache_run = {**cache_run, "train_s_reps": [r["train_s"] for r in cache_runs],
+                 "call_s_reps": [r["call_s"] for r in cache_runs], "scores_reps": [r["score"] for r in cache_runs],
+                 "weights_sha256_reps": [r["weights_sha256"] for r in cache_runs]}
 
-    # Live side: same rows, same head, same seed and hyper-parameters; the backbone runs on every batch.
+    # Live side: the same call, rows, head, seed and hyper-parameters; the backbone runs on every batch.
     t0 = time.perf_counter()
     backbone = load_backbone(MODEL, device=DEVICE)
-    records = load_dataset_records(None, split_files=files, limit=limit)
     setup_s = time.perf_counter() - t0
-    train_feed = LiveFeed.matching_cache(cache, "train", backbone, records, rows=train_rows, batch_size=TRAIN_BATCH,
-                                         bucket_batches=bucket)
-    val_feed = LiveFeed.matching_cache(cache, "train", backbone, records, rows=val_rows, batch_size=VAL_BATCH)
-    test_feed = LiveFeed.matching_cache(cache, REPORT_SPLIT, backbone, records, rows=test_rows,
-                                        batch_size=EVAL_BATCH)
-    log(f"live: adaptive, {live_epochs} epochs, backbone forward per batch ({len(train_feed)} batches/epoch)")
-    model, lr = build_model(cache, "adaptive", seed, head)
-    live_run = fit_and_score(model, lr, train_feed, val_feed, test_feed, epochs=live_epochs, patience=0, seed=seed)
-    live_run["forward_s_train_and_val"] = train_feed.forward_seconds + val_feed.forward_seconds
-    live_run["forward_s_eval"] = test_feed.forward_seconds
-    live_run["padding_efficiency_train"] = train_feed.padding_efficiency
-    live_run["padding_efficiency_val"] = val_feed.padding_efficiency
-    live_run["setup_s"] = setup_s
+    log(f"live: adaptive, {live_epochs} epochs, backbone forward per batch")
+    t0 = time.perf_counter()
+    if bucket:
+        estimator = live_head_class(backbone, bucket)
+        estimator.feeds = []
+        result = layercache.train_head(cache, "adaptive", out=runs_dir / "live", overwrite=True, epochs=live_epochs,
+                                       estimator=estimator, **params)
+        call_s = time.perf_counter() - t0
+        fitted = estimator.feeds[:2]  # training and validation feeds, built by fit
+        forward_s = sum(f.forward_seconds for f in fitted)
+        padding = fitted[0].padding_efficiency
+    else:
+        result = train_head_live(cache, "adaptive", backbone=backbone, out=runs_dir / "live", overwrite=True,
+                                 epochs=live_epochs, **params)
+        call_s = time.perf_counter() - t0
+        forward_s = result.head.data_["live"]["forward_seconds"]
+        padding = None
+    live_run = {**run_record(result, call_s), "forward_s_train_and_val": forward_s, "padding_efficiency_train": padding,
+                "setup_s": setup_s}
     extrapolated = live_epochs != epochs
     measured_live_s = live_run["train_s"]
     live_train_s = measured_live_s * epochs / live_epochs
@@ -322,25 +359,32 @@ def bench_live(cache_path: Path, extract_info: dict, files: dict, limit: int | N
 
     # Interchangeability: the cache-trained head scored on the live backbone's states.
     t0 = time.perf_counter()
-    cross, _ = evaluate(cache_model, test_feed, DEVICE)
-    cross_score = float(cross[cache_run["task"]][cache_run["metric"]])
+    scorer = live_head_class(backbone).load(cache_run["run"])
+    cross = scorer.score(cache, REPORT_SPLIT)
+    cross_score = float(cross["label"]["accuracy"])
     cross_s = time.perf_counter() - t0
+    cache_on_cache = float(layercache.LayerHead.load(cache_run["run"]).score(cache, REPORT_SPLIT)["label"]["accuracy"])
 
     extract_s = extract_info.get("extract_s")
     out = {
         "head": {"mixer": "adaptive", **head}, "epochs": epochs, "live_epochs_measured": live_epochs,
-        "live_extrapolated": extrapolated,
-        "live_bucket_batches": bucket,
-        "n_train": len(train_rows), "n_val": len(val_rows), "n_test": len(test_rows),
+        "live_extrapolated": extrapolated, "live_bucket_batches": bucket,
+        "live_call": "layercache.train_head with a LayerHead whose make_feed runs the backbone (bucketed)" if bucket
+        else "layercache.live.train_head_live",
+        "n_train": cache_run["n_train"], "n_val": cache_run["n_val"], "n_test": cache.num_examples(REPORT_SPLIT),
         "cache": cache_run, "live": live_run, "extract": extract_info,
         "cache_train_s": cache_run["train_s"], "live_train_s": live_train_s, "live_train_s_measured": measured_live_s,
+        "cache_call_s": cache_run["call_s"], "live_call_s": live_run["call_s"],
         "extract_s": extract_s,
         "speedup_excluding_extraction": live_train_s / cache_run["train_s"],
         "speedup_including_extraction": (live_train_s / (cache_run["train_s"] + extract_s)
                                          if extract_s is not None else None),
         "dev_accuracy_cache": cache_run["score"], "dev_accuracy_live": live_run["score"],
         "accuracy_difference_points": 100 * (live_run["score"] - cache_run["score"]),
+        "cache_head_on_cache_states_accuracy": cache_on_cache,
         "cache_head_on_live_states_accuracy": cross_score, "cache_head_on_live_states_eval_s": cross_s,
+        "same_rows": (cache_run["n_train"], cache_run["n_val"], cache_run["validation"])
+        == (live_run["n_train"], live_run["n_val"], live_run["validation"]),
         "loadavg_end": loadavg(),
     }
     cache.close()
@@ -354,7 +398,9 @@ def bench_live(cache_path: Path, extract_info: dict, files: dict, limit: int | N
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--quick", action="store_true", help="small smoke run on subsets (about 2 minutes)")
+    p.add_argument("--quick", action="store_true",
+                   help=f"small run on subsets with checks: mixers {' '.join(QUICK_MIXERS)}, 2 epochs, 400 SST-2 and "
+                        "300 CoNLL sentences per file, part 2 at 3 epochs with 2 cache repetitions, auto threads")
     p.add_argument("--out", type=Path, default=None,
                    help="JSON output (default: benchmarks/results/heads.json, heads-quick.json with --quick)")
     p.add_argument("--data", type=Path, default=DEFAULT_DATA,
@@ -362,15 +408,19 @@ def parse_args(argv=None):
     p.add_argument("--cache-dir", type=Path, default=None,
                    help="keep the caches here and reuse them on the next run (default: a temp dir, removed)")
     p.add_argument("--only", nargs="+", choices=["mixers", "live"], default=None, help="run only these parts")
-    p.add_argument("--mixers", nargs="+", default=None, help=f"mixers to train (default: {' '.join(MIXERS)})")
+    p.add_argument("--mixers", nargs="+", default=None,
+                   help=f"mixers to train (default: {' '.join(MIXERS)}; --quick {' '.join(QUICK_MIXERS)})")
+    p.add_argument("--solver", choices=["auto", "adamw", "lbfgs"], default="auto",
+                   help="LayerHead's solver in part 1 (default auto: the convex fit for the single-layer heads, "
+                        "AdamW for the rest; adamw: every head by AdamW, as the tables before the convex fit)")
     p.add_argument("--sst2-train", type=int, default=None,
                    help="first N SST-2 train sentences (default all 6,920; --quick 400)")
     p.add_argument("--sst2-dev", type=int, default=None, help="first N SST-2 dev sentences (default all 1,821; "
-                                                              "--quick 200)")
+                                                              "--quick 400)")
     p.add_argument("--conll-train", type=int, default=None,
                    help="first N CoNLL-2003 train sentences (default 4000; --quick 300)")
     p.add_argument("--conll-valid", type=int, default=None,
-                   help="first N CoNLL-2003 valid sentences (default all 3,250; --quick 200)")
+                   help="first N CoNLL-2003 valid sentences (default all 3,250; --quick 300)")
     p.add_argument("--epochs", type=int, default=None,
                    help="maximum epochs per mixer, early stopping on the validation slice (default 10; --quick 2)")
     p.add_argument("--patience", type=int, default=3, help="early-stopping patience in epochs (default 3)")
@@ -380,14 +430,17 @@ def parse_args(argv=None):
                    help="train the live side for only this many epochs and extrapolate its time to --live-epochs "
                         "(default: measure them all)")
     p.add_argument("--live-bucket", type=int, default=0,
-                   help="live batches: 0 = random batches padded to their longest example (the usual live setup, "
-                        "default); N = sort buckets of N batches by length, as the cache feed does (N = 16)")
-    p.add_argument("--cache-reps", type=int, default=3,
-                   help="repetitions of the cache side of part 2; its median time is compared (default 3)")
+                   help="live batches: 0 = random batches padded to their longest example (train_head_live, the "
+                        "usual live setup, default); N = sort buckets of N batches by length, as the cache feed does "
+                        "(N = 16)")
+    p.add_argument("--cache-reps", type=int, default=None,
+                   help="repetitions of the cache side of part 2; its median time is compared (default 3; --quick 2)")
     p.add_argument("--matmul-dtype", choices=["float32", "bfloat16"], default="float32",
                    help="the adaptive head's projection product in part 2, on both sides (AdaptiveMix matmul_dtype; "
                         "default float32)")
-    p.add_argument("--threads", type=int, default=THREADS, help=f"torch threads (default {THREADS})")
+    p.add_argument("--threads", default=None,
+                   help=f"torch threads, or auto (the idle cores; default {THREADS}, --quick auto: timing is not "
+                        "judged there, and 2 threads beside a busy process run many times slower)")
     p.add_argument("--profile", action="store_true",
                    help="cProfile the cache-side training of part 2 and print where its time goes")
     p.add_argument("--seed", type=int, default=0)
@@ -402,6 +455,48 @@ def check_data(data: Path) -> None:
                  "pass --data FOLDER holding sst2/{train,dev}.tsv and conll2003/{train,valid}.txt.")
 
 
+def figures(results: dict) -> dict[str, float]:
+    """The headline figures, flat (``benchmarks/compare.py`` compares them), each one larger when worse: seconds of
+    every head's training and of both sides of part 2, and the cache side's time over the live side's."""
+    out: dict[str, float] = {"total_s": results["meta"]["total_s"]}
+    for name, res in results.get("mixers", {}).items():
+        if isinstance(res, dict) and "runs" in res:
+            for mixer, r in res["runs"].items():
+                out[f"{name}_{mixer.replace(':', '')}_train_s"] = r["train_s"]
+    r = results.get("live")
+    if r:
+        out.update(live_cache_train_s=r["cache_train_s"], live_live_train_s=r["live_train_s"],
+                   live_cache_call_s=r["cache_call_s"], live_live_call_s=r["live_call_s"],
+                   live_cache_over_live_ratio=1 / r["speedup_excluding_extraction"])
+        if r["extract_s"] is not None and not r["extract"].get("reused"):  # a reused cache's time is another run's
+            out["live_extract_s"] = r["extract_s"]
+            out["live_extract_and_cache_over_live_ratio"] = 1 / r["speedup_including_extraction"]
+    return out
+
+
+def check(results: dict) -> list[str]:
+    """What must hold whatever the machine's speed (asserted by ``--quick``): the same seed trains the same head
+    on the cache, both sides of part 2 trained on the same rows, the cache-trained head scores the same on live
+    states (rounded to the storage dtype) as on the cache's, and ``adaptive`` beats the majority class on SST-2."""
+    failed = []
+    r = results.get("live")
+    if r:
+        if len(set(r["cache"]["weights_sha256_reps"])) > 1:
+            failed.append("the cache side's repetitions (same seed) trained different weights")
+        if not r["same_rows"]:
+            failed.append("the cache and live sides trained or validated on different rows")
+        gap = 100 * abs(r["cache_head_on_live_states_accuracy"] - r["cache_head_on_cache_states_accuracy"])
+        if gap > 0.5:
+            failed.append(f"the cache-trained head scores {gap:.2f} points apart on live and on cached states")
+    sst2 = results.get("mixers", {}).get("sst2")
+    if sst2 and "adaptive" in sst2["runs"] and "majority_share" in sst2:
+        score = sst2["runs"]["adaptive"]["score"]
+        if not score > sst2["majority_share"]:
+            failed.append(f"SST-2: adaptive's dev accuracy {score:.4f} is not above the majority class's share "
+                          f"{sst2['majority_share']:.4f}")
+    return failed
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     data = args.data.expanduser().resolve()
@@ -409,18 +504,20 @@ def main(argv=None) -> int:
     quick = args.quick
     sizes = {
         "sst2": {"train": args.sst2_train or (400 if quick else None),
-                 "test": args.sst2_dev or (200 if quick else None)},
+                 "test": args.sst2_dev or (400 if quick else None)},
         "conll": {"train": args.conll_train or (300 if quick else 4000),
-                  "test": args.conll_valid or (200 if quick else None)},
+                  "test": args.conll_valid or (300 if quick else None)},
     }
     epochs = args.epochs or (2 if quick else 10)
     live_epochs = args.live_epochs or (3 if quick else 5)
     live_measured = args.live_measured_epochs or live_epochs
     if not 1 <= live_measured <= live_epochs:
         sys.exit("--live-measured-epochs must be between 1 and --live-epochs.")
-    mixers = args.mixers or MIXERS
+    mixers = args.mixers or (QUICK_MIXERS if quick else MIXERS)
+    cache_reps = args.cache_reps or (2 if quick else 3)
     only = set(args.only or ["mixers", "live"])
     out_json = args.out or (HERE / "results" / ("heads-quick.json" if quick else "heads.json"))
+    threads = args.threads or ("auto" if quick else str(THREADS))
 
     quiet_transformers()
     import torch
@@ -430,20 +527,19 @@ def main(argv=None) -> int:
 
     for m in mixers:
         make_mixer(m, 7, 384)  # a typo fails now, not after the extraction
-    from layercache.core.threads import use_threads  # kept by every computing call, even at torch's default count
-
-    use_threads(args.threads)
+    layercache.use_threads(None if threads == "auto" else int(threads))  # kept by every computing call
     t_start = time.perf_counter()
     with work_folder(args.cache_dir, "layercache-heads-bench-") as workdir:
         meta = {
             **machine_meta(quick, MODEL, DEVICE), "data": str(data), "sizes": sizes, "mixers": mixers, "epochs": epochs,
-            "patience": patience_text(args.patience), "live_epochs": live_epochs,
+            "patience": patience_text(args.patience), "live_epochs": live_epochs, "solver": args.solver,
             "live_measured_epochs": live_measured, "seed": args.seed, "train_batch": TRAIN_BATCH,
-            "val_batch": VAL_BATCH, "eval_batch": EVAL_BATCH, "val_fraction": VAL_FRACTION,
-            "protocol": "train on the train split minus a seeded 10% validation slice (stratified by label for "
-                        "SST-2); validate every epoch on the slice, keep the best epoch; report once on the "
-                        "held-out split (SST-2 dev.tsv, CoNLL-2003 valid.txt). Default heads and learning rates "
-                        "(1e-3 adaptive, 1e-2 linear heads), AdamW, linear decay with 6% warm-up, batch 32.",
+            "val_fraction": VAL_FRACTION, "threads": threads, "cache_reps": cache_reps,
+            "protocol": "LayerHead: train on the train split minus a seeded 10% validation slice (stratified by "
+                        "label for SST-2); validate every epoch on the slice, keep the best epoch; report once on "
+                        "the held-out split (SST-2 dev.tsv, CoNLL-2003 valid.txt). Default heads and learning rates "
+                        "(1e-3 adaptive, 1e-2 linear heads), AdamW, linear decay with 6% warm-up, batch 32; the "
+                        "single-layer heads by the convex fit under solver auto.",
             "note": "2 CPU cores possibly shared with other work; load averages are recorded.",
         }
         print(f"layercache {layercache.__version__} heads benchmark ({'quick' if quick else 'full'}): {MODEL} on "
@@ -455,9 +551,9 @@ def main(argv=None) -> int:
         caches = {}
         print("\n[0] caches (one extraction per dataset, reused by every head)", flush=True)
         for name in dict.fromkeys(need):
-            files = dataset_files(data, name)
-            limit = cache_limit(files, sizes[name]["train"], sizes[name]["test"])
-            path, info = get_cache(name, files, limit, workdir)
+            files, limit, tag = cache_inputs(dataset_files(data, name), sizes[name]["train"], sizes[name]["test"],
+                                             workdir)
+            path, info = get_cache(name, files, limit, tag, workdir)
             info["limit"] = limit
             caches[name] = (path, info)
             log(f"{name}: {path.name} " + (f"extracted in {info['extract_s']:.1f}s" if info.get("extract_s") and
@@ -466,28 +562,45 @@ def main(argv=None) -> int:
 
         if "mixers" in only:
             print(f"\n[1/2] mixers: {len(mixers)} heads x 2 datasets, up to {epochs} epochs, "
-                  f"patience {args.patience}", flush=True)
+                  f"patience {args.patience}, solver {args.solver}", flush=True)
             t = time.perf_counter()
-            results["mixers"] = bench_mixers({k: caches[k] for k in ("sst2", "conll")}, sizes, mixers, epochs,
-                                             args.patience, args.seed)
+            results["mixers"] = bench_mixers({k: caches[k] for k in ("sst2", "conll")}, mixers, epochs,
+                                             args.patience, args.seed, args.solver)
             results["mixers"]["seconds"] = time.perf_counter() - t
+            results["mixers"]["sst2"]["majority_share"] = majority_share(caches["sst2"][0])
         if "live" in only:
             print(f"\n[2/2] cache vs live: adaptive head on SST-2, {live_epochs} epochs"
                   + (f" (live side: {live_measured} measured, time extrapolated)" if live_measured != live_epochs
                      else ""), flush=True)
             t = time.perf_counter()
             path, info = caches["sst2"]
-            results["live"] = bench_live(path, info, dataset_files(data, "sst2"), info["limit"], sizes["sst2"],
-                                         live_epochs, live_measured, args.seed, args.profile, args.live_bucket,
+            results["live"] = bench_live(path, info, live_epochs, live_measured, args.seed, args.profile,
+                                         workdir / "runs", args.live_bucket,
                                          head={**LIVE_HEAD, "matmul_dtype": args.matmul_dtype},
-                                         cache_reps=args.cache_reps)
+                                         cache_reps=cache_reps)
             results["live"]["seconds"] = time.perf_counter() - t
         meta["loadavg_end"] = loadavg()
         meta["total_s"] = time.perf_counter() - t_start
 
+    results["figures"] = figures(results)
+    results["checks_failed"] = check(results)
     report(results)
     write_results(results, out_json)
+    if results["checks_failed"]:
+        print("\nFAILED:\n  " + "\n  ".join(results["checks_failed"]))
+        return 1
     return 0
+
+
+def majority_share(path: Path) -> float:
+    """The share of the most frequent class in SST-2's held-out split: what a constant prediction scores."""
+    import numpy as np
+
+    from layercache import LayerCache
+
+    with LayerCache.open(path) as cache:
+        labels = np.asarray(cache.labels(REPORT_SPLIT, "label"))
+    return float(np.bincount(labels).max() / len(labels))
 
 
 def patience_text(patience: int) -> str:
@@ -510,13 +623,13 @@ def report(results: dict) -> None:
             row = [m]
             for n in names:
                 r = res[n]["runs"][m]
-                row += [r["score"], f"{r['best_epoch']}/{r['epochs_run']}", r["train_s"],
-                        r["train_s"] / max(r["epochs_run"], 1)]
+                row += [r["score"], f"{r['best_epoch']}/{r['epochs_run']}" if r["solver"] != "lbfgs" else "convex",
+                        r["train_s"], r["train_s"] / max(r["epochs_run"], 1)]
             row.append(top_layer(res[names[0]]["runs"][m]) if names else "-")
             rows.append(row)
         headers = ["mixer"]
         for n in names:
-            short = "SST-2 dev acc" if n == "sst2" else "CoNLL valid F1"
+            short = "SST-2 dev acc" if n == "sst2" else "CoNLL valid ner span F1"
             headers += [short, "best/epochs", "train s", "s/epoch"]
         headers.append("top state (SST-2)")
         sizes_text = "; ".join(f"{n}: train {res[n]['n_train']:,} (+{res[n]['n_val']:,} validation slice), "
@@ -530,15 +643,19 @@ def report(results: dict) -> None:
             verdicts.append(f"{n}: adaptive {a:.4f} vs best single layer {res[n]['best_single_layer']} "
                             f"{res[n]['best_single_score']:.4f} -> {'PASS' if ok else 'FAIL'}")
         print_table(
-            f"1. Mixers (default heads; up to {meta['epochs']} epochs, patience {meta['patience']})",
+            f"1. Mixers (LayerHead defaults, solver {meta['solver']}; up to {meta['epochs']} epochs, patience "
+            f"{meta['patience']})",
             headers, rows,
             note=f"{sizes_text}\n"
-                 "score = accuracy on SST-2 dev.tsv / entity span F1 on CoNLL-2003 valid.txt (never used for "
-                 "selection);\nbest/epochs = kept epoch / epochs run; train s = train_model wall time including "
-                 "the per-epoch validation pass.\n"
+                 "score = accuracy on SST-2 dev.tsv (task label) / entity span F1 on CoNLL-2003 valid.txt (task ner "
+                 "alone) (never used for selection);\nbest/epochs = kept epoch / epochs run (convex: the single-layer "
+                 "head's L-BFGS fit, C chosen on validation); train s = the fit's training loop (TrainHistory.seconds) "
+                 "including the per-epoch validation pass.\n"
                  "top state = the state with the largest global weight (scalar/adaptive/attention/...; "
                  "single layers: fixed).\n"
-                 "Target: adaptive >= best single layer (last, layer:0..6) on both datasets:\n  "
+                 "Target: adaptive >= best single layer (last, layer:0..6) on both datasets"
+                 + (" (not judged on a quick run: 2 epochs of a few hundred sentences)" if meta["quick"] else "")
+                 + ":\n  "
                  + "\n  ".join(verdicts or ["(not measured)"]))
 
     if "live" in results:
@@ -550,24 +667,28 @@ def report(results: dict) -> None:
             ["cache: head training (cache already extracted; median of "
              + ", ".join(f"{t:.1f}" for t in r["cache"].get("train_s_reps", [r["cache_train_s"]])) + " s)",
              r["cache_train_s"], r["dev_accuracy_cache"]],
+            ["   the whole layercache.train_head call (fit, scoring, run folder)", r["cache_call_s"], None],
             ["cache: extraction (train + dev, once)", r["extract_s"], None],
             ["cache: extraction + head training", (r["extract_s"] or 0) + r["cache_train_s"], None],
             [f"live: head training, backbone forward per batch{extra}", r["live_train_s"], r["dev_accuracy_live"]],
+            [f"   the whole {r['live_call'].split(' with ')[0]} call", r["live_call_s"], None],
             ["   of which backbone forward (train + validation, measured)",
              r["live"]["forward_s_train_and_val"], None],
             ["cache-trained head scored on live states", r["cache_head_on_live_states_eval_s"],
              r["cache_head_on_live_states_accuracy"]],
+            ["   (and on the cache's states)", None, r["cache_head_on_cache_states_accuracy"]],
         ]
         head = {k: v for k, v in r["head"].items() if k != "mixer"}
         print_table(f"2. Cache vs live: adaptive head {head}, SST-2, {r['epochs']} epochs, no early stopping, "
                     f"same seed and hyper-parameters (train {r['n_train']:,}, validation slice {r['n_val']:,}, "
                     f"dev {r['n_test']:,})",
                     ["what", "seconds", "dev accuracy"], rows,
-                    note="Training times are train_model wall time: every epoch plus the validation pass after it "
-                         "(the live side runs the backbone there too).\n"
-                         + (f"Live batches: random order, padded to the longest example (padding efficiency "
-                            f"{r['live']['padding_efficiency_train']:.2f}); the cache feed sorts buckets of 16 "
-                            "batches by length, so the two see different batches (early epochs can differ).\n"
+                    note="Training times are the fits' training loops (TrainHistory.seconds): every epoch plus the "
+                         "validation pass after it (the live side runs the backbone there too); the whole calls add "
+                         "the kept epoch's validation, the test scoring and the run folder on both sides.\n"
+                         f"Live side: {r['live_call']}.\n"
+                         + ("Live batches: random order, padded to the longest example; the cache feed sorts buckets "
+                            "of 16 batches by length, so the two see different batches (early epochs can differ).\n"
                             if not r["live_bucket_batches"] else
                             f"Live batches: buckets of {r['live_bucket_batches']} batches sorted by length, like the "
                             f"cache feed (padding efficiency {r['live']['padding_efficiency_train']:.2f}).\n")
@@ -587,7 +708,8 @@ def report(results: dict) -> None:
         for what, value, target, op in checks:
             ok = None if value is None else (value >= target if op == ">=" else value <= target)
             rows.append([what, value, f"{op} {target:g}", "-" if ok is None else ("PASS" if ok else "FAIL")])
-        print_table("   targets", ["ratio", "value", "target", "result"], rows)
+        print_table("   targets" + (" (timing not judged on a quick run)" if meta["quick"] else ""),
+                    ["ratio", "value", "target", "result"], rows)
         prof = r["cache"].get("profile")
         if prof:
             rows = [[p["function"], p["calls"], p["tottime_s"], p["cumtime_s"]] for p in prof["by_tottime"][:20]]
