@@ -132,7 +132,10 @@ def train_head(cache: str | os.PathLike | LayerCache | None = None, mixer: str =
             (:func:`layercache.live.training.train_head_live` passes one whose feeds run the backbone).
         memory_budget: bytes the feeds may hold (:func:`~layercache.core.memory.memory_budget`; None: half the
             memory available): each feed's blocks and kept slabs are a share of it, and the pages of a memory-mapped
-            shard are dropped from the process block by block, so the peak does not grow with the cache.
+            shard are dropped from the process block by block, so the peak does not grow with the cache. A
+            budget under 2 GiB (16 blocks of the 128 MiB cap) cuts smaller blocks, and a shuffled epoch visits
+            blocks in a seeded order, so the same seed then trains on another order: other weights, as another
+            seed gives, not worse ones.
         **params: :class:`LayerHead` parameters (``epochs``, ``lr``, ``tasks``, ``mixer_options`` ...).
     """
     with memory_limit(memory_budget), using_cache(cache) as handle:
