@@ -1,0 +1,143 @@
+"""The checks a machine with a GPU runs: a split model's cache equals the whole model's, GPU states agree with the
+CPU's, and the feed and a head run on the GPU, with the int8 feed's speed against float16's.
+
+MiniLM over the first ``--examples`` SST-2 training sentences (or the built-in data), through the public API only:
+
+1. ``cuda float32`` against ``cpu float32``: the token states of the same examples, extracted on each device
+   with a float32 forward (``dtype="float32"``, ``storage_dtype="float32"``); the largest difference relative to
+   each state's scale (different kernels: close, not equal);
+2. the split: ``device_map="auto"`` with ``max_memory`` holding about half the checkpoint on the GPU and the
+   rest in CPU memory, against the whole model on the GPU: the stored float16 states bit for bit (the same
+   computation on the same device: the offloaded blocks are brought to the GPU to run), and the placement the
+   manifest records;
+3. reads: one shuffled epoch of the feed of a float16 and an int8 cache, read and dequantised where the head
+   trains (``LayerHead(device="cuda")``, 1 epoch, the default adaptive head), median of ``--reps``, and the
+   head's validation score on both.
+
+    python benchmarks/gpu_check.py                 # on a machine with a GPU: about 2 minutes
+    python benchmarks/gpu_check.py --quick         # 64 sentences; without a GPU every step runs on the CPU
+
+Without a GPU the same steps run on the CPU (the split goes to CPU memory and disk), so the script stays
+runnable and checked in CI; the JSON says which device ran (``meta.device``). Exits 1 when a check fails.
+Writes ``results/gpu_check.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+if str(Path(__file__).resolve().parent) not in sys.path:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import (  # noqa: E402
+    DEFAULT_DATA,
+    HERE,
+    loadavg,
+    machine_meta,
+    print_table,
+    quiet_transformers,
+    work_folder,
+    write_results,
+)
+
+MODEL = "minilm"
+MAX_RELATIVE = 1e-3
+"""Largest GPU-against-CPU difference of a float32 state, relative to the state's largest value, accepted."""
+
+
+def extract(out: Path, files: dict, limit: int, **options):
+    import layercache as lc
+
+    return lc.extract(MODEL, None, out, split_files=files, limit=limit, progress=False, quality_examples=0,
+                      overwrite=True, **options)
+
+
+def states(path: Path, split: str = "train"):
+    """(tokens, states, D) float32 token states of every example of ``split``, in cache order."""
+    import numpy as np
+
+    import layercache as lc
+
+    with lc.LayerCache.open(path) as cache:
+        return np.concatenate(cache.tokens(split, rows=list(range(cache.num_examples(split))))), \
+            cache.manifest.model.placement
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    p.add_argument("--examples", type=int, default=2000)
+    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--quick", action="store_true", help="64 sentences, 1 rep")
+    p.add_argument("--workdir", type=Path, default=None)
+    p.add_argument("--json", type=Path, default=HERE / "results" / "gpu_check.json")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.examples, args.reps = 64, 1
+    quiet_transformers()
+    import numpy as np
+    import torch
+
+    import layercache as lc
+    from layercache import backbone
+
+    gpu = "cuda" if torch.cuda.is_available() else "cpu"
+    files = {"train": str(args.data / "sst2" / "train.tsv"), "validation": str(args.data / "sst2" / "dev.tsv")}
+    results = {"meta": machine_meta(args.quick, MODEL, gpu), "checks": {}}
+    if gpu == "cuda":
+        results["meta"]["gpu"] = torch.cuda.get_device_name(0)
+    failures: list[str] = []
+    started = time.perf_counter()
+    with work_folder(args.workdir, "gpu-check-") as work:
+        # 1. the GPU's float32 states against the CPU's
+        on_cpu = extract(work / "cpu32", files, args.examples, device="cpu", dtype="float32", storage_dtype="float32")
+        on_gpu = extract(work / "gpu32", files, args.examples, device=gpu, dtype="float32", storage_dtype="float32")
+        a, b = states(on_cpu.path)[0], states(on_gpu.path)[0]
+        scale = np.abs(a).max(axis=(0, 2), keepdims=True)  # (1, S, 1) each state's largest value
+        relative = float(np.abs(a - b).max() / scale.min()) if a.shape == b.shape else float("inf")
+        results["checks"]["gpu_vs_cpu_relative"] = relative
+        if not relative <= MAX_RELATIVE:
+            failures.append(f"{gpu} float32 states differ from the CPU's by {relative:.2e} of a state's scale")
+        # 2. the split against the whole model on the same device
+        whole = extract(work / "whole", files, args.examples, device=gpu)
+        weights = sum(f.stat().st_size for f in backbone.weight_files(backbone.resolve_model_source(MODEL)))
+        # about half the checkpoint on the GPU, the rest in CPU memory (without a GPU: most in memory, the rest on disk)
+        budget = {"cuda:0": weights // 2, "cpu": weights * 4} if gpu == "cuda" else {"cpu": int(weights * 0.85)}
+        split = extract(work / "split", files, args.examples, device_map="auto", max_memory=budget)
+        (x, _), (y, placement) = states(whole.path), states(split.path)
+        equal = x.shape == y.shape and bool(np.array_equal(x, y))
+        results["checks"]["split_equals_whole"] = equal
+        results["checks"]["split_placement"] = placement
+        if not equal:
+            failures.append("the split model's cache differs from the whole model's")
+        if not placement:
+            failures.append("the split's manifest records no placement")
+        # 3. the feed and a head where the head trains: int8 against float16
+        int8 = extract(work / "int8", files, args.examples, device=gpu, storage_dtype="int8")
+        epochs = {"float16": [], "int8": []}
+        scores = {}
+        for _ in range(args.reps):
+            for name, path in (("float16", whole.path), ("int8", int8.path)):
+                with lc.LayerCache.open(path) as cache:
+                    head = lc.LayerHead(epochs=1, seed=0, device=gpu, progress=False).fit(cache)
+                    epochs[name].append(head.history_.epochs[0].seconds)
+                    task_metrics = next(iter(head.validation_metrics_.values()))  # task -> {metric: value}
+                    scores[name] = float(task_metrics.get("accuracy", next(iter(task_metrics.values()))))
+        for name in epochs:
+            results["checks"][f"{name}_head_epoch_s"] = statistics.median(epochs[name])
+            results["checks"][f"{name}_validation_score"] = scores[name]
+    results["figures"] = {k: float(v) for k, v in results["checks"].items() if isinstance(v, (int, float, bool))}
+    results["failures"] = failures
+    results["meta"].update(total_s=round(time.perf_counter() - started, 1), loadavg_end=loadavg())
+    print_table(f"GPU checks ({gpu}{', ' + results['meta'].get('gpu', '') if gpu == 'cuda' else ''})",
+                ["check", "value"], [[k, v] for k, v in results["checks"].items()],
+                note="; ".join(failures) or "every check passed")
+    write_results(results, args.json)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
