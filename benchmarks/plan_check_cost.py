@@ -73,6 +73,21 @@ def one_run(name: str, args, work: Path, quality: bool) -> dict:
     return run
 
 
+def tables(results: dict) -> dict[str, str]:
+    """Markdown tables of a run, for ``render.py``: ``summary``, one row per dataset (medians)."""
+    labels = {"builtin": "built-in (4 tasks, one a token task)", "sst2": "SST-2 (1 task)"}
+    lines = ["| data | plan, no check | plan, check | plan's own | check | check / own | the check's parts "
+             "(first run) |", "|---|---|---|---|---|---|---|"]
+    for name, summary in results["datasets"].items():
+        on = [r for r in summary["runs"] if r["quality"]]
+        parts = ", ".join(f"{'writes' if k == 'write' else k} {v:.0f} s"
+                          for k, v in (on[0].get("parts_s") or {}).items())
+        lines.append(f"| {labels.get(name, name)} | {summary['plan_without_check_s']:.1f} s | "
+                     f"{summary['plan_with_check_s']:.1f} s | {summary['plan_own_s']:.1f} s | "
+                     f"{summary['check_s']:.1f} s | {summary['check_over_plan_own']:.2f} | {parts} |")
+    return {"summary": "\n".join(lines) + "\n"}
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--only", choices=DATASETS, nargs="*", default=None)

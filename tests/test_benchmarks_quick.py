@@ -27,6 +27,7 @@ QUICK = {
 ELSEWHERE = {
     "choice_quality": "tests/test_benchmark_choice_quality.py reads its results in detail",
     "compare": "test_compare_runs_a_command_on_both_sides below",
+    "render": "test_rendered_tables_match_their_recorded_runs below",
     "weak_signal": "a data builder, run by choice_quality's quick mode",
 }
 """Scripts of ``benchmarks/`` this tier does not run as a benchmark, and what covers them."""
@@ -77,3 +78,15 @@ def test_compare_runs_a_command_on_both_sides(tmp_path):
         assert len(figure["this"]) == len(figure["rev"]) == 2 and not figure["flagged"]
         assert figure["ratio_min"] <= figure["ratio_median"] <= figure["ratio_max"]
     assert len(results["meta"]["against_commit"]) == 40
+
+
+def test_rendered_tables_match_their_recorded_runs(tmp_path):
+    """No figure in a rendered block of README.md or benchmarks/README.md is typed by hand: each block is what
+    benchmarks/render.py makes of the recorded run it names (benchmarks/recorded/NAME.json)."""
+    done = _run([sys.executable, str(BENCHMARKS / "render.py"), "--check"], tmp_path, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    recorded = {p.stem for p in (BENCHMARKS / "recorded").glob("*.json")}
+    assert recorded, "at least one recorded run"
+    for name in recorded:
+        meta = json.loads((BENCHMARKS / "recorded" / f"{name}.json").read_text())["meta"]
+        assert meta.get("commit") and meta.get("cpu") and meta.get("date"), f"{name}: a run names commit and machine"
