@@ -232,8 +232,44 @@ def main(argv=None) -> int:
                         ["cache", "read epoch", "head epoch", "probe pooled", "probe tokens"], rows, digits=3)
     results["meta"]["total_s"] = time.perf_counter() - started
     results["meta"]["loadavg_end"] = loadavg()
+    results["figures"] = figures(results)
     write_results(results, args.out)
     return 0
+
+
+def figures(results: dict) -> dict[str, float]:
+    """The run's headline numbers, flat: each compressed cache's bytes over its twin's, and per dtype and budget the
+    median zstd / none ratio of each read."""
+    caches = results["caches"]
+    found = {f"{name.replace(' ', '_')}_bytes_ratio": entry["bytes"] / caches[f"{name.split()[0]} none"]["bytes"]
+             for name, entry in caches.items() if name.endswith("zstd")}
+    for label in (k for k in results if k.startswith(("default budget", "budget "))):
+        for dtype, tasks in results[label]["ratios"].items():
+            found.update({f"{label.replace(' ', '_')}_{dtype}_{task}_ratio": ratio for task, ratio in tasks.items()})
+    return found
+
+
+def tables(results: dict) -> dict[str, str]:
+    """Markdown tables of a run, for ``render.py``: ``caches`` (bytes kept) and ``reads`` (zstd / none per read)."""
+    caches = ["| cache | shards | zstd / none |", "|---|---|---|"]
+    for name, entry in results["caches"].items():
+        plain = results["caches"][f"{name.split()[0]} none"]["bytes"]
+        caches.append(f"| {name} | {entry['bytes'] / 2**20:,.1f} MiB | {entry['bytes'] / plain:.2f} |")
+    labels = [k for k in results if k.startswith(("default budget", "budget "))]
+    tasks = {"read_epoch": "read epoch", "head_epoch": "head epoch", "probe_pooled": "probe (pooled)",
+             "probe_tokens": "probe (token means)"}
+    reads = ["| zstd / none | " + " | ".join(f"{what}, {label}" for label in labels for what in ("read epoch",
+                                                                                             "head epoch")) + " |",
+             "|---|" + "---|" * (2 * len(labels))]
+    for dtype in results[labels[0]]["ratios"]:
+        reads.append(f"| {dtype} | " + " | ".join(f"{results[label]['ratios'][dtype][task]:.2f}" for label in labels
+                                                  for task in ("read_epoch", "head_epoch")) + " |")
+    seconds = ["| cache | " + " | ".join(f"{tasks[t]}, {labels[0]}" for t in tasks) + " |", "|---|" + "---|" * 4]
+    for name in results["caches"]:
+        measured = results[labels[0]][name]
+        seconds.append(f"| {name} | " + " | ".join(f"{statistics.median(measured[t]):.2f} s" for t in tasks) + " |")
+    return {"caches": "\n".join(caches) + "\n", "reads": "\n".join(reads) + "\n",
+            "seconds": "\n".join(seconds) + "\n"}
 
 
 if __name__ == "__main__":
