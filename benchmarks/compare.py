@@ -136,7 +136,11 @@ def main(argv=None) -> int:
         if not script.exists():
             p.error(f"no benchmark {script}")
         command = ["python", str(script), *([] if args.full else ["--quick"])]
-    rev = git("rev-parse", "--verify", f"{args.against}^{{commit}}")
+    try:
+        rev = git("rev-parse", "--verify", "--quiet", f"{args.against}^{{commit}}")
+    except subprocess.CalledProcessError:
+        p.error(f"--against {args.against!r} names no commit of this repository; give a hash, tag or branch "
+                "(git log --oneline lists them)")
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="layercache-compare-") as tmp:
         tmp = Path(tmp)

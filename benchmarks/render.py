@@ -43,7 +43,11 @@ def tables_of(name: str) -> dict[str, str]:
         spec.loader.exec_module(module)
     finally:
         sys.path.remove(str(HERE))
-    results = json.loads((RECORDED / f"{name}.json").read_text())
+    recorded = RECORDED / f"{name}.json"
+    if not (HERE / f"{name}.py").exists() or not recorded.exists():
+        raise SystemExit(f"a block renders {name!r}, but benchmarks/{name}.py or its recorded run {recorded} is "
+                         f"missing: record one with python benchmarks/render.py --record {name}")
+    results = json.loads(recorded.read_text())
     return {table: text.rstrip("\n") + "\n\n" + provenance(results) for table, text in module.tables(results).items()}
 
 
@@ -77,6 +81,8 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if args.record:
         source = args.source or HERE / "results" / f"{args.record}.json"
+        if not source.exists():
+            p.error(f"no run to record at {source}: run python benchmarks/{args.record}.py first, or give --from")
         RECORDED.mkdir(exist_ok=True)
         shutil.copyfile(source, RECORDED / f"{args.record}.json")
         print(f"recorded {source} as {RECORDED / (args.record + '.json')}")
