@@ -7,8 +7,7 @@ collects them by extension. The modules themselves are internal.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from ..core.lazy_exports import lazy_exports
 
 # public name -> the module that defines it (imported when first asked for: a submodule imported alone
 # does not load its siblings)
@@ -21,17 +20,5 @@ _PUBLIC = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _PUBLIC.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_PUBLIC])
-
-
+__getattr__, __dir__ = lazy_exports(__name__, _PUBLIC)
 __all__ = sorted(_PUBLIC)
