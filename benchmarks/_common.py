@@ -147,3 +147,14 @@ def write_results(results: dict, out_json: Path) -> None:
     out_json.parent.mkdir(parents=True, exist_ok=True)
     out_json.write_text(json.dumps(results, indent=2, default=str) + "\n")
     print(f"\nTotal {results['meta']['total_s']:.0f}s. JSON written to {out_json}")
+
+
+def weights_digest(head) -> str:
+    """sha256 of a fitted head's weights (every tensor of its model, by name): equal digests, equal weights."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for name, tensor in sorted(head.model_.state_dict().items()):
+        digest.update(name.encode())
+        digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+    return digest.hexdigest()

@@ -191,17 +191,6 @@ def profile_summary(profiler: cProfile.Profile, wall: float, top: int = 25) -> d
             "by_cumtime": sorted(rows, key=lambda r: -r["cumtime_s"])[:top], "text": text.getvalue()}
 
 
-def weights_digest(head) -> str:
-    """sha256 of a fitted head's weights: the same seed must give the same digest."""
-    import hashlib
-
-    digest = hashlib.sha256()
-    for name, tensor in sorted(head.model_.state_dict().items()):
-        digest.update(name.encode())
-        digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
-    return digest.hexdigest()
-
-
 def history_record(head) -> dict:
     """What a fitted head's history says: epochs run and kept, the loop's seconds, per-epoch figures."""
     h = head.history_
@@ -291,7 +280,8 @@ def run_record(result, call_s: float, metric: str = "accuracy") -> dict:
     head = result.head
     return {**history_record(head), "call_s": call_s, "score": float(result.metrics["test"]["label"][metric]),
             "n_train": head.data_["n_train"], "n_val": head.data_["n_validation"],
-            "validation": head.data_["validation"], "weights_sha256": weights_digest(head), "run": str(result.run)}
+            "validation": head.data_["validation"], "weights_sha256": _common.weights_digest(head),
+            "run": str(result.run)}
 
 
 def bench_live(cache_path: Path, extract_info: dict, epochs: int, live_epochs: int, seed: int, profile: bool,

@@ -32,7 +32,6 @@ not depend on timing: each setting that ran on the same number of threads at bot
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import subprocess
@@ -42,7 +41,7 @@ from pathlib import Path
 
 if str(Path(__file__).resolve().parent) not in sys.path:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import HERE, loadavg, machine_meta, print_table, write_results  # noqa: E402
+from _common import HERE, loadavg, machine_meta, print_table, weights_digest, write_results  # noqa: E402
 
 SETTINGS = {  # name -> (--threads value for the child, environment set before torch loads)
     "2 threads": ("2", {}),
@@ -53,15 +52,6 @@ SETTINGS = {  # name -> (--threads value for the child, environment set before t
 }
 DEFAULT_CACHE = Path("/tmp/lc-bench-caches/builtin-minilm")
 QUICK = {"limit": 200, "mixer": "scalar", "epochs": 1, "loads": [0, 1], "settings": ["2 threads", "1 thread", "auto"]}
-
-
-def weights_digest(head) -> str:
-    """sha256 of a fitted head's weights (every tensor of its model, by name): equal digests, equal weights."""
-    digest = hashlib.sha256()
-    for name, tensor in sorted(head.model_.state_dict().items()):
-        digest.update(name.encode())
-        digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
-    return digest.hexdigest()
 
 
 def child(cache: str, mixer: str, threads: str, epochs: int) -> dict:
