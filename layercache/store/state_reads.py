@@ -130,16 +130,29 @@ class StateReads:
 
     @translate_read_errors
     def token_arrays(self, split: str, name: str, rows: Sequence[int]) -> list[np.ndarray]:
-        """Per-token integer arrays (``input_ids`` or ``word_ids``) for the given rows."""
-        out = []
-        for row in rows:
-            shard, local = self._locate(split, int(row))
+        """Per-token integer arrays (``input_ids`` or ``word_ids``) for the given rows, in their order.
+
+        One read per shard touched (the span from its first asked row to its last; these arrays are a few bytes
+        a token, so a shard's whole span is small), sliced per row in memory: a probe of a token task asks for
+        thousands of rows, which one HDF5 read each took seconds to give.
+        """
+        rows = np.asarray(rows, np.int64)
+        out: list[np.ndarray | None] = [None] * len(rows)
+        located = [self._locate(split, int(row)) for row in rows]  # (shard, row inside it) each; refuses a bad row
+        by_shard: dict[int, list[int]] = {}
+        for i, (shard, _) in enumerate(located):
+            by_shard.setdefault(shard, []).append(i)
+        for shard, asked in by_shard.items():
             offsets = self.shard_offsets(split, shard)
             h = self._handle(self.split_info(split).shards[shard].file)
             if name not in h:
                 raise CacheError(f"The cache stores no {name} (words were unknown at extraction).")
-            out.append(h[name][offsets[local]:offsets[local + 1]])
-        return out
+            local = [located[i][1] for i in asked]
+            lo, hi = int(offsets[min(local)]), int(offsets[max(local) + 1])
+            span = h[name][lo:hi]  # (tokens of the span,)
+            for i, row in zip(asked, local):
+                out[i] = span[offsets[row] - lo:offsets[row + 1] - lo]
+        return out  # type: ignore[return-value]
 
     def require_tokens(self) -> None:
         """Refuse (:class:`CacheError`) a cache that holds pooled vectors only, before token states are read."""

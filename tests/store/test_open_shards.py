@@ -81,3 +81,18 @@ def test_a_shard_is_opened_with_a_small_metadata_cache(many_shards):
         file = cache.split_info("train").shards[0].file
     with open_shard(many_shards / file) as h:
         assert h.id.get_mdc_config().max_size == SHARD_METADATA_CACHE
+
+
+def test_token_arrays_read_each_shard_once_and_keep_the_asked_order(many_shards):
+    """Rows in any order, repeated, across shards: each row's ids as a read of that row alone gives them."""
+    rng = np.random.default_rng(1)
+    with lc.LayerCache.open(many_shards) as cache:
+        rows = np.concatenate([rng.permutation(600)[:200], [5, 5, 599, 0]])
+        together = cache.token_arrays("train", "input_ids", rows)
+        assert len(together) == len(rows)
+        for row, ids in zip(rows, together):
+            alone = cache.token_arrays("train", "input_ids", [int(row)])[0]
+            assert ids.dtype == alone.dtype and ids.tolist() == alone.tolist()
+            assert len(ids) == cache.lengths("train")[row]
+        with pytest.raises(IndexError):
+            cache.token_arrays("train", "input_ids", [0, 600])
