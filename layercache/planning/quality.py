@@ -4,7 +4,10 @@ For a :class:`~.sample.QualitySample` (a labelled sample forwarded once, its sta
 precision), every storage choice is made for real: a cache of the sample in that storage, written
 by extraction itself from the held states (:func:`~layercache.extraction.run.extract_loaded`: the
 same codec, the same projection fit, the same pooled vectors a full run would write), and a
-reference cache in float32. On each cache, for every label task:
+reference cache in float32. (Where every task is probed on pooled vectors, the probes read a pooled-only cache
+of the very vectors a choice stores beside its token states, shared by the choices that store the same ones, and
+the token states are written only for a head: :meth:`QualityCheck._probes_cache`.) On each cache, for every
+label task:
 
 - per-state linear probes (:class:`~layercache.probes.LinearProbes`, on at most its default sample of
   training examples or words), each scored at the state its own validation picks, as a user of that cache
@@ -52,6 +55,7 @@ from ..heads.scoring.evaluation import Predictions
 from ..heads.scoring.evaluation import score as score_predictions
 from ..heads.scoring.selection import Selection, default_metric
 from ..probes.linear import LinearProbes
+from ..store.codecs import pooled_dtype_for
 from ..store.manifest import LabelTask
 from ..store.reader import LayerCache
 from .sample import TEST, TRAIN, QualitySample
@@ -170,7 +174,10 @@ class QualityCheck:
         self._owned = folder is None
         self._folder = None if folder is None else Path(folder)
         self._measured: dict[str, ChoiceQuality] = {}
-        self._caches: dict[str, Path] = {}
+        self._caches: dict[tuple, Path] = {}
+        """(store, dtype, projection, pooling) -> the sample's cache written so (see :meth:`_probes_cache`)."""
+        self._fitted: dict[Path, _Probes] = {}
+        """A cache -> its probes at the reference's C (two choices whose probes read one cache share them)."""
         self._reference: _Probes | None = None
         self._reference_head: _Head | None = None
         self._head_noise: dict[str, float] = {}
@@ -193,13 +200,15 @@ class QualityCheck:
             for choice in choices:
                 self.step(f"quality: {choice.name}, probes")
                 quality = self._quality(choice)
-                path = self._cache(choice, quality)
+                path = self._probes_cache(choice, quality)
                 t0 = time.perf_counter()
-                # full width: each probe starts from the reference's optimum, which the same states stored
-                # another way barely move (the negation-scope words of the built-in data: 250 L-BFGS iterations
-                # from zero); a projection changes the width, and those fits are small
-                start = reference if not choice.project else None
-                probes = _Probes.fit(path, self.seed, C=reference.C, pooled=choice.store == POOLED, start=start)
+                probes = self._fitted.get(path)
+                if probes is None:  # else another choice's probes read the very same stored vectors
+                    # full width: each probe starts from the reference's optimum, which the same states stored
+                    # another way barely move (the negation-scope words of the built-in data: 250 L-BFGS
+                    # iterations from zero); a projection changes the width, and those fits are small
+                    start = reference if not choice.project else None
+                    probes = self._fitted[path] = _Probes.fit(path, self.seed, C=reference.C, start=start)
                 quality.timings["probes"] = time.perf_counter() - t0
                 for task in probes.tasks:
                     quality.probes[task.name] = reference.compare(probes, task, self.seed)
@@ -251,7 +260,7 @@ class QualityCheck:
     def _reference_probes(self) -> _Probes:
         if self._reference is None:
             self.step(f"quality: the float32 reference, probes ({self.sample.describe()})")
-            path = self._cache(REFERENCE)
+            path = self._probes_cache(REFERENCE)
             grid = _Probes.fit(path, self.seed)  # each task's most chosen C over the states, from the grid
             # refitted at that C, as every choice is: with C chosen per state on one side only, float16 showed
             # a 0.4-point 'loss' that was the C, not the storage; from the grid's optimum, most states' own
@@ -267,22 +276,48 @@ class QualityCheck:
                 quality.notes.append("token tasks are not measured: a pooled cache has no token states")
         return quality
 
-    def _cache(self, choice: StorageChoice, quality: ChoiceQuality | None = None) -> Path:
-        """The sample's cache in ``choice``'s storage, written from the held states once (no forward pass)."""
-        path = self._caches.get(choice.name)
+    def _probes_cache(self, choice: StorageChoice, quality: ChoiceQuality | None = None) -> Path:
+        """The sample's cache that ``choice``'s probes read: its own, or where every task is probed on pooled
+        vectors, a pooled-only cache of the very vectors ``choice`` would store beside its token states.
+
+        A sequence task's probe reads a cache's pooled vectors (``auto``: the mean first), which extraction
+        pools from the (projected) float32 states and stores in :func:`~layercache.store.codecs.pooled_dtype_for`
+        the token states' codec (float16 beside int8 and int4): a pooled-only cache of that dtype, projection and
+        pooling holds them bit for bit (``tests/planning/test_quality.py``) without the token states, which are
+        most of a cache's bytes and all of its write time. Choices that store the same vectors (float16, int8 and
+        int4 tokens: float16 means) then share one cache and one fit. A token task reads word states: then, or
+        without pooled vectors, each choice's own cache is written. The quick heads always read their own.
+        """
+        tasks = self.sample.inputs.records.tasks
+        if choice.store == POOLED or not self.storage.pooling or any(t.kind == "token" for t in tasks):
+            return self._cache(choice, quality)
+        vectors = StorageChoice(POOLED, pooled_dtype_for(choice.dtype, choice.store), choice.project)
+        return self._cache(vectors, quality, pooling=tuple(self.storage.pooling))
+
+    def _cache(self, choice: StorageChoice, quality: ChoiceQuality | None = None,
+               pooling: tuple[str, ...] | None = None) -> Path:
+        """The sample's cache in ``choice``'s storage, written from the held states once (no forward pass).
+
+        ``pooling``: the pooled vectors to store (default: the user's, and ``mean`` for a pooled choice, which
+        a pooled head reads)."""
+        if pooling is None:
+            pooling = tuple(self.storage.pooling) if choice.store != POOLED else \
+                tuple(dict.fromkeys([*self.storage.pooling, "mean"]))
+        key = (choice.store, choice.dtype, choice.project, pooling)
+        path = self._caches.get(key)
         if path is None:
             t0 = time.perf_counter()
             spec = StorageSpec(store=choice.store, storage_dtype=choice.dtype, project=choice.project,
                                project_basis=self.storage.project_basis if choice.project else "pca",
-                               pooling=self.storage.pooling if choice.store != POOLED else
-                               tuple(dict.fromkeys([*self.storage.pooling, "mean"])),
-                               mean_skip_first=self.storage.mean_skip_first)
-            path = self._folder / choice.name.replace(" + ", "-").replace(" ", "-")
+                               pooling=pooling, mean_skip_first=self.storage.mean_skip_first)
+            name = choice.name.replace(" + ", "-").replace(" ", "-")
+            path = self._folder / (name if pooling == tuple(self.storage.pooling) or choice.store != POOLED
+                                   else f"{name}-{'-'.join(pooling)}")
             with _quiet():
                 extract_loaded(self.sample.inputs, path, spec, held=self.sample.held)
-            self._caches[choice.name] = path
+            self._caches[key] = path
             if quality is not None:
-                quality.timings["write"] = time.perf_counter() - t0
+                quality.timings["write"] = quality.timings.get("write", 0.0) + time.perf_counter() - t0
         return path
 
     @contextmanager
@@ -373,13 +408,13 @@ class _Probes(_Scored):
     """task -> its fitted probes (what a warm start starts from)."""
 
     @classmethod
-    def fit(cls, path: Path, seed: int, C: dict[str, float] | None = None, pooled: bool = False,
-            start: _Probes | None = None) -> _Probes:
-        """Per-state probes of every task on the cache at ``path``, each task scored at its validation's best state;
+    def fit(cls, path: Path, seed: int, C: dict[str, float] | None = None, start: _Probes | None = None) -> _Probes:
+        """Per-state probes of every task on the cache at ``path`` (but a token task on a pooled-only cache), each
+        task scored at its validation's best state;
         ``C``: one L2 strength per task (else chosen per state from the grid); ``start``: probes of the same states
         and width whose optimum each fit starts from (``warm_start``: the same optimum, fewer iterations)."""
         with LayerCache.open(path) as cache:
-            tasks = [t for t in cache.tasks if not (pooled and t.kind == "token")]
+            tasks = [t for t in cache.tasks if cache.stores_tokens or t.kind != "token"]
             predictions, gold, chosen, metrics, probes = {}, {}, {}, {}, {}
             for task in tasks:
                 grid = {} if C is None else {"C_grid": [C[task.name]]}

@@ -3,13 +3,15 @@ forward pass, probes and a quick head on each, against float32, with a paired bo
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from layercache.extraction.job import load_inputs
 from layercache.extraction.specs import BatchSpec, DataSpec, StorageSpec
 from layercache.extraction.storage_choices import POOLED, TOKENS, StorageChoice
 from layercache.planning.quality import Z95, Cost, QualityCheck, _training_noise, head_measures, measure_quality
-from layercache.planning.sample import labelled_sample
+from layercache.planning.sample import TEST, TRAIN, labelled_sample
+from layercache.store.reader import LayerCache
 
 SIZES = {"train": 240, "validation": 100}
 
@@ -104,3 +106,44 @@ def test_plan_and_extract_train_a_head_only_where_it_can_show_a_loss(sample):
         float16 = check.head_if_lossy(CHOICES[0])
         assert float16.probes and not float16.head and any("no quick head" in n for n in float16.notes)
         assert check.head_if_lossy(CHOICES[1]).head
+
+
+@pytest.fixture(scope="module")
+def sentences(tiny_models, tmp_path_factory):
+    """A sample of sequence tasks only (the built-in sentences and their sentiment, as TSV files)."""
+    from layercache.sources.builtin import load_builtin
+
+    folder = tmp_path_factory.mktemp("sentences")
+    files = {}
+    for split, records in load_builtin(sizes=SIZES).splits.items():
+        files[split] = str(folder / f"{split}.tsv")
+        rows = (f"{' '.join(words)}\t{label}" for words, label in zip(records.words, records.labels["sentiment"]))
+        (folder / f"{split}.tsv").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    inputs = load_inputs(str(tiny_models["bert"]), DataSpec(dataset=None, split_files=files), StorageSpec(),
+                         BatchSpec(), allow_pickle=False)
+    return labelled_sample(inputs, BatchSpec(), examples=200)
+
+
+def test_sequence_probes_read_a_pooled_cache_of_the_very_vectors_a_choice_stores(sentences):
+    """Where every task is probed on pooled vectors, a choice's probes read a pooled-only cache of what it would
+    store beside its token states (bit for bit: the same projection fit, the same float32 means, the same
+    rounding), so the token states, most of a cache's bytes and write time, are written only for a head; choices
+    that store the same vectors share one cache."""
+    storage = StorageSpec(pooling=("mean", "first"))
+    choices = [StorageChoice(TOKENS, "float32"), StorageChoice(TOKENS, "float16"), StorageChoice(TOKENS, "int8"),
+               StorageChoice(TOKENS, "int4", 8), StorageChoice(TOKENS, "bfloat16", 16)]
+    with QualityCheck(sentences, storage, head_epochs=1) as check:
+        stand_ins = {c.name: check._probes_cache(c) for c in choices}
+        assert stand_ins["tokens float16"] == stand_ins["tokens int8"]  # float16 means beside int8 tokens
+        for choice in choices:
+            own = check._cache(choice)
+            assert own != stand_ins[choice.name]
+            with LayerCache.open(own) as full, LayerCache.open(stand_ins[choice.name]) as vectors:
+                assert full.stores_tokens and not vectors.stores_tokens
+                for split in (TRAIN, TEST):
+                    for mode in storage.pooling:
+                        assert np.array_equal(full.pooled(split, mode), vectors.pooled(split, mode)), (choice, mode)
+        check.probes(choices[1:3])
+        report = check.report()
+        assert report.of("tokens float16").to_json()["probes"] == report.of("tokens int8").to_json()["probes"]
+        assert "write" not in report.of("tokens int8").timings  # read float16's cache: nothing written for it
