@@ -95,11 +95,19 @@ def paired_bootstrap(selection: Selection, tasks: Sequence[LabelTask], gold: Map
     draws = []
     for start in range(0, resamples, CHUNK):
         count = min(CHUNK, resamples - start)
-        draws.append(combined(rng.multinomial(n, np.full(n, 1.0 / n), size=count).astype(np.float64)))
+        draws.append(combined(_resample_counts(rng, n, count)))
     diffs = np.concatenate(draws)  # (R,)
     p_better = float(np.mean((diffs > 0) + 0.5 * (diffs == 0)))
     se = float(diffs.std(ddof=1)) if resamples > 1 else 0.0
     return PairedComparison(observed, se, p_better, n, resamples)
+
+
+def _resample_counts(rng: np.random.Generator, n: int, count: int) -> np.ndarray:
+    """(count, n) float64: how often each of ``n`` rows is drawn in each of ``count`` resamples of ``n`` draws with
+    replacement. The same distribution as ``rng.multinomial(n, [1 / n] * n, count)``, at a fifth of its time (one
+    bincount of uniform draws; the comparisons of a ``plan`` spent a second or more in the multinomial)."""
+    rows = rng.integers(0, n, size=(count, n)) + np.arange(count)[:, None] * n  # (count, n): resample r's rows
+    return np.bincount(rows.ravel(), minlength=count * n).reshape(count, n).astype(np.float64)
 
 
 class _TaskScorer:
