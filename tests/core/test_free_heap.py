@@ -48,6 +48,7 @@ def test_calls_closer_than_the_interval_do_nothing(monkeypatch):
     calls = []
     monkeypatch.setattr(memory, "_TRIM", lambda pad: calls.append(pad))
     monkeypatch.setattr(memory, "_last_trim", float("-inf"))
+    monkeypatch.setattr(memory, "_trim_seconds", 0.0)
     monkeypatch.setattr(memory, "TRIM_INTERVAL", 3600.0)
     for _ in range(100):
         memory.release_free_heap()
@@ -58,3 +59,24 @@ def test_without_malloc_trim_it_does_nothing(monkeypatch):
     monkeypatch.setattr(memory, "_TRIM", None)
     monkeypatch.setattr(memory, "_last_trim", float("-inf"))
     memory.release_free_heap()  # no error where the C library has no malloc_trim
+
+
+def test_a_slow_trim_spaces_the_next_so_trimming_takes_a_bounded_share(monkeypatch):
+    """A trim walks the whole heap (11 ms in a head's training here): at one every 0.1 s that was 4 % of the run."""
+    clock = [1000.0]
+    calls = []
+
+    def slow_trim(pad):  # takes 10 ms of the fake clock
+        calls.append(clock[0])
+        clock[0] += 0.010
+
+    monkeypatch.setattr(memory.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(memory, "_TRIM", slow_trim)
+    monkeypatch.setattr(memory, "_last_trim", float("-inf"))
+    monkeypatch.setattr(memory, "_trim_seconds", 0.0)
+    for _ in range(2000):  # a block finished every 5 ms, for 10 s
+        memory.release_free_heap()
+        clock[0] += 0.005
+    gaps = [b - a for a, b in zip(calls, calls[1:])]
+    assert len(calls) >= 10 and min(gaps) >= 0.010 / memory.TRIM_SHARE - 1e-9
+    assert 0.010 * len(calls) <= memory.TRIM_SHARE * (clock[0] - 1000.0) * 1.05
