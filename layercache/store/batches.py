@@ -167,3 +167,33 @@ def first_subtoken_labels(word_ids: np.ndarray, labels: np.ndarray, word_starts:
 def example_labels(values: np.ndarray, kind: str) -> torch.Tensor:
     """(B,) labels of a sequence or regression task: float32 for ``regression``, int64 class ids otherwise."""
     return torch.from_numpy(np.asarray(values).astype(np.float32 if kind == "regression" else np.int64))
+
+
+def join_batches(parts: list[CacheBatch], where: np.ndarray) -> CacheBatch:
+    """One batch of ``parts`` (each gathered from one shard), its rows back in the order asked for.
+
+    ``where (B,)``: the position in the asked order of each row of the parts laid one after
+    another. A part shorter than the longest is padded by the one rule: states repeat the row's
+    first token, the mask is False, word ids :data:`NO_WORD` and token
+    labels ``IGNORE_INDEX``.
+    """
+    T = max(p.mask.shape[1] for p in parts)
+
+    def widen(x: torch.Tensor, fill) -> torch.Tensor:  # (b, t, ...) -> (b, T, ...)
+        if x.shape[1] == T:
+            return x
+        tail = x[:, :1].expand(x.shape[0], T - x.shape[1], *x.shape[2:]) if fill is None else \
+            torch.full((x.shape[0], T - x.shape[1], *x.shape[2:]), fill, dtype=x.dtype)
+        return torch.cat([x, tail], dim=1)
+
+    order = torch.from_numpy(np.argsort(where, kind="stable"))  # (B,) row of the parts at each asked position
+
+    def join(tensors: list[torch.Tensor], fill) -> torch.Tensor:
+        return torch.cat([widen(x, fill) if x.dim() > 1 else x for x in tensors])[order]
+
+    labels = {task: join([p.labels[task] for p in parts], IGNORE_INDEX) for task in parts[0].labels}
+    word_ids = None if parts[0].word_ids is None else join([p.word_ids for p in parts], NO_WORD)
+    scales = None if parts[0].scales is None else join([p.scales for p in parts], None)
+    return CacheBatch(states=join([p.states for p in parts], None), mask=join([p.mask for p in parts], False),
+                      rows=np.concatenate([p.rows for p in parts])[order.numpy()], labels=labels, word_ids=word_ids,
+                      scales=scales)
