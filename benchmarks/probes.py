@@ -411,6 +411,43 @@ def figures(results: dict) -> dict[str, float]:
     return {k: float(v) for k, v in out.items() if v is not None}
 
 
+def tables(results: dict) -> dict[str, str]:
+    """Markdown tables of a run, for ``render.py``: ``sst2_speed`` (LinearProbes against scikit-learn, equal rows and
+    the default sample) and ``sst2_accuracy`` (dev accuracy by layer), where the run has part 1."""
+    out: dict[str, str] = {}
+    if "sst2" not in results:
+        return out
+    r = results["sst2"]
+    ours, sk, sampled = r["ours"], r["sklearn"], r["ours_default_sample"]
+    runs = ", ".join(f"{s:.2f}" for s in r["ours_seconds_all_runs"])
+    phases = ", ".join(f"{k} {v:.2f} s" for k, v in (ours.get("timings") or {}).items())
+    rows = [
+        "| fit, all 7 states x 4 C, from the open cache | training rows | seconds | scikit-learn (faster) / this |",
+        "|---|---|---|---|",
+        f"| `LinearProbes(max_train=None)`, median of {len(r['ours_seconds_all_runs'])} ({runs}) | "
+        f"{ours['n_train']:,} | {r['ours_seconds_median']:.2f} | **{r['speedup']:.1f}x** |",
+        f"| scikit-learn, warm starts along C | {sk['warm']['n_train']:,} | {sk['warm']['seconds']:.2f} | – |",
+        f"| scikit-learn, cold starts | {sk['cold']['n_train']:,} | {sk['cold']['seconds']:.2f} | – |",
+        f"| `LinearProbes()` at its default sample (NOT equal work) | {sampled['n_train']:,} | "
+        f"{r['ours_default_sample_seconds_median']:.2f} | {r['speedup_default_sample_unequal_rows']:.1f}x |",
+    ]
+    notes = (f"\n`LinearProbes` on every row: {ours['n_iter']} L-BFGS iterations; phases of its first run: {phases}. "
+             f"Target: at least {TARGETS['speedup_min']:.0f}x at equal rows. At equal C and equal rows (28 fits) "
+             f"within {max(r['equal_C_max_abs_difference_points'].values()):.2f} point of scikit-learn; at the "
+             f"chosen C within {r['max_abs_difference_points']:.2f} point, the same C on "
+             f"{sum(r['same_C_chosen'])} of {len(r['same_C_chosen'])} states.\n")
+    out["sst2_speed"] = "\n".join(rows) + "\n" + notes
+    names = ours.get("layer_names") or [f"state {i}" for i in range(len(ours["layers"]))]
+    acc = ["| state | C (this) | C (scikit-learn) | dev accuracy (this) | dev accuracy (scikit-learn) | difference "
+           "(points) |", "|---|---|---|---|---|---|"]
+    base = sk[r["baseline"]]["layers"]
+    for name, mine, theirs, diff in zip(names, ours["layers"], base, r["test_accuracy_difference_points"]):
+        acc.append(f"| {name} | {mine['C']:g} | {theirs['C']:g} | {mine['test']:.4f} | {theirs['test']:.4f} | "
+                   f"{diff:+.2f} |")
+    out["sst2_accuracy"] = "\n".join(acc) + "\n"
+    return out
+
+
 def check(results: dict) -> list[str]:
     """What a run must show whatever the machine's speed (asserted by ``--quick``): equal rows on both sides, every
     layer and C within the accuracy target of scikit-learn at equal C and at the chosen C, and CoNLL probes that
