@@ -14,7 +14,7 @@ Measures, on real data from ``../shared/data`` (see benchmarks/README.md), throu
    the same rows, validation slice, seed, hyper-parameters, checkpoints and run folder on both sides, so
    the two calls do equal work but for where the states come from. Training times (the training loop with
    its per-epoch validation, ``TrainHistory.seconds``; and each whole call), extraction time and dev
-   accuracy of both. Targets: cache >= 20x faster excluding the one extraction, >= 4x including it,
+   accuracy of both. Targets: cache >= 25x faster excluding the one extraction, >= 4x including it,
    equal accuracy within 1 point.
 
 Protocol (both parts): train on the train split minus a seeded 10% validation slice of it
@@ -70,7 +70,7 @@ LIVE_HEAD = {"k": 64, "alpha": 70.0, "cutoff": 0.005}
 
 TARGETS = {
     "adaptive_vs_best_single_layer": ">= (both datasets)",
-    "live_over_cache_excluding_extraction_min": 20.0,
+    "live_over_cache_excluding_extraction_min": 25.0,  # issue 38; the FLOP bound is about 40x
     "live_over_cache_including_extraction_min": 4.0,
     "accuracy_difference_max_points": 1.0,
 }
@@ -462,6 +462,37 @@ def figures(results: dict) -> dict[str, float]:
             out["live_extract_s"] = r["extract_s"]
             out["live_extract_and_cache_over_live_ratio"] = 1 / r["speedup_including_extraction"]
     return out
+
+
+def tables(results: dict) -> dict[str, str]:
+    """Markdown of a run for ``render.py``, where it has part 2: ``live`` (the table of both sides) and
+    ``headline`` (the README's sentence, its figures from the run)."""
+    r = results.get("live")
+    if not r:
+        return {}
+    extra = f", timed over {r['live_epochs_measured']} and scaled" if r["live_extrapolated"] else ""
+    reps = ", ".join(f"{s:.1f}" for s in r["cache"]["train_s_reps"])
+    extract = r["extract_s"]
+    rows = ["| side | training, {e} epochs | the whole call | dev accuracy |".format(e=r["epochs"]),
+            "|---|---|---|---|",
+            f"| from the cache (median of {len(r['cache']['train_s_reps'])}: {reps} s) | {r['cache_train_s']:.1f} s | "
+            f"{r['cache_call_s']:.1f} s | {r['dev_accuracy_cache']:.4f} |",
+            f"| backbone in the loop{extra} | {r['live_train_s']:.1f} s | {r['live_call_s']:.1f} s | "
+            f"{r['dev_accuracy_live']:.4f} |"]
+    text = "\n".join(rows) + "\n\n" + (
+        f"Cache over live: **{r['speedup_excluding_extraction']:.1f}x** without the extraction"
+        + (f", {r['speedup_including_extraction']:.1f}x with its {extract:.0f} s" if extract else "")
+        + f" (target: at least {TARGETS['live_over_cache_excluding_extraction_min']:.0f}x and "
+        f"{TARGETS['live_over_cache_including_extraction_min']:.0f}x); the cache-trained head scores "
+        f"{r['cache_head_on_live_states_accuracy']:.4f} on live states against "
+        f"{r['cache_head_on_cache_states_accuracy']:.4f} on the cache's.\n")
+    headline = (f"On 2 CPU cores, the adalayers head on SST-2 trains for {r['epochs']} epochs in "
+                f"{r['cache_train_s']:.1f} s from a MiniLM cache against {r['live_train_s']:.0f} s with the backbone "
+                f"in the loop ({r['speedup_excluding_extraction']:.1f}x"
+                + (f"; {r['speedup_including_extraction']:.1f}x with the one extraction counted" if extract else "")
+                + f"), to the same accuracy ({100 * r['dev_accuracy_cache']:.1f} against "
+                f"{100 * r['dev_accuracy_live']:.1f} on the dev set; `benchmarks/README.md`).\n")
+    return {"live": text, "headline": headline}
 
 
 def check(results: dict) -> list[str]:
