@@ -175,6 +175,29 @@ def figures(results: dict) -> dict[str, float]:
     return out
 
 
+def tables(results: dict) -> dict[str, str]:
+    """Markdown of a run for ``render.py``: ``sizes``, each storage choice's size and whether it fits the folder
+    (``no cache`` left out; the plan's recommendation in bold)."""
+    plan = results["plan"]
+    free = plan["free_bytes"] / 2**30
+    rows = [f"| choice | size | fits {free:.1f} GiB free |", "|---|---|---|"]
+    for choice in plan["choices"]:
+        if choice["store"] == "none":
+            continue
+        size = f"{choice['bytes'] / 2**30:.1f} GiB"
+        if choice["fits"]:
+            fits = "yes" + (" (recommended)" if choice["name"] == plan["recommended"] else "")
+        elif choice["bytes"] <= plan["free_bytes"]:
+            fits = "no: within the free space, not within the margin `extract` keeps"
+        else:
+            fits = "no"
+        if choice["name"] == plan["recommended"]:
+            size = f"**{size}**"
+        rows.append(f"| {choice['name']} | {size} | {fits} |")
+    tokens = results.get("figures", {}).get("tokens")
+    return {"sizes": "\n".join(rows) + "\n" + (f"\n{tokens:,} tokens after truncation at 512.\n" if tokens else "")}
+
+
 def checks(results: dict) -> dict[str, bool]:
     """What --quick asserts: the plan's counts and priced sizes against the data and against real caches."""
     plan, data, meta = results["plan"], results["data"], results["meta"]
