@@ -168,7 +168,8 @@ class CacheFeed:
         # keeps them across epochs, as slabs that fit are kept: dropping and faulting them back every epoch cost
         # SST-2's head 7 % of its training (index_select and copy_ 0.5 s more over 3 epochs) for no bound it needs.
         touched = int(self.lengths[self.rows].sum()) if self.pooled_mode is None else len(self.rows)
-        self.keeps_pages = touched * self._per_token <= self.keep_bytes
+        # every shard mapped: then no slab is kept, and kept pages and kept slabs never add up past keep_bytes
+        self.keeps_pages = all(m is not None for m in self._maps) and touched * self._per_token <= self.keep_bytes
 
     @property
     def _per_token(self) -> int:
