@@ -72,7 +72,7 @@ def _mixer_names() -> Sequence[str]:
 
 
 def _normalizations() -> Sequence[str]:
-    from ..heads.network.normalize import NORMALIZATIONS
+    from ..heads.blocks.normalize import NORMALIZATIONS
 
     return NORMALIZATIONS
 

@@ -16,7 +16,7 @@ The estimator ties together ideas that each have a module: the data source (:mod
 validation data (:mod:`.data.validation`), the training cache's identity (:mod:`.run_folders.provenance`) and the
 run folder on disk (:mod:`.run_folders.persistence`).
 
-The states are normalised before mixing as ``normalize`` says (:mod:`.network.normalize`): by default
+The states are normalised before mixing as ``normalize`` says (:mod:`.blocks.normalize`): by default
 standardised with the training split's statistics on a pre-LN cache (raw residual streams) and
 left alone on a post-LN one. The statistics are saved with the weights.
 
@@ -58,6 +58,7 @@ from ..store.feed_pool import FeedPool
 from ..store.manifest import utc_now
 from ..store.projection import Projection
 from ..store.reader import LayerCache
+from .blocks.normalize import resolve_normalize
 from .data.finite import check_split_stats, unstandardisable
 from .data.source import pooled_note, resolve_source
 from .data.validation import validation_slice
@@ -65,7 +66,6 @@ from .ensembles.members import check_seed_count, fit_seeds, member_ensemble, see
 from .ensembles.model import model_from_config
 from .network.attention import SelfAttention
 from .network.model import HeadModel
-from .network.normalize import resolve_normalize
 from .run_folders.persistence import (
     damaged,
     error_detail,

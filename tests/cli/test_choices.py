@@ -11,8 +11,8 @@ from layercache.cli import app
 from layercache.cli.choices import OPTION_CHOICES, choices
 from layercache.core.devices import FORWARD_DTYPE_NAMES
 from layercache.core.tasks import TASK_KINDS, LabelTask
+from layercache.heads.blocks.normalize import NORMALIZATIONS, resolve_normalize
 from layercache.heads.mixers import MIXERS, make_mixer
-from layercache.heads.network.normalize import NORMALIZATIONS, resolve_normalize
 from layercache.heads.scoring.selection import SELECTION_METRICS, requested_metrics
 from layercache.heads.sweeps.sweep import PICKS
 from layercache.heads.training.fitting import SOLVERS
@@ -52,7 +52,7 @@ EXTEND_REGISTRIES = f"""
 import importlib, json, sys
 import typer.main
 from layercache.core import devices, tasks
-from layercache.heads.network import normalize
+from layercache.heads.blocks import normalize
 from layercache.heads.scoring import selection
 from layercache.heads.sweeps import sweep as sweeps
 from layercache.heads.training import fitting, trainer

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from layercache.heads.network.dropout import Dropout, keep_mask
+from layercache.heads.blocks.dropout import Dropout, keep_mask
 
 
 @pytest.mark.parametrize("p", [0.1, 0.5])

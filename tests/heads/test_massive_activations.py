@@ -255,7 +255,7 @@ def test_damaged_statistics_are_refused_before_training(massive, monkeypatch):
 
 
 def test_standardize_never_amplifies_what_the_statistics_cannot_resolve():
-    from layercache.heads.network.normalize import StateNorm
+    from layercache.heads.blocks.normalize import StateNorm
 
     norm = StateNorm("standardize", 1, 3)
     norm.set_stats(np.array([[1e4, 0.0, 5.0]]), np.array([[1e-2, 0.0, 2.0]]))

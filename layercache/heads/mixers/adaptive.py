@@ -11,8 +11,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from layercache.errors import ConfigError
+from layercache.heads.blocks.dropout import Dropout
 from layercache.heads.mixers.base import LayerMixer, MixOutput, bare_layer_norm, register_mixer
-from layercache.heads.network.dropout import Dropout
 
 
 def sinusoidal_positions(n_positions: int, width: int, *, device=None, dtype=None) -> Tensor:

@@ -26,7 +26,7 @@ from torch import Tensor, nn
 
 from layercache.core.registry import Registry
 from layercache.errors import ConfigError
-from layercache.heads.network.normalize import standardized
+from layercache.heads.blocks.normalize import standardized
 
 
 def dequantized(values: Tensor, scales: Tensor | None, dtype: torch.dtype) -> Tensor:
@@ -258,7 +258,7 @@ class LayerMixer(nn.Module):
         ``scales``: ``(B, T, S, 1)``, for states stored as int8: the states are ``states · scales``
         (:func:`dequantized`). A mixer that widens its own inputs applies them in that pass.
         ``standardize``: ``(shift, scale)``, each ``(S, D)``: mix ``h · scale + shift`` instead of ``h``
-        (:func:`~layercache.heads.network.normalize.standardized`). A mixer that widens its own inputs applies
+        (:func:`~layercache.heads.blocks.normalize.standardized`). A mixer that widens its own inputs applies
         it in that pass, to the states it reads.
         """
         states, mask, scales = self._check_inputs(states, mask, scales)

@@ -9,8 +9,8 @@ import torch
 from torch import Tensor
 
 from layercache.errors import ConfigError
+from layercache.heads.blocks.normalize import standardized
 from layercache.heads.mixers.base import LayerMixer, MixOutput, dequantized, register_mixer
-from layercache.heads.network.normalize import standardized
 
 
 class SelectLayer(LayerMixer):

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .dropout import Dropout
+from ..blocks.dropout import Dropout
 
 
 def fit_heads(width: int, wanted: int) -> int:

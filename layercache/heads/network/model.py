@@ -26,8 +26,8 @@ from torch import Tensor, nn
 
 from ...core.tasks import LabelTask
 from ...errors import ConfigError
+from ..blocks.normalize import StateNorm
 from ..mixers import LayerMixer, MixOutput, dequantized, make_mixer
-from .normalize import StateNorm
 from .tasks import make_task_head, task_loss
 
 

@@ -21,9 +21,9 @@ from torch import Tensor, nn
 
 from ...core.tasks import IGNORE_INDEX, LabelTask
 from ...errors import ConfigError
+from ..blocks.dropout import Dropout
 from ..mixers import mean_mask
 from .attention import EncoderLayer, SelfAttention, fit_heads
-from .dropout import Dropout
 
 POOLINGS = ("mean", "first", "last", "attention")
 
