@@ -7,9 +7,9 @@
   have no state and are left out.
 
 Features come back as ``(L, n, D)`` float32, one contiguous block per layer: the layout the
-batched solver multiplies with. Word states are gathered one state at a time from
-``cache.layer_tokens`` (contiguous per shard), and a training part and its validation slice are
-read in the same pass. Examples or words whose label is missing (a negative class id, a NaN
+batched solver multiplies with. Word states are read at their split-wide token positions
+(``cache.gather_positions``: only the words' own vectors), and a training part and its validation
+slice are read in the same pass. Examples or words whose label is missing (a negative class id, a NaN
 target) are left out.
 """
 
@@ -31,7 +31,6 @@ from ..core.tasks import find_task, labelled_tasks
 from ..errors import CacheError, ConfigError
 from ..solvers import check_c_grid
 from ..store.batches import first_subtokens as batch_first_subtokens
-from ..store.codecs import codec, scales_dataset
 from ..store.feature_source import auto_source, parse_source, require_source
 from ..store.manifest import LabelTask
 from ..store.reader import LayerCache
@@ -247,14 +246,13 @@ def _word_positions(cache: LayerCache, split: str, spec: LabelTask, rows: np.nda
 
 def _read_words(cache: LayerCache, split: str, spec: LabelTask, index: list[int], row_sets: list[np.ndarray],
                 want_types: bool, sample: Sample = None) -> list[ProbeInputs]:
-    """Word features of each set of rows, streaming the split one state at a time.
+    """Word features of each set of rows: each word's first sub-token, read at its split-wide token position.
 
-    ``layer_tokens`` hands out one state of one shard as a contiguous (t, D) block (the cache
-    stores each state in its own chunks), so each word's row of the (L, n_words, D) output is
-    one gather from it: no per-sentence reads, no (t, L, D) -> (L, t, D) transposes.
+    :meth:`~layercache.store.reader.LayerCache.gather_positions` reads every set's words in one pass over the
+    split, as ``(L, n_words, D)`` blocks: no per-sentence reads, no (t, L, D) -> (L, t, D) transposes.
     """
     starts = np.concatenate([[0], np.cumsum(cache.lengths(split))])  # (n + 1,) first token of each row
-    # Rows in cache order, so each part's token positions increase and a shard's words are one run.
+    # Rows in cache order: each part's words come in cache order (their token positions increase).
     parts = [_word_positions(cache, split, spec, np.unique(rows), starts, want_types) for rows in row_sets]
     if sample is not None and parts:
         positions, first = parts[0]
@@ -263,67 +261,11 @@ def _read_words(cache: LayerCache, split: str, spec: LabelTask, index: list[int]
         if pick is not None:
             types = None if first.types is None else [first.types[i] for i in pick]
             parts[0] = (positions[pick], ProbeInputs(first.X, first.y[pick], first.rows[pick], types, len(positions)))
-    for positions, part in parts:
-        part.X = np.empty((len(index), len(positions), cache.hidden_size), np.float32)  # (L, n, D)
-    if _read_mapped_words(cache, split, index, parts):
-        return [part for _, part in parts]
-    last = max((int(p[-1]) for p, _ in parts if len(p)), default=-1)  # no shard after it is read
-    for li, layer in enumerate(index):
-        offset = 0
-        for block in cache.layer_tokens(split, layer):  # (t_shard, D) float32
-            if offset > last:
-                break
-            end = offset + len(block)
-            for positions, part in parts:
-                a, b = np.searchsorted(positions, [offset, end])
-                if b > a:
-                    part.X[li, a:b] = block[positions[a:b] - offset]
-            offset = end
+    # One read of the split for every part: (L, n, D) float32 each, the words' states as layer_tokens decodes them.
+    states = cache.gather_positions(split, [positions for positions, _ in parts], layers=index)
+    for (_, part), X in zip(parts, states):
+        part.X = X
     return [part for _, part in parts]
-
-
-GATHER_WORDS = 4096
-"""Words gathered and decoded in one step from a memory-mapped shard (their temporaries: a few MB)."""
-
-
-def _read_mapped_words(cache: LayerCache, split: str, index: list[int],
-                       parts: list[tuple[np.ndarray, ProbeInputs]]) -> bool:
-    """Fill each part's ``X`` with its words' states gathered straight from the shards' memory maps; False (and
-    nothing read) when a shard cannot be mapped.
-
-    Only the words' own vectors are read (not a shard's every token, as ``layer_tokens`` hands them out), decoded
-    as that read decodes them (the same float32 values), and the pages touched are dropped from the process
-    after each shard and state (:meth:`~layercache.store.mapped.MappedStates.dont_need`): what the read holds is
-    the features it returns, whatever the size of the cache.
-    """
-    stored = codec(cache.manifest.storage.dtype)
-    n_shards = len(cache.split_info(split).shards)
-    maps = []
-    for shard in range(n_shards):
-        values = cache.mapped_states(split, shard, "hidden")
-        scales = cache.mapped_states(split, shard, scales_dataset("hidden")) if stored.scaled else None
-        if values is None or (stored.scaled and scales is None):
-            return False
-        maps.append((values, scales))
-    tokens = [int(cache.shard_offsets(split, shard)[-1]) for shard in range(n_shards)]
-    bounds = np.concatenate([[0], np.cumsum(tokens)]).astype(np.int64)  # split-wide first token of each shard
-    for li, layer in enumerate(index):
-        for shard, (values, scales) in enumerate(maps):
-            lo, hi = int(bounds[shard]), int(bounds[shard + 1])
-            for positions, part in parts:
-                a, b = np.searchsorted(positions, [lo, hi])
-                if b <= a:
-                    continue
-                for start in range(a, b, GATHER_WORDS):  # a few thousand words at a time: small temporaries
-                    stop = min(b, start + GATHER_WORDS)
-                    local = positions[start:stop] - lo
-                    gathered = values.gather(local, [layer])[:, 0]  # (n, W) in the stored precision and width
-                    factors = None if scales is None else scales.gather(local, [layer])[:, 0]  # (n, scales width)
-                    part.X[li, start:stop] = stored.dequantize(gathered, factors).numpy()  # (n, D) as decode gives
-            for mapped in (values, scales):
-                if mapped is not None:
-                    mapped.dont_need(0, hi - lo, [layer])
-    return True
 
 
 SHARE_OF_BUDGET = 0.25

@@ -2,13 +2,14 @@
 
 :class:`~layercache.store.reader.LayerCache` satisfies it. The modules that read through an open
 cache without being part of it (the feature-source rules of :mod:`.feature_source`, the cache feed
-of :mod:`.cache_feed`, the batch reads of :mod:`.batch_reads`) take a ``CacheView``, so
-:mod:`.reader` imports them and none of them imports the reader back.
+of :mod:`.cache_feed`, the batch reads of :mod:`.batch_reads`, the reads at token positions of
+:mod:`.position_reads`) take a ``CacheView``, so :mod:`.reader` imports them and none of them
+imports the reader back.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Protocol
 
 import h5py
@@ -67,4 +68,12 @@ class CacheView(Protocol):
 
     def mapped_states(self, split: str, shard: int, name: str = "hidden") -> MappedStates | None:
         """A shard's state dataset memory-mapped, or None when its layout cannot be mapped."""
+        ...
+
+    def layer_tokens(self, split: str, layer: LayerSpec) -> Iterator[np.ndarray]:
+        """One state across all tokens of a split: float32 ``(t_shard, D)`` per shard."""
+        ...
+
+    def require_tokens(self) -> None:
+        """Refuse a cache that holds pooled vectors only, before token states are read."""
         ...

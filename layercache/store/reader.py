@@ -6,8 +6,9 @@ named (``"layer_3"``, ``"embeddings"``) or indexed among the kept states (``-1``
 
 This module holds the cache itself: opening it, its metadata and side files, access to its shards
 (each checked against the manifest when first opened), labels and statistics. Its reads of states
-by row are in :mod:`.state_reads` (a base class of ``LayerCache``), and the translation of damaged
-shard bytes into one sentence in :mod:`.read_errors`. Its padded batches (:meth:`LayerCache.batch`,
+by row are in :mod:`.state_reads` (a base class of ``LayerCache``), its reads at split-wide token positions
+(:meth:`LayerCache.gather_positions`) in :mod:`.position_reads`, and the translation of damaged shard bytes
+into one sentence in :mod:`.read_errors`. Its padded batches (:meth:`LayerCache.batch`,
 ``iter_batches``, ``torch_dataset``) are the functions of :mod:`.batch_reads`, which read through the
 cache feed (:mod:`.cache_feed`) and take the cache as an argument: this module imports them, and
 nothing it imports refers back to ``LayerCache``.
@@ -32,7 +33,7 @@ import numpy as np
 from ..core.layers import LayerSpec, resolve_layers
 from ..core.tasks import LabelTask
 from ..errors import CacheError, ConfigError
-from . import batch_reads
+from . import batch_reads, position_reads
 from .batch_reads import CacheDataset
 from .batches import CacheBatch
 from .codecs import codec
@@ -386,6 +387,21 @@ class LayerCache(StateReads):
             flat, offsets = h[f"labels/{task}"][:], h["word_offsets"][:]
             out.extend(flat[a:b] for a, b in zip(offsets[:-1], offsets[1:]))
         return out
+
+    # --- states at token positions (:mod:`.position_reads`) ---------------------------
+    def gather_positions(self, split: str, positions: Sequence[Sequence[int]], *,
+                         layers: LayerSpec | Sequence[LayerSpec] | None = None) -> list[np.ndarray]:
+        """The states of ``layers`` (default all) at split-wide token positions: one float32 ``(L, n, D)`` array
+        per array of positions in ``positions``, every part read in one pass over the split.
+
+        Position ``p`` is the split's ``p``-th stored token in cache order (token ``t`` of row ``r`` is
+        ``lengths(split)[:r].sum() + t``); a part's positions may come in any order, repeats allowed. The values
+        are those :meth:`layer_tokens` decodes, bit for bit. Only the asked vectors are read, from the shards'
+        memory maps, and the pages touched are dropped after each shard and state, so the read holds no more than
+        what it returns; when a shard cannot be mapped (a compressed cache) each shard's states are read through
+        HDF5 instead. Refuses a cache of pooled vectors only, and (``IndexError``) a position beyond the split.
+        """
+        return position_reads.gather_positions(self, split, positions, self.layer_index(layers))
 
     # --- padded batches (the cache feed's gather, widened to float32: :mod:`.batch_reads`) ---
     def batch(self, split: str, rows: Sequence[int], *, layers=None, source: str = "tokens",
