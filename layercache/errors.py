@@ -61,8 +61,10 @@ class InsufficientDiskError(LayercacheError, OSError):
     """The cache would not fit in the free space of its target disk."""
 
 
-class NonFiniteStatesError(LayercacheError):
-    """The model produced NaN or inf hidden states (the message names split, row and layer)."""
+class NonFiniteStatesError(CacheError):
+    """NaN or inf among hidden states: the model produced them while a cache was extracted (the message names
+    split, row and layer), or a cache holds them where a head reads (states or regression labels; the message names
+    the split and state, and how to re-extract)."""
 
 
 class UnsafePathError(LayercacheError):

@@ -25,17 +25,13 @@ import numpy as np
 import torch
 
 from ...core.option_names import option
-from ...errors import CacheError, ConfigError
+from ...errors import ConfigError, NonFiniteStatesError
 
 
 def reextract() -> str:
     """What fixes a cache whose states are not finite, naming its options as the reader passes them."""
     return (f"re-extract the cache with {option('overwrite', True)} (and {option('storage_dtype', 'bfloat16')} if "
             "the model's states overflow float16)")
-
-
-class NonFiniteStatesError(CacheError):
-    """The cache holds a NaN or inf in the states (or regression labels) a head reads."""
 
 
 class DivergedError(ConfigError):
