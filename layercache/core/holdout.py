@@ -1,16 +1,17 @@
 """The one seeded validation slice of a training split, shared by the heads and the probes.
 
 When a cache has no validation split, a head (:mod:`layercache.heads`) and a probe
-(:mod:`layercache.probes`) both hold out a seeded share of the training rows. They draw it with
-:func:`stratified_holdout`, stratified by the labels :func:`holdout_strata` picks, so a head and a
-probe of the same task and seed validate on the same rows (and a notebook and the probe report
-on the same cache agree). :func:`sample_rows` is the one seeded sample of training rows (or
-words) a probe fitted with ``max_train`` keeps (:data:`DEFAULT_MAX_TRAIN` by default).
+(:mod:`layercache.probes`) both hold out a seeded share of the training rows: :func:`validation_slice`, the one
+place that set-up is written. It draws with :func:`stratified_holdout`, stratified by the labels
+:func:`holdout_strata` picks, so a head and a probe of the same task and seed validate on the same rows (and a
+notebook and the probe report on the same cache agree). :func:`sample_rows` is the one seeded sample of
+training rows (or words) a probe fitted with ``max_train`` keeps (:data:`DEFAULT_MAX_TRAIN` by default).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Protocol
 
 import numpy as np
 
@@ -24,6 +25,26 @@ The probe report and a notebook's ``LinearProbes(task=...)`` share it, so they g
 numbers. On the built-in MiniLM cache's token task (32,633 training words) the probes' validation
 accuracy at 4,000 words is within 0.01 of the full fit at every layer, and the report's probes,
 control task, MDL and cumulative probes of that task take a few seconds instead of 3 minutes."""
+
+
+class LabelledSplits(Protocol):
+    """What a validation slice reads of a cache (:class:`~layercache.store.reader.LayerCache` is one)."""
+
+    def num_examples(self, split: str) -> int:
+        """Rows of ``split``."""
+
+    def labels(self, split: str, task: str):
+        """``task``'s labels of every row of ``split``."""
+
+
+def validation_slice(cache: LabelledSplits, split: str, tasks: Sequence[LabelTask], fraction: float,
+                     seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(kept rows, validation rows) of ``split``: a seeded ``fraction``, stratified by the first sequence task of
+    ``tasks`` (:func:`holdout_strata`). A head of these tasks and a probe of one of them (``tasks=[task]``) with
+    the same seed draw it here, so they validate on the same rows."""
+    strata = holdout_strata(tasks)
+    labels = cache.labels(split, strata.name) if strata is not None else None
+    return stratified_holdout(cache.num_examples(split), fraction, seed, labels, what=f"Split {split!r}")
 
 
 def holdout_strata(tasks: Sequence[LabelTask]) -> LabelTask | None:

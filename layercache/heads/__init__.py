@@ -1,6 +1,6 @@
 """Heads learned from a layer cache: layer mixers, task heads, the trainer and run folders."""
 
-from layercache.heads.data.validation import validation_slice
+from layercache.core.holdout import validation_slice
 from layercache.heads.ensembles.model import EnsembleModel
 from layercache.heads.estimator import LayerHead
 from layercache.heads.mixers import (

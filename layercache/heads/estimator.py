@@ -13,8 +13,8 @@ fingerprints), which states it reads and the tasks' label names; :meth:`check_ca
 that differs in any of these, because the head's weights would then mean nothing.
 
 The estimator ties together ideas that each have a module: the data source (:mod:`.data.source`), the
-validation data (:mod:`.data.validation`), the training cache's identity (:mod:`.run_folders.provenance`) and the
-run folder on disk (:mod:`.run_folders.persistence`).
+validation data (:func:`~layercache.core.holdout.validation_slice`), the training cache's identity
+(:mod:`.run_folders.provenance`) and the run folder on disk (:mod:`.run_folders.persistence`).
 
 The states are normalised before mixing as ``normalize`` says (:mod:`.blocks.normalize`): by default
 standardised with the training split's statistics on a pre-LN cache (raw residual streams) and
@@ -48,6 +48,7 @@ import torch
 from sklearn.base import BaseEstimator
 
 from ..core.devices import resolve_device
+from ..core.holdout import validation_slice
 from ..core.tasks import LabelTask, find_task, labelled_tasks
 from ..core.threads import computes
 from ..core.version import __version__
@@ -61,7 +62,6 @@ from ..store.reader import LayerCache
 from .blocks.normalize import resolve_normalize
 from .data.finite import check_split_stats, unstandardisable
 from .data.source import pooled_note, resolve_source
-from .data.validation import validation_slice
 from .ensembles.members import check_seed_count, fit_seeds, member_ensemble, seed_ensemble
 from .ensembles.model import model_from_config
 from .network.attention import SelfAttention

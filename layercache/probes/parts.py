@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..core.holdout import holdout_strata, stratified_holdout
+from ..core.holdout import validation_slice
 from ..core.memory import current_budget
 from ..core.option_names import option
 from ..errors import ConfigError
@@ -156,10 +156,7 @@ def read_train_parts(cache: LayerCache, spec: LabelTask, source: str, index: lis
         rows, val_rows = np.arange(cache.num_examples(split)), np.arange(cache.num_examples(val_split))
         where = val_split
     else:
-        strata = holdout_strata([spec])  # the heads' rule: a head of this one task holds out the same rows
-        labels = cache.labels(split, strata.name) if strata is not None else None
-        rows, val_rows = stratified_holdout(cache.num_examples(split), val_fraction, seed, labels,
-                                            what=f"Split {split!r}")
+        rows, val_rows = validation_slice(cache, split, [spec], val_fraction, seed)  # a head of this task's rows
         where = f"{split} (seeded {val_fraction:.0%} slice, seed {seed})"
     L = len(index)
     n_train = item_bound(cache, split, spec, rows)

@@ -15,9 +15,9 @@ import pytest
 import torch
 
 import layercache as lc
+from layercache.core.holdout import validation_slice
 from layercache.errors import CacheMismatchError, ConfigError
 from layercache.heads import HeadModel, LayerHead, train_head
-from layercache.heads.data.validation import validation_slice
 from layercache.heads.mixers import MIXERS
 from layercache.heads.scoring.evaluation import predict
 from layercache.heads.training.trainer import clip_gradients

@@ -5,9 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from layercache.core.holdout import stratified_holdout
+from layercache.core.holdout import stratified_holdout, validation_slice
 from layercache.errors import ConfigError
-from layercache.heads.data.validation import validation_slice
 from layercache.probes import CumulativeProbes, LinearProbes
 from layercache.probes.selection import choose_c, sample_rows
 

@@ -1,2 +1,3 @@
-"""What a head reads from a cache: the source (token states or pooled vectors), the check that the states are
-finite, and the seeded validation slice of a training split."""
+"""What a head reads from a cache: the source (token states or pooled vectors) and the check that the states are
+finite. (The seeded validation slice of a training split, which the probes share, is
+:func:`layercache.core.holdout.validation_slice`.)"""

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..data.validation import validation_slice
+from ...core.holdout import validation_slice
 from ..ensembles.passes import combine_passes
 from ..estimator import LayerHead
 from ..run_folders.run_folder import BEST_RUN, ENSEMBLE_RUN
