@@ -11,7 +11,7 @@ import typer
 
 from ..core.extraction_defaults import DEFAULT_STORE
 from ..errors import ConfigError, LayercacheError
-from ..store.codecs import AUTO
+from ..store.storage import AUTO
 from . import base
 from . import extraction_options as eo
 from .base import app, friendly

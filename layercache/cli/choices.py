@@ -36,7 +36,7 @@ def _compressions() -> Sequence[str]:
 
 
 def _storage_dtypes() -> Sequence[str]:
-    from ..store.codecs import codec_names
+    from ..store.storage import codec_names
 
     return ("auto", *codec_names())
 

@@ -10,9 +10,9 @@ from ..core.checksum import json_sha256
 from ..core.option_names import option
 from ..core.version import __version__
 from ..sources.records import DatasetRecords
-from ..store.codecs import pooled_dtype_for
 from ..store.manifest import FORMAT_VERSION, Manifest, SplitInfo
 from ..store.sections import DatasetSection, ExtractionSection, ModelSection, StorageSection, TokenizerSection
+from ..store.storage import pooled_dtype_for
 from .batching import PLANNER
 
 

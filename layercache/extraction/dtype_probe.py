@@ -21,9 +21,8 @@ import torch
 from ..backbone.loader import Backbone
 from ..core.option_names import option
 from ..sources.records import DatasetRecords
-from ..store.codecs import AUTO
-from ..store.codecs.float16 import FP16_MAX
 from ..store.manifest import Manifest
+from ..store.storage import AUTO, FP16_MAX
 from .forward import pad_windows, run_batch, token_index
 from .held import HeldStates, stored_tokens
 from .packing import StatePacker

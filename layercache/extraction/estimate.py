@@ -8,8 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..store.codecs import codec
 from ..store.manifest import Manifest
+from ..store.storage import codec
 from ..store.writer import CHUNK_TOKENS, IDS_CHUNK, INDEX_CHUNK, POOLED_CHUNK
 from .housekeeping import nearest_existing
 from .plan import SplitPlan

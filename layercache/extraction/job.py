@@ -25,11 +25,11 @@ from ..core.option_names import option
 from ..core.units import human_bytes
 from ..errors import CacheMismatchError, ConfigError, InsufficientDiskError
 from ..sources.datasets import DatasetRecords, load_dataset_records
-from ..store.codecs import check_width
 from ..store.manifest import Manifest, read_manifest, write_manifest
 from ..store.parts import merge_parts, remove_parts
 from ..store.paths import record_latest
 from ..store.projection import PROJECTION_NAME, read_projection, write_projection
+from ..store.storage import check_width
 from .background import BufferPool, writer_thread_helps
 from .configuration import difference, new_manifest
 from .dtype_probe import resolve_storage_dtype

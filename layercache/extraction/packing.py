@@ -59,8 +59,8 @@ import numpy as np
 import torch
 
 from ..backbone.placement import tokens_of
-from ..store.codecs import codec
 from ..store.projection import Projection
+from ..store.storage import codec
 
 BLOCK_BYTES = 16 * 2**20
 """Most float32 scratch for one state's tokens; longer batches go through it in several blocks."""

@@ -47,10 +47,9 @@ from ..core.memory import available_bytes
 from ..core.option_names import option
 from ..core.units import human_bytes
 from ..errors import ConfigError
-from ..store.codecs import AUTO
-from ..store.codecs.float16 import FP16_MAX
 from ..store.manifest import Manifest
 from ..store.projection import check_projection_size
+from ..store.storage import AUTO, FP16_MAX
 from .configuration import new_manifest
 from .estimate import free_disk_bytes
 from .housekeeping import nearest_existing

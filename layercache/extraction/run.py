@@ -43,11 +43,11 @@ from ..core.layers import LayerSpec
 from ..core.option_names import option, options
 from ..core.threads import computes
 from ..errors import ConfigError
-from ..store.codecs import AUTO, check_storage_dtype
 from ..store.compression import require_filters
 from ..store.paths import default_cache_path
 from ..store.projection import check_projection_basis
 from ..store.schema import POOLING_MODES, STORE_MODES
+from ..store.storage import AUTO, check_storage_dtype
 from .distributed import extract_on_ranks, torchrun_world
 from .estimate import estimate_bytes, free_disk_bytes, remaining_bytes
 from .held import HeldStates

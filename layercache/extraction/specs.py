@@ -23,7 +23,7 @@ from ..core.extraction_defaults import (
 )
 from ..core.layers import LayerSpec
 from ..errors import ConfigError
-from ..store.codecs import AUTO
+from ..store.storage import AUTO
 
 __all__ = ["DataSpec", "StorageSpec", "BatchSpec", "DEFAULT_SHARD_BYTES", "merged_spec"]
 

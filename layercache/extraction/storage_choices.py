@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 
 from ..core.option_names import flag, option, options
 from ..core.units import human_bytes, human_seconds
-from ..store.codecs import codec, codec_names, pooled_dtype_for
 from ..store.manifest import Manifest
+from ..store.storage import codec, codec_names, pooled_dtype_for
 from .estimate import DISK_MARGIN, estimate_bytes, projection_bytes
 from .plan import SplitPlan
 

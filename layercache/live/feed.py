@@ -46,9 +46,9 @@ from ..extraction.forward import pad_windows, token_index
 from ..extraction.tokenize import EncodedExample, encode_split
 from ..sources.records import DatasetRecords, LabelTask, SplitRecords
 from ..store.batches import CacheBatch, consecutive_starts, example_labels, first_subtoken_labels, padded_positions
-from ..store.codecs import check_storage_dtype, codec
 from ..store.projection import Projection
 from ..store.reader import LayerCache, state_positions
+from ..store.storage import check_storage_dtype, codec
 
 
 class LiveFeed:

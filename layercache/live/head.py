@@ -26,9 +26,9 @@ from ..heads.estimator import LayerHead
 from ..heads.run_folders.run_files import RecordedCache
 from ..heads.scoring.evaluation import word_labels
 from ..store.batches import PaddedPositions
-from ..store.codecs import codec, codec_names
 from ..store.feature_source import parse_source
 from ..store.reader import LayerCache
+from ..store.storage import codec, codec_names
 
 
 @dataclass

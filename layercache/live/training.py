@@ -28,9 +28,9 @@ from ..extraction.forward import pool
 from ..heads.estimator import LayerHead
 from ..heads.workflow import TrainResult, train_head
 from ..store.batches import CacheBatch
-from ..store.codecs import codec
 from ..store.feature_source import parse_source
 from ..store.reader import LayerCache, using_cache
+from ..store.storage import codec
 from .feed import LiveFeed
 from .verify import check_backbone, load_cache_backbone
 

@@ -68,9 +68,9 @@ from ..core.threads import computes
 from ..errors import CacheMismatchError, ConfigError
 from ..extraction.forward import pad_windows, pool, token_index
 from ..heads.run_folders.provenance import short_digest
-from ..store.codecs import codec
 from ..store.projection import Projection
 from ..store.reader import LayerCache, using_cache
+from ..store.storage import codec
 from .cached_inputs import cached_examples
 
 MANTISSA_BITS = {"float16": 10, "bfloat16": 7, "float32": 23}

@@ -29,8 +29,8 @@ from ..extraction.pricing import SAMPLE_BATCHES, check_plan_options, price_choic
 from ..extraction.specs import BatchSpec, DataSpec, StorageSpec
 from ..extraction.storage_choices import NO_CACHE, PricedChoice, recommend
 from ..progress import steps_progress
-from ..store.codecs import codec
 from ..store.paths import default_cache_path
+from ..store.storage import codec
 from .quality import HEAD_EPOCHS, QualityCheck, QualityReport
 from .sample import DEFAULT_EXAMPLES, MIN_TEST, MIN_TRAIN, labelled_sample
 

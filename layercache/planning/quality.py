@@ -55,9 +55,9 @@ from ..heads.scoring.evaluation import Predictions
 from ..heads.scoring.evaluation import score as score_predictions
 from ..heads.scoring.selection import Selection, default_metric
 from ..probes.linear import LinearProbes
-from ..store.codecs import pooled_dtype_for
 from ..store.manifest import LabelTask
 from ..store.reader import LayerCache
+from ..store.storage import pooled_dtype_for
 from .sample import TEST, TRAIN, QualitySample
 
 HEAD_EPOCHS = 4
