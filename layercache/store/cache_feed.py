@@ -6,11 +6,11 @@ A :class:`CacheFeed` serves one split (or a subset of its rows) as padded
 epoch it
 
 1. cuts the chosen rows into *blocks*: runs of rows inside one shard whose states fit a byte
-   budget, the unit of locality (a block's rows lie close together in its shard);
+   budget, the unit of locality (a block's rows lie close together in its shard; :mod:`.feed_blocks`);
 2. visits the blocks in a seeded random order and shuffles rows inside each block;
 3. groups rows of similar length into batches (a bucket of 16 batches is sorted by length, then
    the batches are shuffled), so a head computes on far fewer padded positions than with purely
-   random batches, while every epoch still sees a different order;
+   random batches, while every epoch still sees a different order (:func:`~.feed_blocks.batch_rows`);
 4. builds each batch by one vectorised gather: ``(B, T, S, D)`` states in the cache's storage
    precision (float16 by default; mixers compute in float32), the mask, word ids and labels
    (first sub-token of each word for token tasks). An int8 cache's batch carries its scales
@@ -22,7 +22,7 @@ The gather reads a memory map of the shard's chunks (:mod:`layercache.store.mapp
 copied out of the file but the batch itself, what was read stays in the OS page cache for the
 next epoch, and a block that covers its shard densely is read ahead in large requests. A shard
 whose layout cannot be mapped is read through h5py instead, a block at a time, as one slab of
-contiguous runs; slabs are kept for the next epochs while they fit ``keep_bytes`` (an eighth of the
+contiguous runs (:mod:`.feed_slabs`); slabs are kept for the next epochs while they fit ``keep_bytes`` (an eighth of the
 memory budget, 1 GiB at most: :mod:`layercache.core.memory`), and larger subsets stream block by block
 every epoch. Once a block's batches are served, the pages it touched in a mapped shard are dropped from the
 process (unless all the feed touches fits ``keep_bytes``: then they stay for the next epoch, as a kept slab
@@ -39,7 +39,6 @@ one padding rule (:func:`~layercache.store.batches.padded_positions`).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from functools import partial
 
 import numpy as np
@@ -48,60 +47,12 @@ import torch
 from ..core.memory import current_budget, release_free_heap
 from ..errors import CacheError, ConfigError
 from .batches import CacheBatch, example_labels, first_subtoken_labels, join_batches, padded_positions
-from .buffers import populated_empty
 from .cache_view import CacheView
 from .codecs import codec, scales_dataset
 from .feature_source import require_source
+from .feed_blocks import Block, ShardLayout, batch_rows, block_budget, keep_budget
+from .feed_slabs import Slab, SlabReader
 from .read_errors import translate_read_errors
-
-#: Batches per length bucket when shuffling: large enough to cut padding, small enough to stay random.
-BUCKET_BATCHES = 16
-#: Unchosen rows a read may skip over: a few wasted rows cost less than another HDF5 read.
-MAX_GAP_ROWS = 4
-#: The most one block reads at once, and the most slabs a feed keeps across epochs, whatever the budget.
-MAX_BLOCK_BYTES, MAX_KEEP_BYTES = 128 << 20, 1 << 30
-#: Shares of the memory budget for one block and for a feed's kept slabs (a fit holds a few feeds and computes too).
-BLOCK_SHARE, KEEP_SHARE = 1 / 16, 1 / 8
-
-
-def block_budget(budget: int) -> int:
-    """Bytes one block of a feed reads (or touches in a mapped shard) under a memory budget of ``budget`` bytes."""
-    return min(MAX_BLOCK_BYTES, int(BLOCK_SHARE * budget))
-
-
-def keep_budget(budget: int) -> int:
-    """Bytes of slabs a feed keeps across epochs under a memory budget of ``budget`` bytes."""
-    return min(MAX_KEEP_BYTES, int(KEEP_SHARE * budget))
-
-
-@dataclass
-class _Block:
-    """Chosen rows of one shard that are read together."""
-
-    shard: int
-    rows: np.ndarray  # (n,) sorted split rows
-
-
-@dataclass
-class _Slab:
-    """A block's stored values copied out of its shard by h5py (when the shard cannot be mapped)."""
-
-    values: np.ndarray  # (t, S', W) token states or (n, S', W) pooled vectors, stored dtype and width
-    run_starts: np.ndarray  # (k,) shard position of each run read, ascending
-    run_bases: np.ndarray  # (k,) where that run starts in ``values``
-    scales: np.ndarray | None = None  # (t or n, S', scales width) scales of a scaled codec, laid out like ``values``
-
-    @property
-    def nbytes(self) -> int:
-        return self.values.nbytes + (0 if self.scales is None else self.scales.nbytes)
-
-    def take(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
-        """Values at shard ``positions (...)`` (all inside the runs read) -> ``(..., S', W)``, and their scales
-        ``(..., S', scales width)`` (None for an unscaled codec)."""
-        run = np.searchsorted(self.run_starts, positions, side="right") - 1
-        at = positions - self.run_starts[run] + self.run_bases[run]
-        return self.values[at], None if self.scales is None else self.scales[at]
-
 
 Take = Callable[[np.ndarray], "tuple[torch.Tensor, torch.Tensor | None]"]
 """Shard positions ``(...)`` -> a batch's states ``(..., S', D)`` and scales or None (``StorageCodec.served``)."""
@@ -121,9 +72,9 @@ class CacheFeed:
         source: ``"tokens"`` or ``"pooled:<mode>"`` (one vector per example, ``T = 1``).
         batch_size: examples per batch.
         block_bytes: budget of one block (one slab read; the pages of a mapped shard one block touches).
-            Default: :func:`block_budget` of the memory budget (128 MiB at most).
+            Default: :func:`~.feed_blocks.block_budget` of the memory budget (128 MiB at most).
         keep_bytes: slabs kept in memory across epochs, at most this many bytes in all (0: read
-            every block every epoch). Default: :func:`keep_budget` of the memory budget (1 GiB at most).
+            every block every epoch). Default: :func:`~.feed_blocks.keep_budget` of the memory budget (1 GiB at most).
             The feed's memory is bounded by ``keep_bytes + block_bytes``. ``keep_bytes`` applies only to
             shards read through h5py (``memory_map=False``, or a layout that cannot be mapped), and to the pages
             of mapped ones: a mapped shard holds no copies, and where what the feed touches in an epoch exceeds
@@ -156,13 +107,12 @@ class CacheFeed:
         if self.rows[0] < 0 or self.rows[-1] >= n:
             raise ConfigError(f"rows must lie in [0, {n}) for split {split!r}.")
         self._load_small_arrays()
+        self._layout = ShardLayout(self._starts, self._offsets, pooled=self.pooled_mode is not None)
         budget = current_budget() if block_bytes is None or keep_bytes is None else 0
         self.block_bytes = block_budget(budget) if block_bytes is None else block_bytes
-        self._blocks = self._plan_blocks(self.block_bytes)
+        self._blocks = self._layout.blocks(self.rows, self._per_token, self.block_bytes)
         self.keep_bytes = keep_budget(budget) if keep_bytes is None else keep_bytes
-        self._kept: dict[int, _Slab] = {}  # block -> slab
-        self._kept_bytes = 0
-        self._stream: np.ndarray | None = None  # reused by blocks that are not kept
+        self._slabs = SlabReader(cache, split, self.dataset, self.index, self.codec, self._layout, self.keep_bytes)
         self._maps = [self._map(shard) if memory_map else None for shard in range(len(self.info.shards))]
         # (the pages an epoch touches, as blocks count them) A subset whose mapped pages fit what the feed may keep
         # keeps them across epochs, as slabs that fit are kept: dropping and faulting them back every epoch cost
@@ -218,34 +168,6 @@ class CacheFeed:
                 self._labels[task].append(labels[:])
         self.lengths = np.concatenate([np.diff(o) for o in self._offsets])  # (n,)
 
-    def _plan_blocks(self, block_bytes: int) -> list[_Block]:
-        """Cut the chosen rows of each shard into blocks whose reads fit ``block_bytes``.
-
-        A block is read as runs of nearby rows (see :meth:`_read`), so what it costs is the
-        span of those runs, gaps included, over the states this feed serves.
-        """
-        per_token = self._per_token
-        blocks = []
-        shard_of = np.searchsorted(self._starts, self.rows, side="right") - 1
-        for shard in np.unique(shard_of):
-            rows = self.rows[shard_of == shard]
-            local = rows - self._starts[shard]
-            ends = self._offsets[shard][local + 1] if self.pooled_mode is None else local + 1
-            starts = self._offsets[shard][local] if self.pooled_mode is None else local
-            # Each row adds its own tokens, plus the gap before it when that gap is read through.
-            joined = np.zeros(len(local), dtype=bool)
-            joined[1:] = np.diff(local) <= MAX_GAP_ROWS + 1
-            prev_end = np.concatenate([[0], ends[:-1]])
-            cost = np.cumsum((ends - np.where(joined, prev_end, starts)) * per_token)
-            cuts = [0]
-            while cuts[-1] < len(local):
-                base = cost[cuts[-1] - 1] if cuts[-1] else 0
-                end = int(np.searchsorted(cost, base + block_bytes, side="right"))
-                cuts.append(max(end, cuts[-1] + 1))
-            for a, b in zip(cuts[:-1], cuts[1:]):
-                blocks.append(_Block(int(shard), rows[a:b]))
-        return blocks
-
     # --- iteration ----------------------------------------------------------------------
     @property
     def n_examples(self) -> int:
@@ -264,7 +186,7 @@ class CacheFeed:
         for b in order:
             block = self._blocks[b]
             take = self._source(b)
-            for rows in self._batches(block, rng, shuffle):
+            for rows in batch_rows(block.rows, self.lengths, self.batch_size, rng, shuffle):
                 yield self._gather(block, take, rows)
             self._release(block)
 
@@ -282,28 +204,28 @@ class CacheFeed:
             raise ConfigError("A batch needs at least one row.")
         if rows.min() < 0 or rows.max() >= n:
             raise IndexError(f"rows must lie in [0, {n}) for split {self.split!r}")
-        shard_of = np.searchsorted(self._starts, rows, side="right") - 1  # (B,)
+        shard_of = self._layout.shard_of(rows)  # (B,)
         parts, where = [], []
         for shard in np.unique(shard_of):
             at = np.nonzero(shard_of == shard)[0]  # positions in ``rows`` of this shard's rows
-            block = _Block(int(shard), np.unique(rows[at]))
+            block = Block(int(shard), np.unique(rows[at]))
             parts.append(self._gather(block, self._block_source(block), rows[at]))
             self._release(block)  # a copy: the pages it touched in a mapped shard may go
             where.append(at)
         return parts[0] if len(parts) == 1 else join_batches(parts, np.concatenate(where))
 
-    def _block_source(self, block: _Block) -> Take:
+    def _block_source(self, block: Block) -> Take:
         """Where the values of a block outside the epoch's plan come from (read now, never kept)."""
         maps = self._maps[block.shard]
-        return self._mapped_take(*maps) if maps is not None else self._slab_take(self._read(block))
+        return self._mapped_take(*maps) if maps is not None else self._slab_take(self._slabs.read(block))
 
     def _source(self, b: int) -> Take:
         """Where block ``b``'s values come from: shard positions ``(...)`` -> what a batch carries (:data:`Take`)."""
-        maps = self._maps[self._blocks[b].shard]
+        block = self._blocks[b]
+        maps = self._maps[block.shard]
         if maps is None:
-            return self._slab_take(self._slab(b))
-        local, runs, offsets = self._runs(self._blocks[b])
-        spans = [(int(offsets[local[r[0]]]), int(offsets[local[r[-1]] + 1])) for r in runs]
+            return self._slab_take(self._slabs.slab(b, block))
+        spans = self._layout.spans(block)
         read = sum(hi - lo for lo, hi in spans)
         if read * 2 >= spans[-1][1] - spans[0][0]:  # dense: worth reading whole chunks ahead
             for lo, hi in spans:
@@ -312,7 +234,7 @@ class CacheFeed:
                         mapped.will_need(lo, hi, self.index)
         return self._mapped_take(*maps)
 
-    def _release(self, block: _Block) -> None:
+    def _release(self, block: Block) -> None:
         """Drop the pages ``block`` touched in its shard's maps from the process (its batches are copies), unless the
         feed keeps them (:attr:`keeps_pages`), and the heap's free pages
         (:func:`~layercache.core.memory.release_free_heap`)."""
@@ -320,9 +242,7 @@ class CacheFeed:
         maps = self._maps[block.shard]
         if maps is None or self.keeps_pages:
             return
-        local, runs, offsets = self._runs(block)
-        for r in runs:
-            lo, hi = int(offsets[local[r[0]]]), int(offsets[local[r[-1]] + 1])
+        for lo, hi in self._layout.spans(block):
             for mapped in (m for m in maps if m is not None):  # values, then scales (int8, int4)
                 mapped.dont_need(lo, hi, self.index)
 
@@ -331,96 +251,14 @@ class CacheFeed:
         return lambda positions: self.codec.served(values.gather(positions, self.index), None if scales is None
                                                    else scales.gather(positions, self.index))
 
-    def _slab_take(self, slab: _Slab) -> Take:
+    def _slab_take(self, slab: Slab) -> Take:
         """Gather values (and scales) from a slab read through h5py."""
         def take(positions: np.ndarray):
             values, scales = slab.take(positions)
             return self.codec.served(self.codec.as_torch(values), self.codec.scales_as_torch(scales))
         return take
 
-    def _slab(self, b: int) -> _Slab:
-        """Block ``b``'s slab: kept from an earlier epoch, or read (and kept if it fits)."""
-        if b in self._kept:
-            return self._kept[b]
-        block = self._blocks[b]
-        keep = self._kept_bytes + self._slab_bytes(block) <= self.keep_bytes
-        slab = self._read(block, keep=keep)
-        if keep:
-            self._kept[b] = slab
-            self._kept_bytes += slab.nbytes
-        return slab
-
-    def _runs(self, block: _Block) -> tuple[np.ndarray, list[np.ndarray], np.ndarray]:
-        """(local rows, runs of positions read together, row offsets into the stored dataset)."""
-        local = block.rows - self._starts[block.shard]  # (n,) sorted
-        offsets = self._offsets[block.shard] if self.pooled_mode is None else np.arange(local[-1] + 2)
-        breaks = np.nonzero(np.diff(local) > MAX_GAP_ROWS + 1)[0] + 1
-        return local, np.split(np.arange(len(local)), breaks), offsets
-
-    def _slab_bytes(self, block: _Block) -> int:
-        local, runs, offsets = self._runs(block)
-        rows = sum(int(offsets[local[r[-1]] + 1] - offsets[local[r[0]]]) for r in runs)
-        return rows * len(self.index) * self.codec.vector_bytes(self.cache.hidden_size)
-
-    def _read(self, block: _Block, keep: bool = False) -> _Slab:
-        """Stored values of a block's rows, copied out of the shard through h5py: (t, S', W) token states or
-        (n, S', W) pooled vectors, stored dtype and width, only the states this feed serves.
-
-        Rows at most ``MAX_GAP_ROWS`` apart are read as one contiguous run (one large read beats many small ones);
-        farther rows start a new run, so a sparse subset never reads the whole shard. A slab that will be kept is
-        memory mapped in up front (its pages would otherwise fault in one by one as it is read); one that will not
-        reuses the feed's streaming buffer.
-        """
-        ds = self.cache.shard_dataset(self.split, block.shard, self.dataset)  # present: the layout was checked
-        local, runs, offsets = self._runs(block)
-        spans = [(int(offsets[local[r[0]]]), int(offsets[local[r[-1]] + 1])) for r in runs]
-        shape = (sum(hi - lo for lo, hi in spans), len(self.index), ds.shape[2])
-        slab = populated_empty(shape, ds.dtype) if keep else self._stream_buffer(shape, ds.dtype)
-        self._read_spans(ds, spans, slab)
-        scales = None
-        if self.codec.scaled:  # small: a fresh array each time, in the scales dataset's width and dtype
-            factors = self.cache.shard_dataset(self.split, block.shard, scales_dataset(self.dataset))
-            scales = np.empty(shape[:2] + factors.shape[2:], factors.dtype)
-            self._read_spans(factors, spans, scales)
-        bases = np.concatenate([[0], np.cumsum([hi - lo for lo, hi in spans])[:-1]]).astype(np.int64)
-        return _Slab(slab, np.array([lo for lo, _ in spans], dtype=np.int64), bases, scales)
-
-    def _read_spans(self, ds, spans: list[tuple[int, int]], out: np.ndarray) -> None:
-        """Rows ``lo:hi`` of each span of ``ds``, for this feed's states, one after another into ``out``."""
-        base = 0
-        every_state = self.index == list(range(ds.shape[1]))
-        for lo, hi in spans:
-            if hi > lo:
-                if every_state:
-                    ds.read_direct(out, np.s_[lo:hi], np.s_[base:base + hi - lo])
-                else:
-                    for i, s in enumerate(self.index):
-                        ds.read_direct(out, np.s_[lo:hi, s], np.s_[base:base + hi - lo, i])
-            base += hi - lo
-
-    def _stream_buffer(self, shape: tuple[int, ...], dtype) -> np.ndarray:
-        """A view of the reused buffer for slabs that are not kept (grown when a block needs more)."""
-        need = int(np.prod(shape))
-        if self._stream is None or self._stream.size < need or self._stream.dtype != dtype:
-            self._stream = populated_empty((need,), dtype)
-        return self._stream[:need].reshape(shape)
-
-    def _batches(self, block: _Block, rng: np.random.Generator, shuffle: bool) -> list[np.ndarray]:
-        rows, size = block.rows, self.batch_size
-        if not shuffle:
-            # Sorted by length: least padding; callers put predictions back by ``batch.rows``.
-            rows = rows[np.argsort(self.lengths[rows], kind="stable")]
-            return [rows[i:i + size] for i in range(0, len(rows), size)]
-        rows = rng.permutation(rows)
-        batches = []
-        bucket = size * BUCKET_BATCHES
-        for i in range(0, len(rows), bucket):
-            chunk = rows[i:i + bucket]
-            chunk = chunk[np.argsort(self.lengths[chunk], kind="stable")]
-            batches.extend(chunk[j:j + size] for j in range(0, len(chunk), size))
-        return [batches[i] for i in rng.permutation(len(batches))]
-
-    def _gather(self, block: _Block, take: Take, rows: np.ndarray) -> CacheBatch:
+    def _gather(self, block: Block, take: Take, rows: np.ndarray) -> CacheBatch:
         """One padded batch of ``rows``, whose stored values ``take`` reads by shard position."""
         shard = block.shard
         local = rows - self._starts[shard]  # (B,) rows within the shard
@@ -460,7 +298,7 @@ class CacheFeed:
 
     def n_words(self, rows: np.ndarray) -> np.ndarray:
         """(B,) words per row (token tasks); words cut off at the maximum length count too."""
-        shard_of = np.searchsorted(self._starts, rows, side="right") - 1
+        shard_of = self._layout.shard_of(rows)
         out = np.empty(len(rows), dtype=np.int64)
         for i, (row, shard) in enumerate(zip(rows, shard_of)):
             wo = self._word_offsets[shard]
@@ -472,7 +310,7 @@ class CacheFeed:
     def gold(self, task: str) -> np.ndarray | list[np.ndarray]:
         """Labels of ``self.rows`` in row order: an array, or per-word arrays for a token task."""
         out = []
-        shard_of = np.searchsorted(self._starts, self.rows, side="right") - 1
+        shard_of = self._layout.shard_of(self.rows)
         for row, shard in zip(self.rows, shard_of):
             local = row - self._starts[shard]
             if self.kinds[task] == "token":

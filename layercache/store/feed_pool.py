@@ -31,7 +31,7 @@ class FeedPool:
         cache: the open cache every feed reads.
         keep_bytes: passed to every :class:`CacheFeed` (slabs kept in memory across epochs, for shards
             read through h5py; a memory-mapped shard keeps none); default (None): each feed's own, a share
-            of the memory budget (:func:`~.cache_feed.keep_budget`). The pool's memory is at most this
+            of the memory budget (:func:`~.feed_blocks.keep_budget`). The pool's memory is at most this
             much per feed it holds.
     """
 

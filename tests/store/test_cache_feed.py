@@ -75,20 +75,21 @@ def test_kept_slabs_give_the_same_batches_and_bound_memory(cache, monkeypatch, k
     feed = CacheFeed(cache, "validation", tasks=["sentiment"], batch_size=16, block_bytes=50_000,
                      keep_bytes=keep_bytes, memory_map=False)
     reads = []
-    original = feed._read
-    monkeypatch.setattr(feed, "_read", lambda block, keep=False: reads.append(block) or original(block, keep=keep))
+    original = feed._slabs.read
+    monkeypatch.setattr(feed._slabs, "read",
+                        lambda block, keep=False: reads.append(block) or original(block, keep=keep))
     for seed in (1, 2, 3):
         for mine, ref in zip(feed.epoch(shuffle=True, seed=seed), mapped.epoch(shuffle=True, seed=seed),
                              strict=True):
             assert np.array_equal(mine.rows, ref.rows) and torch.equal(mine.states, ref.states)
     n_blocks = len(feed._blocks)
-    assert feed._kept_bytes <= keep_bytes
+    assert feed._slabs.kept_bytes <= keep_bytes
     if keep_bytes == 0:
-        assert len(reads) == 3 * n_blocks and not feed._kept
+        assert len(reads) == 3 * n_blocks and not feed._slabs.kept
     elif keep_bytes == 1 << 30:
         assert len(reads) == n_blocks  # each block read from disk once, then served from memory
     else:
-        assert 0 < len(feed._kept) < n_blocks and n_blocks < len(reads) < 3 * n_blocks
+        assert 0 < len(feed._slabs.kept) < n_blocks and n_blocks < len(reads) < 3 * n_blocks
 
 
 @pytest.mark.parametrize("keep_bytes", [0, 1 << 30], ids=["drops", "keeps"])
@@ -125,7 +126,7 @@ def test_a_state_subset_in_any_order_reads_those_states(cache, keep_bytes, memor
 def test_a_sparse_row_subset_reads_only_near_its_rows(cache):
     rows = np.arange(0, cache.num_examples("train"), 10)
     feed = CacheFeed(cache, "train", tasks=["negation_scope"], rows=rows, batch_size=8, memory_map=False)
-    read = sum(len(feed._read(block).values) for block in feed._blocks)
+    read = sum(len(feed._slabs.read(block).values) for block in feed._blocks)
     assert read == cache.lengths("train")[rows].sum()  # gaps of 9 rows are skipped, not read through
     for batch in feed.epoch(shuffle=True, seed=0):
         ref = cache.batch("train", batch.rows, tasks=["negation_scope"])
