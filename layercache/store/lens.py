@@ -35,13 +35,14 @@ from pathlib import Path
 
 import torch
 
-from ..core.checksum import file_checksum, fsync_and_checksum
+from ..core.checksum import fsync_and_checksum
 from ..core.confine import OwnedFolder
 from ..core.files import write_file_atomic
 from ..core.option_names import option
 from ..errors import CacheError
-from .manifest import Manifest, SideFile, confined_path
+from .manifest import Manifest, SideFile
 from .schema import SIDE_FILES
+from .side_checks import SideFileCheck
 
 LENS_NAME = SIDE_FILES["lens"]
 LENS_FORMAT = "1"
@@ -144,8 +145,8 @@ def read_lens(cache_dir: str | os.PathLike, manifest: Manifest) -> LensWeights:
     or a file that changed or is not a lens file.
     """
     entry = manifest.side_files.get("lens")
-    path = confined_path(cache_dir, LENS_NAME, "Side file")
-    rerun = "run the same `layercache extract` command again to rewrite it (no states are recomputed)"
+    side = SideFileCheck.at(cache_dir, LENS_NAME, "a lens file",
+                            "run the same `layercache extract` command again to rewrite it (no states are recomputed)")
     if entry is None:
         if manifest.model.kind != "decoder":
             raise CacheError(f"The cache {cache_dir} is of an {manifest.model.kind} model, which has no next-token "
@@ -154,18 +155,13 @@ def read_lens(cache_dir: str | os.PathLike, manifest: Manifest) -> LensWeights:
                          f"{option('store', 'pooled')}, or from a checkpoint without an LM head); run the same "
                          "`layercache extract` command again with token states to add them, from a model with its LM "
                          "head.")
-    if not path.is_file() or file_checksum(path) != entry.checksum:
-        raise CacheError(f"{path} is missing or has changed since extraction (its checksum differs from the "
-                         f"manifest's); {rerun}.")
-    try:
-        lens = _load(path)
-    except (OSError, ValueError, KeyError, TypeError, RuntimeError) as err:
-        raise CacheError(f"{path} is not a lens file this layercache can read ({str(err)[:120]}); {rerun}.") from None
+    side.require_recorded(entry)
+    lens = side.load(lambda: _load(side.path))
     if lens.model_fingerprint != manifest.model.fingerprint:
-        raise CacheError(f"{path} was read from another model than the manifest's; {rerun}.")
+        raise side.refusal("was read from another model than the manifest's")
     if lens.hidden_size != manifest.model.hidden_size:
-        raise CacheError(f"{path} has an unembedding of width {lens.hidden_size} for states of width "
-                         f"{manifest.model.hidden_size}; {rerun}.")
+        raise side.refusal(f"has an unembedding of width {lens.hidden_size} for states of width "
+                           f"{manifest.model.hidden_size}")
     return lens
 
 

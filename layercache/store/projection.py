@@ -57,13 +57,14 @@ from pathlib import Path
 
 import torch
 
-from ..core.checksum import file_checksum, fsync_and_checksum
+from ..core.checksum import fsync_and_checksum
 from ..core.confine import OwnedFolder
 from ..core.files import write_file_atomic
 from ..core.option_names import option
-from ..errors import CacheError, ConfigError
-from .manifest import Manifest, SideFile, confined_path
+from ..errors import ConfigError
+from .manifest import Manifest, SideFile
 from .schema import PROJECTION_BASES
+from .side_checks import SideFileCheck
 
 PROJECTION_NAME = "projection.safetensors"
 PROJECTION_FORMAT = 2
@@ -195,25 +196,18 @@ def read_projection(cache_dir: str | os.PathLike, manifest: Manifest) -> Project
     k = manifest.storage.project
     if not k:
         return None
-    entry = manifest.side_files.get("projection")
-    path = confined_path(cache_dir, PROJECTION_NAME, "Side file")
-    again = ("every shard was projected with it, so the cache cannot be read without it: re-extract with "
-             f"{option('overwrite', True)}")
-    if entry is None or not Path(path).is_file() or file_checksum(path) != entry.checksum:
-        raise CacheError(f"{path} is missing or has changed since extraction (its checksum differs from the "
-                         f"manifest's); {again}.")
-    try:
-        projection = _load(Path(path))
-    except (OSError, ValueError, KeyError, TypeError, RuntimeError) as err:
-        raise CacheError(f"{path} is not a projection file this layercache can read ({str(err)[:120]}); "
-                         f"{again}.") from None
+    side = SideFileCheck.at(cache_dir, PROJECTION_NAME, "a projection file",
+                            "every shard was projected with it, so the cache cannot be read without it: re-extract "
+                            f"with {option('overwrite', True)}")
+    side.require_recorded(manifest.side_files.get("projection"))
+    projection = side.load(lambda: _load(side.path))
     expected = (len(manifest.storage.layers), k, manifest.model.hidden_size)
     if tuple(projection.basis.shape) != expected:
-        raise CacheError(f"{path} holds a basis of shape {tuple(projection.basis.shape)} where the manifest implies "
-                         f"{expected}; {again}.")
+        raise side.refusal(f"holds a basis of shape {tuple(projection.basis.shape)} where the manifest implies "
+                           f"{expected}")
     if projection.kind != manifest.storage.projection_basis:
-        raise CacheError(f"{path} holds a {projection.kind} basis where the manifest records "
-                         f"{option('project_basis', manifest.storage.projection_basis)}; {again}.")
+        raise side.refusal(f"holds a {projection.kind} basis where the manifest records "
+                           f"{option('project_basis', manifest.storage.projection_basis)}")
     return projection
 
 

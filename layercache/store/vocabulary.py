@@ -23,18 +23,18 @@ from __future__ import annotations
 import functools
 import json
 import os
-import stat
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from ..core.checksum import data_checksum
-from ..core.confine import OwnedFolder, kind_of
+from ..core.confine import OwnedFolder
 from ..core.files import write_text_atomic
 from ..errors import CacheError
-from .manifest import Manifest, SideFile, confined_path
+from .manifest import Manifest, SideFile
 from .schema import SIDE_FILES
+from .side_checks import SideFileCheck
 
 VOCABULARY_NAME = SIDE_FILES["vocabulary"]
 VOCABULARY_FORMAT = 1
@@ -157,26 +157,15 @@ def read_vocabulary(cache_dir: str | os.PathLike, manifest: Manifest) -> Vocabul
     file is missing or changed, or it describes another tokenizer.
     """
     entry = manifest.side_files.get("vocabulary")
-    path = confined_path(cache_dir, VOCABULARY_NAME, "Side file")
-    rerun = "run the same `layercache extract` command again to write it (no states are recomputed)"
+    side = SideFileCheck.at(cache_dir, VOCABULARY_NAME, "a vocabulary",
+                            "run the same `layercache extract` command again to write it (no states are recomputed)")
     if entry is None:
         raise CacheError(f"The cache {cache_dir} has no tokenizer vocabulary (it was written before layercache "
-                         f"saved {VOCABULARY_NAME}); {rerun}.")
-    try:
-        st = os.stat(path)
-        if not stat.S_ISREG(st.st_mode):  # a FIFO would block the read forever
-            raise CacheError(f"{path} is {kind_of(st)}, not a regular file; {rerun}.")
-        data = path.read_bytes()
-    except OSError as err:
-        raise CacheError(f"{path} cannot be read ({err.strerror or err}); {rerun}.") from None
-    if data_checksum(data) != entry.checksum:
-        raise CacheError(f"{path} has changed since extraction (its checksum differs from the manifest's); {rerun}.")
-    try:
-        vocabulary = _parse(json.loads(data))
-    except (ValueError, TypeError, KeyError, RecursionError) as err:
-        raise CacheError(f"{path} is not a vocabulary this layercache can read ({str(err)[:120]}); {rerun}.") from None
+                         f"saved {VOCABULARY_NAME}); {side.fix}.")
+    data = side.recorded_bytes(entry)  # a small file: read once, the bytes checked are the bytes parsed
+    vocabulary = side.load(lambda: _parse(json.loads(data)), (ValueError, TypeError, KeyError, RecursionError))
     if vocabulary.tokenizer_fingerprint != manifest.tokenizer.fingerprint:
-        raise CacheError(f"{path} describes another tokenizer than the manifest's; {rerun}.")
+        raise side.refusal("describes another tokenizer than the manifest's")
     return vocabulary
 
 
