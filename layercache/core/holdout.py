@@ -11,7 +11,7 @@ training rows (or words) a probe fitted with ``max_train`` keeps (:data:`DEFAULT
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -33,7 +33,7 @@ class LabelledSplits(Protocol):
     def num_examples(self, split: str) -> int:
         """Rows of ``split``."""
 
-    def labels(self, split: str, task: str):
+    def labels(self, split: str, task: str) -> Any:
         """``task``'s labels of every row of ``split``."""
 
 
@@ -89,7 +89,7 @@ def sample_rows(n: int, max_train: int | None, seed: int) -> np.ndarray | None:
     return np.sort(np.random.default_rng(seed).choice(n, max_train, replace=False))
 
 
-def check_max_train(max_train) -> None:
+def check_max_train(max_train: object) -> None:
     """Refuse, in one sentence, a ``max_train`` that is neither None nor an integer of at least 2."""
     if max_train is not None and (isinstance(max_train, bool) or not isinstance(max_train, (int, np.integer))
                                   or max_train < 2):

@@ -106,7 +106,7 @@ def batch_rows(rows: np.ndarray, lengths: np.ndarray, batch_size: int, rng: np.r
         rows = rows[np.argsort(lengths[rows], kind="stable")]
         return [rows[i:i + batch_size] for i in range(0, len(rows), batch_size)]
     rows = rng.permutation(rows)
-    batches = []
+    batches: list[np.ndarray] = []
     bucket = batch_size * BUCKET_BATCHES
     for i in range(0, len(rows), bucket):
         chunk = rows[i:i + bucket]

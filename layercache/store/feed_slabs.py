@@ -10,8 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import h5py
 import numpy as np
 
+from ..errors import CacheError
 from .buffers import populated_empty
 from .cache_view import CacheView
 from .codecs import StorageCodec, scales_dataset
@@ -77,20 +79,28 @@ class SlabReader:
         will be kept is memory mapped in up front (its pages would otherwise fault in one by one as it is read); one
         that will not reuses the streaming buffer.
         """
-        ds = self.cache.shard_dataset(self.split, block.shard, self.dataset)  # present: the layout was checked
+        ds = self._dataset(block.shard, self.dataset)
         spans = self.layout.spans(block)
         shape = (sum(hi - lo for lo, hi in spans), len(self.index), ds.shape[2])
         slab = populated_empty(shape, ds.dtype) if keep else self._stream_buffer(shape, ds.dtype)
         self._read_spans(ds, spans, slab)
         scales = None
         if self.codec.scaled:  # small: a fresh array each time, in the scales dataset's width and dtype
-            factors = self.cache.shard_dataset(self.split, block.shard, scales_dataset(self.dataset))
+            factors = self._dataset(block.shard, scales_dataset(self.dataset))
             scales = np.empty(shape[:2] + factors.shape[2:], factors.dtype)
             self._read_spans(factors, spans, scales)
         bases = np.concatenate([[0], np.cumsum([hi - lo for lo, hi in spans])[:-1]]).astype(np.int64)
         return Slab(slab, np.array([lo for lo, _ in spans], dtype=np.int64), bases, scales)
 
-    def _read_spans(self, ds, spans: list[tuple[int, int]], out: np.ndarray) -> None:
+    def _dataset(self, shard: int, name: str) -> h5py.Dataset:
+        """Dataset ``name`` of ``shard``: present, since the feed checked the cache's layout when it opened."""
+        ds = self.cache.shard_dataset(self.split, shard, name)
+        if ds is None:  # only a file changed after the cache was opened
+            raise CacheError(f"Shard {shard} of split {self.split!r} has no {name!r} dataset any more; the cache "
+                             "changed while it was read: re-open it, or re-extract it if `layercache verify` fails.")
+        return ds
+
+    def _read_spans(self, ds: h5py.Dataset, spans: list[tuple[int, int]], out: np.ndarray) -> None:
         """Rows ``lo:hi`` of each span of ``ds``, for the states served, one after another into ``out``."""
         base = 0
         every_state = self.index == list(range(ds.shape[1]))
@@ -103,7 +113,7 @@ class SlabReader:
                         ds.read_direct(out, np.s_[lo:hi, s], np.s_[base:base + hi - lo, i])
             base += hi - lo
 
-    def _stream_buffer(self, shape: tuple[int, ...], dtype) -> np.ndarray:
+    def _stream_buffer(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
         """A view of the reused buffer for slabs that are not kept (grown when a block needs more)."""
         need = int(np.prod(shape))
         if self._stream is None or self._stream.size < need or self._stream.dtype != dtype:

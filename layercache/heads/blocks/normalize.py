@@ -22,6 +22,8 @@ Modes (:data:`NORMALIZATIONS`):
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -67,6 +69,11 @@ class StateNorm(nn.Module):
     by more than ``1000 / |mean|`` (see :meth:`_derive`).
     """
 
+    mean: Tensor  # the buffers register_buffer makes, as a type checker should see them
+    std: Tensor
+    shift: Tensor
+    scale: Tensor
+
     def __init__(self, mode: str, n_states: int, dim: int) -> None:
         super().__init__()
         if mode not in NORMALIZATIONS or mode == "auto":
@@ -81,12 +88,12 @@ class StateNorm(nn.Module):
 
     def set_stats(self, mean: np.ndarray, std: np.ndarray) -> None:
         """Standardise with these per-state, per-dimension statistics ``(S, D)``."""
-        mean = torch.as_tensor(np.asarray(mean, dtype=np.float64))
-        std = torch.as_tensor(np.asarray(std, dtype=np.float64))
-        if mean.shape != self.mean.shape or std.shape != self.std.shape:
-            raise ConfigError(f"State statistics of shape {tuple(mean.shape)} do not fit {tuple(self.mean.shape)}.")
-        self.mean.copy_(mean)
-        self.std.copy_(std)
+        means = torch.as_tensor(np.asarray(mean, dtype=np.float64))
+        stds = torch.as_tensor(np.asarray(std, dtype=np.float64))
+        if means.shape != self.mean.shape or stds.shape != self.std.shape:
+            raise ConfigError(f"State statistics of shape {tuple(means.shape)} do not fit {tuple(self.mean.shape)}.")
+        self.mean.copy_(means)
+        self.std.copy_(stds)
         self._derive()
 
     @torch.no_grad()
@@ -99,7 +106,7 @@ class StateNorm(nn.Module):
         self.scale.copy_(scale)  # float64 until stored
         self.shift.copy_(-self.mean * scale)
 
-    def _load_from_state_dict(self, *args, **kwargs):
+    def _load_from_state_dict(self, *args: Any, **kwargs: Any) -> None:
         super()._load_from_state_dict(*args, **kwargs)
         if self.mode == "standardize":  # the derived buffers are not saved: derive them from what was loaded
             self._derive()
