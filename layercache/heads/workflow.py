@@ -38,7 +38,7 @@ from ..store.reader import TEST_NAMES, LayerCache, using_cache
 from .data.finite import check_split_stats
 from .estimator import LayerHead
 from .run_folders.persistence import unwritable
-from .run_folders.run_files import RunFiles
+from .run_folders.run_files import RunFiles, runs_root
 from .run_folders.run_folder import IGNORED, STAGING_PREFIX, RunFolder, StagedRun
 from .scoring.evaluation import PassResult
 from .training.checkpoint import CheckpointFolder
@@ -53,16 +53,6 @@ class TrainResult:
     metrics: dict
     """``{"validation": {task: metrics}, "test": {...} or absent, "selection": ..., "warnings": [...], ...}``."""
     layer_weights: dict
-
-
-def runs_root(cache_path: str | os.PathLike) -> Path:
-    """Where a cache's runs go by default: ``<cache>.runs`` beside the real cache folder.
-
-    The cache path is resolved first, so ``.`` inside a cache or ``..`` from a split folder name the
-    cache itself, never a ``.runs`` folder inside it.
-    """
-    root = Path(cache_path).resolve()
-    return root.parent / f"{root.name}.runs"
 
 
 def checkpoints_root(cache_path: str | os.PathLike) -> Path:

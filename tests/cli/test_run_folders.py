@@ -55,6 +55,20 @@ def test_relative_cache_paths_name_the_runs_beside_the_cache(cache, monkeypatch,
     assert f"Run written: {cache.parent / 'cache.runs'}" in " ".join(result.output.split())
 
 
+@pytest.mark.parametrize("where, given", [(".", "."), ("train", "..")])
+def test_runs_written_from_inside_a_cache_are_found_from_there_too(cache, monkeypatch, where, given):
+    """train-head wrote ``<cache>.runs`` for ``.`` while the report's search looked in ``./.runs``: one rule now."""
+    from layercache import LayerCache
+    from layercache.heads.run_folders.run_files import find_runs
+
+    monkeypatch.chdir(cache / where if where != "." else cache)
+    result = invoke("train-head", given, *CLI_QUICK)
+    assert result.exit_code == 0, result.output
+    with LayerCache.open(given) as opened:
+        found = find_runs(opened)
+    assert [p.resolve() for p in found] == sorted((cache.parent / "cache.runs").iterdir())
+
+
 def test_ctrl_c_before_a_run_folder_is_claimed_speaks_of_no_shards(cache, monkeypatch):
     """Ctrl-C while the cache opens, before train-head claims its folder: the extraction's words ("committed shards
     are kept") were printed for a command that writes no shard."""

@@ -296,10 +296,15 @@ class RunFiles:
         return self.metrics.mixer or (self.config.mixer if self.config is not None else None)
 
 
-def runs_beside(cache_path: str | os.PathLike) -> Path:
-    """The folder of a cache's runs, ``<cache>.runs`` beside it (the path as given, not resolved)."""
-    path = Path(cache_path)
-    return path.parent / f"{path.name}.runs"
+def runs_root(cache_path: str | os.PathLike) -> Path:
+    """Where a cache's runs go, and are found: ``<cache>.runs`` beside the real cache folder (the one rule, for
+    ``train-head``, ``sweep`` and the report's search).
+
+    The cache path is resolved first, so ``.`` inside a cache or ``..`` from a split folder name the
+    cache itself, never a ``.runs`` folder inside it.
+    """
+    root = Path(cache_path).resolve()
+    return root.parent / f"{root.name}.runs"
 
 
 def run_belongs_to(run: str | os.PathLike, manifest) -> bool:
@@ -313,7 +318,9 @@ def find_runs(cache, extra: Iterable[str | os.PathLike] = ()) -> list[Path]:
     cache has the same backbone fingerprint and extraction settings (config hash). ``extra`` runs that do not match
     are refused, naming the run."""
     manifest = cache.manifest
-    beside = runs_beside(cache.path)
+    beside, given = runs_root(cache.path), Path(cache.path)
+    if given.name not in ("", "..") and (given.parent / f"{given.name}.runs").resolve() == beside:
+        beside = given.parent / f"{given.name}.runs"  # the same folder, named as the user named the cache
     candidates = sorted(p for p in beside.iterdir() if (p / CONFIG_FILE).is_file()) if beside.is_dir() else []
     found = [run for run in candidates if run_belongs_to(run, manifest)]
     for run in map(Path, extra):
