@@ -39,7 +39,7 @@ from .data.finite import check_split_stats
 from .estimator import LayerHead
 from .run_folders.persistence import unwritable
 from .run_folders.run_files import RunFiles, runs_root
-from .run_folders.run_folder import IGNORED, STAGING_PREFIX, RunFolder, StagedRun
+from .run_folders.run_folder import RunFolder, StagedRun, occupying, refuse_occupied
 from .scoring.evaluation import PassResult
 from .training.checkpoint import CheckpointFolder
 
@@ -87,15 +87,8 @@ def check_run_folder(run: Path, overwrite: bool = False) -> None:
     if not probe.exists():  # a dangling link, or nothing of the path exists at all
         raise ConfigError(f"{option('out', run)} cannot be created ({probe} is a broken link or missing); give another "
                           "folder for the run.")
-    try:
-        occupied = probe == run and any(p.name not in IGNORED and not p.name.startswith(STAGING_PREFIX)
-                                        for p in run.iterdir())
-    except OSError as err:
-        raise ConfigError(f"The run folder {run} cannot be read ({err.strerror or err}); choose another "
-                          f"{option('out')}.") from None
-    if occupied and not overwrite:
-        raise ConfigError(f"The run folder {run} is not empty; choose another {option('out')} or pass "
-                          f"{option('overwrite', True)}.")
+    if probe == run:
+        refuse_occupied(run, "run folder", occupying(run, "run folder"), overwrite)
     if not os.access(probe, os.W_OK | os.X_OK):
         raise ConfigError(f"The run folder {run} cannot be written: {probe} is not writable (permissions, or a "
                           f"read-only disk); choose another {option('out')}.")

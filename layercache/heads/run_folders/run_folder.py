@@ -314,6 +314,23 @@ class RunFolder:
             os.unlink(path)
 
 
+def occupying(folder: Path, what: str) -> list[str]:
+    """The names in ``folder`` that make it occupied: anything but a lock file and what a killed run left staged.
+    A folder that cannot be read is refused in one sentence naming it as ``what`` (``run folder``)."""
+    try:
+        return [n for n in os.listdir(folder) if n not in IGNORED and not n.startswith(STAGING_PREFIX)]
+    except OSError as err:
+        raise ConfigError(f"The {what} {folder} cannot be read ({err.strerror or err}); choose another "
+                          f"{option('out')}.") from None
+
+
+def refuse_occupied(folder: Path, what: str, names: list[str], overwrite: bool) -> None:
+    """Refuse ``folder`` holding ``names`` (:func:`occupying`) unless ``overwrite``, in one sentence."""
+    if names and not overwrite:
+        raise ConfigError(f"The {what} {folder} is not empty; choose another {option('out')} or pass "
+                          f"{option('overwrite', True)}.")
+
+
 def _refuse_occupied(owner: OwnedFolder, overwrite: bool) -> None:
     """Refuse a folder holding anything but a lock file and stale staging unless ``overwrite``; with it, refuse an
     own run folder (``best/``) that holds files layercache did not write, since replacing it would delete them."""
@@ -322,14 +339,8 @@ def _refuse_occupied(owner: OwnedFolder, overwrite: bool) -> None:
         return
     if not stat.S_ISDIR(st.st_mode):
         raise ConfigError(f"{option('out', owner.root)} is a file; give a folder for the {owner.what.split()[0]}.")
-    try:
-        names = [n for n in os.listdir(owner.root) if n not in IGNORED and not n.startswith(STAGING_PREFIX)]
-    except OSError as err:
-        raise ConfigError(f"The {owner.what} {owner.root} cannot be read ({err.strerror or err}); choose another "
-                          f"{option('out')}.") from None
-    if names and not overwrite:
-        raise ConfigError(f"The {owner.what} {owner.root} is not empty; choose another {option('out')} or pass "
-                          f"{option('overwrite', True)}.")
+    names = occupying(owner.root, owner.what)
+    refuse_occupied(owner.root, owner.what, names, overwrite)
     for name in names:
         st = lstat_or_none(owner.path(name))
         if name in OWN_RUNS and st is not None and stat.S_ISDIR(st.st_mode):
