@@ -42,21 +42,21 @@ def gather_positions(cache: CacheView, split: str, parts: Sequence[Sequence[int]
     split's tokens (``IndexError``).
     """
     cache.require_tokens()
-    parts = [np.asarray(positions, np.int64) for positions in parts]
+    asked = [np.asarray(positions, np.int64) for positions in parts]  # (n,) each
     bounds = _shard_bounds(cache, split)  # (shards + 1,) split-wide first token of each shard, then the total
-    for positions in parts:
+    for positions in asked:
         if positions.size and (positions.min() < 0 or positions.max() >= bounds[-1]):
             raise IndexError(f"token positions must lie in [0, {int(bounds[-1])}) for split {split!r}")
     # Each part in increasing order (a stable sort, only where it is not already): a shard's positions are then
-    # one run of it, found by two binary searches. ``where`` says where the sorted positions go in the output.
-    runs = []
-    for positions in parts:
+    # one run of it, found by two binary searches. ``_where`` says where the sorted positions go in the output.
+    runs: list[Run] = []
+    for positions in asked:
         if np.all(positions[1:] >= positions[:-1]):
             runs.append((positions, None))
         else:
             order = np.argsort(positions, kind="stable")
             runs.append((positions[order], order))
-    out = [np.empty((len(index), len(positions), cache.hidden_size), np.float32) for positions in parts]  # (L, n, D)
+    out = [np.empty((len(index), len(positions), cache.hidden_size), np.float32) for positions in asked]  # (L, n, D)
     if not _from_maps(cache, split, index, bounds, runs, out):
         _streamed(cache, split, index, runs, out)
     return out

@@ -31,13 +31,13 @@ LOAD_ERRORS: tuple[type[BaseException], ...] = (OSError, ValueError, KeyError, T
 """What loading a side file's bytes as its format raises when they are not that format (a reader may name others)."""
 
 
-def side_file_problem(cache_dir: str | os.PathLike, entry: SideFile) -> str | None:
+def side_file_problem(cache_dir: str | os.PathLike[str], entry: SideFile) -> str | None:
     """Why the side file ``entry`` names is not the one extraction wrote (None when it is): ``missing``,
     ``is a symbolic link, not a regular file``, ``cannot be read (...)``, ``changed since extraction``."""
     return file_problem(Path(cache_dir) / entry.file, entry.checksum, follow_links=False)
 
 
-def side_file_problems(cache_dir: str | os.PathLike, manifest: Manifest) -> dict[str, str]:
+def side_file_problems(cache_dir: str | os.PathLike[str], manifest: Manifest) -> dict[str, str]:
     """Every listed side file that is not as extraction wrote it: file name -> what is wrong with it."""
     found = {entry.file: side_file_problem(cache_dir, entry) for entry in manifest.side_files.values()}
     return {file: problem for file, problem in found.items() if problem is not None}
@@ -56,7 +56,7 @@ class SideFileCheck:
     fix: str
 
     @classmethod
-    def at(cls, cache_dir: str | os.PathLike, name: str, what: str, fix: str) -> SideFileCheck:
+    def at(cls, cache_dir: str | os.PathLike[str], name: str, what: str, fix: str) -> SideFileCheck:
         """The check of side file ``name`` of the cache at ``cache_dir`` (:func:`~.manifest.confined_path`)."""
         return cls(confined_path(cache_dir, name, "Side file"), what, fix)
 
