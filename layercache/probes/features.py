@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..core.holdout import holdout_strata, sample_rows, stratified_holdout
+from ..core.holdout import sample_rows, validation_slice
 from ..core.memory import current_budget
 from ..core.option_names import option
 from ..core.tasks import find_task, labelled_tasks
@@ -113,7 +113,7 @@ def read_train_val(cache: LayerCache, spec: LabelTask, source: str, index: list[
     Validation is ``val_split`` when given, else a seeded ``val_fraction`` slice of ``split``
     (stratified by label for a sequence task, whole sentences for a token task), read in the
     same pass as the training part: the slice a head of this one task validates on
-    (:func:`~layercache.core.holdout.stratified_holdout`).
+    (:func:`~layercache.core.holdout.validation_slice`).
     """
     cache.require_split(split)
     if val_split is not None:
@@ -121,10 +121,7 @@ def read_train_val(cache: LayerCache, spec: LabelTask, source: str, index: list[
         train = read_inputs(cache, split, spec, source, index, want_types=want_types)
         val = read_inputs(cache, val_split, spec, source, index, want_types=want_types)
         return train, val, val_split
-    strata = holdout_strata([spec])  # the heads' rule: a head of this one task holds out the same rows
-    labels = cache.labels(split, strata.name) if strata is not None else None
-    rows, val_rows = stratified_holdout(cache.num_examples(split), val_fraction, seed, labels,
-                                        what=f"Split {split!r}")
+    rows, val_rows = validation_slice(cache, split, [spec], val_fraction, seed)  # a head of this task's rows
     train, val = read_parts(cache, split, spec, source, index, [rows, val_rows], want_types=want_types)
     return train, val, f"{split} (seeded {val_fraction:.0%} slice, seed {seed})"
 
