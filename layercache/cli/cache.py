@@ -9,69 +9,26 @@ from typing import Optional
 
 import typer
 
-from ..core.extraction_defaults import DEFAULT_STORE
 from ..errors import ConfigError, LayercacheError
-from ..store.storage import AUTO
+from ..extraction.specs import BatchSpec, DataSpec, StorageSpec
 from . import base
 from . import extraction_options as eo
 from .base import app, friendly
-from .choices import choice_help
-from .options import (
-    allow_pickle_option,
-    cache_argument,
-    device_map_option,
-    device_option,
-    max_memory_option,
-    quiet_option,
-    threads_option,
-)
+from .options import allow_pickle_option, cache_argument, quiet_option, threads_option
+from .spec_options import spec_options, takes_specs
 from .threads import apply_threads
 
 
 @app.command()
 @friendly
+@takes_specs("extract")
 def extract(
     model: str = eo.model_argument(),
-    dataset: Optional[str] = eo.dataset_argument(),
     out: Optional[Path] = typer.Option(
         None, "--out", "-o", help="Cache folder.", show_default="under $LAYERCACHE_HOME"),
-    config: Optional[str] = eo.config_option(),
-    split: Optional[list[str]] = eo.split_option("extract"),
-    text_column: Optional[list[str]] = eo.text_column_option(),
-    label_column: Optional[list[str]] = eo.label_column_option(),
-    no_labels: bool = typer.Option(False, "--no-labels", help="Cache states of unlabelled data."),
-    task_kind: Optional[str] = eo.task_kind_option("extract"),
-    limit: Optional[int] = eo.limit_option(),
-    layers: Optional[list[str]] = eo.layers_option(),
-    store: str = typer.Option(DEFAULT_STORE, "--store", help=choice_help(
-        "extract", "--store", "What to keep.", "tokens: every token's states; pooled: pooled vectors only.")),
-    pooling: Optional[list[str]] = eo.pooling_option("extract"),
-    storage_dtype: str = typer.Option(AUTO, "--storage-dtype", help=choice_help(
-        "extract", "--storage-dtype", "On disk.",
-        "auto: float16, or bfloat16 when the first batch's states exceed the float16 range; "
-        "float16 clamps to ±65,504; int8: one scale per token and state; int4: two values a byte, one scale per "
-        "32 values (an even width).")),
-    project: Optional[int] = typer.Option(
-        None, "--project", help="Store each state as its coordinates in K principal directions, fitted on a sample "
-                                "of the first split (K below the model's width; `info` shows the variance kept)."),
-    project_basis: str = typer.Option("pca", "--project-basis", help=choice_help(
-        "extract", "--project-basis", "How --project fits its basis.",
-        "pca: the K directions of largest variance; standardized: PCA of the states scaled to unit variance per "
-        "dimension, so a few high-variance dimensions do not take the basis (keeps more of a weak signal).")),
-    compression: str = typer.Option("none", "--compression", help=choice_help(
-        "extract", "--compression", "Lossless compression of the stored states (needs the hdf5plugin "
-        "package).", "zstd: about 0.86 of the bytes of float16 states, 0.81 of int8's; every read "
-        "decompresses them (a memory map cannot), so epochs over a cache larger than memory are slower.")),
-    mean_skip_first: bool = eo.mean_skip_first_option(),
-    dtype: str = eo.dtype_option("extract"),
-    device: str = device_option(),
-    device_map: Optional[str] = device_map_option(),
-    max_memory: Optional[list[str]] = max_memory_option(),
-    max_length: Optional[int] = eo.max_length_option(),
-    stride: Optional[int] = eo.stride_option(),
-    batch_tokens: int = eo.batch_tokens_option(),
-    batch_size: int = eo.batch_size_option(),
-    shard_size: str = eo.shard_size_option(),
+    data: DataSpec = spec_options(DataSpec),
+    storage: StorageSpec = spec_options(StorageSpec),
+    batching: BatchSpec = spec_options(BatchSpec),
     overwrite: bool = typer.Option(
         False, "--overwrite", help="Delete the cache in --out and extract afresh (whatever its configuration)."),
     repair: bool = typer.Option(
@@ -95,13 +52,6 @@ def extract(
     apply_threads(threads)
     from ..planning.checked import extract as run_extract
 
-    data, storage, batching = eo.extraction_specs(
-        dataset=dataset, config=config, split=split, text_column=text_column, label_column=label_column,
-        no_labels=no_labels, task_kind=task_kind, limit=limit, layers=layers, store=store, pooling=pooling,
-        storage_dtype=storage_dtype, mean_skip_first=mean_skip_first, shard_size=shard_size, project=project,
-        batch_tokens=batch_tokens, batch_size=batch_size, max_length=max_length, stride=stride, dtype=dtype,
-        device=device, device_map=device_map, max_memory=max_memory, project_basis=project_basis,
-        compression=compression)
     result = run_extract(model, out=out, data=data, storage=storage, batching=batching, overwrite=overwrite,
                          repair=repair, allow_pickle=allow_pickle, progress=not quiet,
                          quality_examples=quality_sample, max_loss=max_loss, quality_seed=quality_seed)

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import typer
 
-from ..core.devices import DEFAULT_DEVICE, DEVICE_MAPS, DEVICE_SPELLINGS
+from ..extraction.specs import BatchSpec
+from .spec_options import field_option
 
 THREADS_HELP = ("Torch threads: a number up to the cores this process may use, or auto: the cores other processes "
                 "leave idle (a thread that loses its core to another process stalls all the others).")
@@ -23,22 +24,19 @@ def cache_argument():
 
 
 def device_option():
-    """``--device``: where the backbone or the head computes (every command that runs torch on a device)."""
-    return typer.Option(DEFAULT_DEVICE, "--device", help=f"{DEVICE_SPELLINGS}.")
+    """``--device``: where the backbone or the head computes (every command that runs torch on a device); declared
+    on :class:`~layercache.extraction.specs.BatchSpec`."""
+    return field_option(BatchSpec, "device")
 
 
 def device_map_option():
     """``--device-map``: split a backbone larger than one device (extract, plan, verify, predict)."""
-    return typer.Option(None, "--device-map", help=(
-        f"Split a model that fits no single device over the GPUs, CPU memory and disk: {', '.join(DEVICE_MAPS)} "
-        "(accelerate's placements; needs pip install accelerate). Leave --device at auto."))
+    return field_option(BatchSpec, "device_map")
 
 
 def max_memory_option():
     """``--max-memory DEVICE=SIZE``, repeatable: the most ``--device-map`` puts on each device."""
-    return typer.Option(None, "--max-memory", help=(
-        "With --device-map (refused without it): the most one device may hold, DEVICE=SIZE (cuda:0=20GiB, "
-        "cpu=60GiB); repeatable. What fits nowhere is offloaded to a temporary folder on disk."))
+    return field_option(BatchSpec, "max_memory")
 
 
 def threads_option():

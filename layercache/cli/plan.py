@@ -8,23 +8,13 @@ from typing import Optional
 
 import typer
 
-from ..core.extraction_defaults import (
-    DEFAULT_STORE,
-)
-from ..store.storage import AUTO
+from ..extraction.specs import BatchSpec, DataSpec, StorageSpec
 from . import base
 from . import extraction_options as eo
 from .base import app, friendly
-from .choices import choice_help
-from .options import (
-    allow_pickle_option,
-    device_map_option,
-    device_option,
-    max_memory_option,
-    quiet_option,
-    threads_option,
-)
+from .options import allow_pickle_option, quiet_option, threads_option
 from .parsing import parse_size
+from .spec_options import spec_options, takes_specs
 from .threads import apply_threads
 
 SAMPLE_BATCHES = 3  # pricing.SAMPLE_BATCHES; not imported here, so `layercache --help` loads no extractor
@@ -33,38 +23,23 @@ HEAD_EPOCHS = 4  # planning.quality.HEAD_EPOCHS, not imported for the same reaso
 
 @app.command()
 @friendly
+@takes_specs("plan")
 def plan(
     model: str = eo.model_argument(),
-    dataset: Optional[str] = eo.dataset_argument(),
     out: Optional[Path] = typer.Option(
         None, "--out", "-o", help="Where the cache would go: free space and disk speed are measured there.",
         show_default="under $LAYERCACHE_HOME"),
-    config: Optional[str] = eo.config_option(),
-    split: Optional[list[str]] = eo.split_option("plan"),
-    text_column: Optional[list[str]] = eo.text_column_option(),
-    label_column: Optional[list[str]] = eo.label_column_option(),
-    no_labels: bool = typer.Option(False, "--no-labels", help="Plan a cache of unlabelled data."),
-    task_kind: Optional[str] = eo.task_kind_option("plan"),
-    limit: Optional[int] = eo.limit_option(),
-    layers: Optional[list[str]] = eo.layers_option(),
-    store: str = typer.Option(DEFAULT_STORE, "--store",
-                              help=choice_help("plan", "--store", "Your choice of what to keep.")),
-    pooling: Optional[list[str]] = eo.pooling_option("plan"),
-    storage_dtype: str = typer.Option(AUTO, "--storage-dtype", help=choice_help("plan", "--storage-dtype",
-                                                                                 "Your choice of dtype on disk.")),
+    data: DataSpec = spec_options(DataSpec, no_labels={"help": "Plan a cache of unlabelled data."}),
+    # --project is the plan's own (your choice of K, priced beside D/2, D/4, D/8); the basis and compression are
+    # extract's (the plan prices each choice with the default basis, uncompressed)
+    storage: StorageSpec = spec_options(
+        StorageSpec, skip=("project", "project_basis", "compression"),
+        store={"help": "Your choice of what to keep.", "after": ""},
+        storage_dtype={"help": "Your choice of dtype on disk.", "after": ""}),
     project: Optional[int] = typer.Option(
         None, "--project", help="Your choice of projection width K: int8 + project K unless --storage-dtype names "
                                 "another dtype (priced beside D/2, D/4, D/8)."),
-    mean_skip_first: bool = eo.mean_skip_first_option(),
-    dtype: str = eo.dtype_option("plan"),
-    device: str = device_option(),
-    device_map: Optional[str] = device_map_option(),
-    max_memory: Optional[list[str]] = max_memory_option(),
-    max_length: Optional[int] = eo.max_length_option(),
-    stride: Optional[int] = eo.stride_option(),
-    batch_tokens: int = eo.batch_tokens_option(),
-    batch_size: int = eo.batch_size_option(),
-    shard_size: str = eo.shard_size_option(),
+    batching: BatchSpec = spec_options(BatchSpec),
     disk_budget: Optional[str] = typer.Option(
         None, "--disk-budget", help="Judge what fits against this size (e.g. 80GiB) when it is below the free space."),
     sample_batches: int = typer.Option(
@@ -91,18 +66,12 @@ def plan(
     apply_threads(threads)
     from ..planning.plan import plan_cache
 
-    data, storage, batching = eo.extraction_specs(
-        dataset=dataset, config=config, split=split, text_column=text_column, label_column=label_column,
-        no_labels=no_labels, task_kind=task_kind, limit=limit, layers=layers, store=store, pooling=pooling,
-        storage_dtype=storage_dtype, mean_skip_first=mean_skip_first, shard_size=shard_size, project=None,
-        batch_tokens=batch_tokens, batch_size=batch_size, max_length=max_length, stride=stride, dtype=dtype,
-        device=device, device_map=device_map, max_memory=max_memory)
     budget = parse_size(disk_budget) if disk_budget is not None else None
     result = plan_cache(model, data, storage, batching, out=out, project=project, disk_budget=budget,
                         sample_batches=sample_batches, allow_pickle=allow_pickle, progress=not quiet,
                         quality_examples=quality_sample, max_loss=max_loss, seed=seed,
                         head_epochs=head_epochs)
-    render_plan(result, base.out_console, dataset or "files")
+    render_plan(result, base.out_console, data.dataset or "files")
     if json_path is not None:
         from ..core.files import write_text_atomic
 

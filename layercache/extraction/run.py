@@ -41,6 +41,7 @@ from ..core.extraction_defaults import (
 )
 from ..core.layers import LayerSpec
 from ..core.option_names import option, options
+from ..core.option_specs import spec_from_keywords
 from ..core.threads import computes
 from ..errors import ConfigError
 from ..store.compression import require_filters
@@ -54,7 +55,7 @@ from .held import HeldStates
 from .housekeeping import check_split_names, locked_output, write_errors
 from .job import ExtractResult, JobInputs, prepare_job
 from .shares import assign_shares
-from .specs import BatchSpec, DataSpec, StorageSpec, merged_spec
+from .specs import BatchSpec, DataSpec, StorageSpec
 from .steps import list_committed, merge_shares, write_share
 
 __all__ = ["extract", "ExtractResult", "ExtractionCall", "extraction_call", "run_extraction", "DataSpec",
@@ -168,17 +169,9 @@ def extraction_call(*args, **kwargs) -> ExtractionCall:
 
 def _grouped(a: Mapping) -> ExtractionCall:
     """:func:`extract`'s arguments by name -> the call, the flat keywords merged into their specs."""
-    data = merged_spec(DataSpec, a["data"], dict(
-        dataset=a["dataset"], config=a["dataset_config"], splits=a["splits"], split_files=a["split_files"],
-        text_columns=a["text_columns"], label_columns=a["label_columns"], no_labels=a["no_labels"],
-        task_kind=a["task_kind"], limit=a["limit"]), "data")
-    storage = merged_spec(StorageSpec, a["storage"], dict(
-        layers=a["layers"], store=a["store"], pooling=a["pooling"], storage_dtype=a["storage_dtype"],
-        mean_skip_first=a["mean_skip_first"], shard_bytes=a["shard_bytes"], project=a["project"],
-        project_basis=a["project_basis"], compression=a["compression"]), "storage")
-    batching = merged_spec(BatchSpec, a["batching"], dict(
-        batch_tokens=a["batch_tokens"], batch_size=a["batch_size"], max_length=a["max_length"], stride=a["stride"],
-        dtype=a["dtype"], device=a["device"], device_map=a["device_map"], max_memory=a["max_memory"]), "batching")
+    data = spec_from_keywords(DataSpec, a["data"], a, "data")  # each field's flat keyword (dataset_config, ...)
+    storage = spec_from_keywords(StorageSpec, a["storage"], a, "storage")
+    batching = spec_from_keywords(BatchSpec, a["batching"], a, "batching")
     return ExtractionCall(a["model"], a["out"], data, storage, batching, overwrite=a["overwrite"],
                           repair=a["repair"], allow_pickle=a["allow_pickle"], progress=a["progress"])
 

@@ -32,7 +32,7 @@ def test_extract_options_default_to_extracts_keywords():
     from layercache.extraction.run import extract
 
     library, cli = keywords(extract), cli_defaults("extract")
-    assert parse_size(cli.pop("shard_size")) == library["shard_bytes"]
+    assert parse_size(cli.pop("shard_bytes")) == library["shard_bytes"]
     assert cli.pop("pooling") is None  # None: the library's pooling, which --help names
     pooling = next(p for (c, _), p in command_options().items() if c == "extract" and p.name == "pooling")
     assert pooling.show_default == ", ".join(library["pooling"])
