@@ -5,7 +5,7 @@ writes a flag (``--overwrite``) itself: it asks :func:`~layercache.core.option_n
 to Python, ``--overwrite`` inside a command). Checked here over the source of every module but ``cli/``:
 
 - no string of the library but a docstring writes a flag, except inside a backticked command line that anyone
-  can run (```layercache info --check```);
+  can run (```layercache info --check```) and in an options spec's ``Flag(...)``, which declares the flag;
 - every option a message names is a keyword of a public library call and, spelled as
   :func:`~layercache.core.option_names.flag` spells it, a flag of a command: a misspelt keyword, or a keyword
   whose flag differs with no entry in ``FLAGS``, is caught here and not by a user.
@@ -41,13 +41,21 @@ def _docstrings(tree: ast.AST) -> set[int]:
             if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)}
 
 
+def _declarations(tree: ast.AST) -> set[int]:
+    """The string nodes inside a ``Flag(...)`` (:mod:`layercache.core.option_specs`): how the command line types an
+    option, declared beside the option itself, not a message."""
+    return {id(inner) for node in ast.walk(tree)
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "Flag"
+            for inner in ast.walk(node)}
+
+
 def literal_flags(root: Path = LIBRARY) -> list[str]:
     """``path:line: text`` for each string of the library (an f-string's literal parts included) that writes a flag
-    outside a backticked command line."""
+    outside a backticked command line (and outside the ``Flag`` declarations of an options spec)."""
     found = []
     for path in library_modules(root):
         tree = ast.parse(path.read_text(), str(path))
-        documents = _docstrings(tree)
+        documents = _docstrings(tree) | _declarations(tree)
         for node in ast.walk(tree):
             if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in documents:
                 text = COMMAND_LINE.sub("", node.value)
