@@ -60,11 +60,10 @@ from ..store.manifest import utc_now
 from ..store.projection import Projection
 from ..store.reader import LayerCache
 from .blocks.normalize import resolve_normalize
-from .data.finite import check_split_stats, unstandardisable
+from .data.finite import check_split_stats, split_state_stats
 from .data.source import pooled_note, resolve_source
 from .ensembles.members import check_seed_count, fit_seeds, member_ensemble, seed_ensemble
 from .ensembles.model import model_from_config
-from .network.attention import SelfAttention
 from .network.model import HeadModel
 from .run_folders.persistence import (
     damaged,
@@ -83,7 +82,7 @@ from .training.checkpoint import CheckpointFolder
 from .training.class_weights import BALANCED, class_weight_values, label_counts, parse_class_weight
 from .training.collapse import collapse_warning
 from .training.convex import convergence_warnings, fit_convex, resolved_c_grid
-from .training.fitting import resolve_solver
+from .training.fitting import default_lr, fit_record, resolve_solver
 from .training.trainer import TrainConfig, TrainHistory, seed_everything, train_model
 
 PROJECTION_MEAN, PROJECTION_BASIS = "projection.mean", "projection.basis"
@@ -239,14 +238,7 @@ class LayerHead(BaseEstimator):
         cache.require_split(split)
         check_split_stats(cache, split, layer_names)
         if normalize == "standardize":
-            # Exact per-dimension statistics over every real token of the split, from the shards'
-            # sums: no pass over the states.
-            stats = cache.layer_stats(split)
-            mean, std = stats["mean"][index], stats["std"][index]  # (S, D) each
-            bad = np.nonzero(~(np.isfinite(mean) & np.isfinite(std)).all(axis=1))[0]
-            if len(bad):  # damaged shard sums: standardising with them would turn every state into NaN
-                raise unstandardisable(split, layer_names[bad[0]])
-            model.set_state_stats(mean, std)
+            model.set_state_stats(*split_state_stats(cache, split, index, layer_names))
         train_rows, val_feed, val_desc = self._validation(cache, split, val_split, tasks, layer_names, source, feeds)
         train_feed = self.make_feed(cache, split, tasks, layer_names, source, rows=train_rows, pool=feeds)
         self.train_config_ = self._train_config(default_lr(model))
@@ -481,17 +473,3 @@ def resolve_tasks(cache: LayerCache, tasks: str | list[str] | None) -> list[Labe
     known = labelled_tasks(cache.tasks, f"The cache {cache.path}")
     names = [tasks] if isinstance(tasks, str) else tasks
     return known if names is None else [find_task(known, n) for n in names]
-
-
-def fit_record(history: TrainHistory) -> dict:
-    """What a run's config keeps about how its weights were fitted: the solver, and the convex fit's ``C`` per task."""
-    if history.solver != "lbfgs":
-        return {"solver": history.solver}
-    return {"solver": history.solver, "method": history.fit["method"], "C": history.fit["C"],
-            "C_grid": history.fit["C_grid"]}
-
-
-def default_lr(model: HeadModel) -> float:
-    """1e-3 for heads with attention or encoder layers, or a mixer that prefers it; 1e-2 for linear ones."""
-    deep = any(isinstance(m, SelfAttention) for m in model.modules())
-    return 1e-3 if deep or any(m.prefers_low_lr for m in model.mixers.values()) else 1e-2

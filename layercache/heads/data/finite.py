@@ -14,7 +14,8 @@ just read (the training step is memory-bound), so the checks are placed where th
   (:class:`DivergedError`).
 
 :func:`check_split_stats` refuses early when the manifest's per-state statistics of a split are
-already not finite (extraction recorded a NaN or inf in them).
+already not finite (extraction recorded a NaN or inf in them), and :func:`split_state_stats` a split
+whose per-dimension statistics (what standardises a head's input) are.
 """
 
 from __future__ import annotations
@@ -152,6 +153,18 @@ def check_split_stats(cache, split: str, layer_names: list[str]) -> None:
                 raise NonFiniteStatesError(
                     f"The cache's states are not finite in split {split!r}, {name} (its recorded {key} is "
                     f"{value}); {reextract()}.")
+
+
+def split_state_stats(cache, split: str, index: list[int], layer_names: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """(mean, std), each ``(S, D)``: the per-dimension statistics of the states ``index`` (named ``layer_names``)
+    over every real token of ``split``, exact, from the shards' sums (no pass over the states), which standardise
+    a head's input; refused when they are not finite (damaged sums would turn every state into NaN)."""
+    stats = cache.layer_stats(split)
+    mean, std = stats["mean"][index], stats["std"][index]  # (S, D) each
+    bad = np.nonzero(~(np.isfinite(mean) & np.isfinite(std)).all(axis=1))[0]
+    if len(bad):
+        raise unstandardisable(split, layer_names[bad[0]])
+    return mean, std
 
 
 def unstandardisable(split: str, state: str) -> NonFiniteStatesError:

@@ -1,4 +1,5 @@
-"""How a head's weights are fitted: the registry of solvers, and which one a model gets.
+"""How a head's weights are fitted: the registry of solvers, which one a model gets, the default learning rate of
+minibatch training (:func:`default_lr`) and what a run records of a fit (:func:`fit_record`).
 
 :data:`SOLVERS` is the one list (``LayerHead(solver=...)``, ``train-head --solver``):
 
@@ -24,8 +25,10 @@ from __future__ import annotations
 
 from ...core.option_names import option
 from ...errors import ConfigError
+from ..network.attention import SelfAttention
 from ..network.model import HeadModel
 from ..network.tasks import SequenceHead, TokenHead
+from .trainer import TrainHistory
 
 SOLVERS: dict[str, str] = {
     "auto": "lbfgs when the model is a linear head on fixed features (last or layer:<i>), else adamw",
@@ -82,3 +85,17 @@ def resolve_solver(requested: str, model: HeadModel) -> str:
         raise ConfigError(f"{option('solver', 'lbfgs')} fits a linear head on fixed features, but {obstacle}; use "
                           f"{option('solver', 'adamw')} (or auto, which picks it).")
     return requested
+
+
+def fit_record(history: TrainHistory) -> dict:
+    """What a run's config keeps about how its weights were fitted: the solver, and the convex fit's ``C`` per task."""
+    if history.solver != "lbfgs":
+        return {"solver": history.solver}
+    return {"solver": history.solver, "method": history.fit["method"], "C": history.fit["C"],
+            "C_grid": history.fit["C_grid"]}
+
+
+def default_lr(model: HeadModel) -> float:
+    """1e-3 for heads with attention or encoder layers, or a mixer that prefers it; 1e-2 for linear ones."""
+    deep = any(isinstance(m, SelfAttention) for m in model.modules())
+    return 1e-3 if deep or any(m.prefers_low_lr for m in model.mixers.values()) else 1e-2
