@@ -133,9 +133,9 @@ def train_head(
         **({"allow_pickle": allow_pickle} if live else {}),
     )
     m = RunMetrics.from_json(result.metrics)  # what metrics.json holds, read as its typed section
-    shown = {"validation": m.validation}
+    shown = {"validation": m.validation or {}}
     if m.test is not None:
-        shown[m.test_split] = m.test
+        shown[m.scored_on] = m.test  # the test split's name
     selection = result.head.selection_
     render_metrics(shown, base.out_console, primary=dict(selection.metrics),
                    title=f"{mixer}{LIVE_NOTE if live else ''} (normalize {m.normalize}): "

@@ -76,6 +76,7 @@ from .run_folders.persistence import (
     write_run,
 )
 from .run_folders.provenance import cache_identity, cache_mean_skip_first, check_backbone_matches, check_cache_matches
+from .run_folders.run_files import RunConfig
 from .scoring.evaluation import PassResult, evaluate, predict
 from .scoring.selection import Selection, default_selection, requested_metrics, resolve_selection
 from .training.checkpoint import CheckpointFolder
@@ -405,23 +406,29 @@ class LayerHead(BaseEstimator):
         check_backbone_matches(backbone, self.cache_info_)
 
     # --- persistence ------------------------------------------------------------------------
-    def save(self, path, **extra_json) -> Path:
-        """Write ``config.json`` and ``weights.safetensors`` (plus ``extra_json`` files) as the run folder ``path``
-        (a folder written whole, or a staged :class:`~.run_folders.run_folder.StagedRun`;
-        :func:`~.run_folders.persistence.write_run`)."""
+    def run_config(self) -> RunConfig:
+        """This head's ``config.json`` as its typed section, stamped now: what :meth:`save` writes."""
+        self._check_fitted()
+        return RunConfig(layercache_version=__version__, created_at=utc_now(), params=jsonable(self.get_params()),
+                         model=self.model_.get_config(), layer_names=self.layer_names_, source=self.source_,
+                         cache=self.cache_info_, data=self.data_, train=jsonable(vars(self.train_config_)),
+                         selection=self.selection_.to_json(), fit=self.fit_)
+
+    def saved_tensors(self) -> dict[str, torch.Tensor]:
+        """What ``weights.safetensors`` holds: the model's weights, and a projected head's basis beside them (a live
+        head projects with it)."""
         self._check_fitted()
         state = {k: v.detach().cpu().contiguous() for k, v in self.model_.state_dict().items()}
-        if getattr(self, "projection_", None) is not None:  # saved with the weights: a live head projects with it
+        if getattr(self, "projection_", None) is not None:
             state[PROJECTION_MEAN] = self.projection_.mean.contiguous()
             state[PROJECTION_BASIS] = self.projection_.basis.contiguous()
-        config = {
-            "layercache_version": __version__, "created_at": utc_now(),
-            "params": jsonable(self.get_params()), "model": self.model_.get_config(),
-            "layer_names": self.layer_names_, "source": self.source_, "cache": self.cache_info_,
-            "data": self.data_, "train": jsonable(vars(self.train_config_)),
-            "selection": self.selection_.to_json(), "fit": self.fit_,
-        }
-        return write_run(path, state, config, extra_json)
+        return state
+
+    def save(self, path, **extra_json) -> Path:
+        """Write ``config.json`` (:meth:`run_config`) and ``weights.safetensors`` (:meth:`saved_tensors`), plus
+        ``extra_json`` files, as the run folder ``path`` (a folder written whole, or a staged
+        :class:`~.run_folders.run_folder.StagedRun`; :func:`~.run_folders.persistence.write_run`)."""
+        return write_run(path, self.saved_tensors(), self.run_config(), extra_json)
 
     @classmethod
     def load(cls, path: str | Path) -> "LayerHead":
@@ -449,7 +456,7 @@ class LayerHead(BaseEstimator):
                                        f"{head.model_.n_states} of width {head.model_.dim}")
         weights = read_weights(weights_file)
         mean, basis = weights.pop(PROJECTION_MEAN, None), weights.pop(PROJECTION_BASIS, None)
-        if (basis is None) != (not config.cache.raw.get("projection")) or (
+        if (basis is None) != (not config.cache.projection) or (
                 basis is not None and (mean is None or tuple(basis.shape) != (len(names), width, basis.shape[2]))):
             raise damaged(weights_file, "its projection basis does not match the projected cache its config names")
         head.projection_ = None if basis is None else Projection(mean.float(), basis.float(),
@@ -460,9 +467,9 @@ class LayerHead(BaseEstimator):
         head.layer_names_ = names
         head.source_ = config.source
         head.normalize_ = head.model_.normalize
-        head.cache_info_ = config.cache.to_json()
-        head.data_ = config.data
-        head.fit_ = config.fit  # runs saved before the convex fit trained by AdamW: {"solver": "adamw"}
+        head.cache_info_ = config.cache
+        head.data_ = config.training_data
+        head.fit_ = config.fitted_by  # runs saved before the convex fit trained by AdamW: {"solver": "adamw"}
         return head
 
 

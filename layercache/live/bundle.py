@@ -43,7 +43,7 @@ from ..heads.run_folders.persistence import CONFIG_FILE, WEIGHTS_FILE
 from ..heads.run_folders.provenance import short_digest
 from ..store.batches import consecutive_starts, padded_positions
 from .forward import PartialForward
-from .head import LiveHead, recorded_cache, text_settings
+from .head import LiveHead, text_settings
 from .inputs import Input, as_records, encode_inputs
 from .outputs import bundle_folder, unwritable
 from .results import BundlePredictions, HeadPredictions
@@ -291,9 +291,9 @@ def _read_runs(runs: Sequence[RunPath]) -> tuple[list[tuple[str, RunPath, LayerH
         infos.append((run, head))
     first_run, first = infos[0]
     max_length, stride = text_settings(first)
-    trained_on = recorded_cache(first)
+    trained_on = first.cache_info_
     for run, head in infos[1:]:
-        recorded = recorded_cache(head)
+        recorded = head.cache_info_
         if recorded.model_fingerprint != trained_on.model_fingerprint:
             raise CacheMismatchError(
                 f"The run {run} was trained on another backbone ({recorded.model!r}) than {first_run} "
@@ -310,7 +310,7 @@ def _read_runs(runs: Sequence[RunPath]) -> tuple[list[tuple[str, RunPath, LayerH
 
 def _check_fingerprints(backbone: Backbone, live: LiveHead) -> None:
     """Refuse a head trained on another backbone's (or tokenizer's) states, naming the run and the fix."""
-    info = recorded_cache(live.head)
+    info = live.head.cache_info_
     for key, mine, what in (("model_fingerprint", backbone.fingerprint, "weights"),
                             ("tokenizer_fingerprint", backbone.tokenizer_fingerprint, "tokenizer")):
         recorded = getattr(info, key)

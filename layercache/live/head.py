@@ -23,7 +23,6 @@ import torch
 from ..errors import ConfigError
 from ..extraction.forward import pool
 from ..heads.estimator import LayerHead
-from ..heads.run_folders.run_files import RecordedCache
 from ..heads.scoring.evaluation import word_labels
 from ..store.batches import PaddedPositions
 from ..store.feature_source import parse_source
@@ -78,7 +77,7 @@ class LiveHead:
     @property
     def storage_dtype(self) -> str:
         """The dtype the training cache stored states in (the head learned from those values)."""
-        return recorded_cache(self.head).storage_dtype or "float32"
+        return self.head.cache_info_.storage_dtype or "float32"
 
     @torch.no_grad()
     def predict(self, flat: torch.Tensor, lengths: torch.Tensor, at: PaddedPositions,
@@ -122,18 +121,13 @@ class LiveHead:
         return result
 
 
-def recorded_cache(head: LayerHead) -> RecordedCache:
-    """The identity of the cache ``head`` was trained on, as its run's config records it (a typed section)."""
-    return RecordedCache.from_json(head.cache_info_)
-
-
 def text_settings(head: LayerHead) -> tuple[int | None, int | None]:
     """(maximum length, stride) of the head's training cache: from the run, else from the cache's manifest.
 
     Runs record both since the live bundle; an older run's are read from its training cache when that
     is still where the run says, else unknown (``None``: the backbone's limit, truncation).
     """
-    info = recorded_cache(head)
+    info = head.cache_info_  # the run's recorded cache, a typed section
     if info.records_text_settings:
         return info.max_length, info.stride
     where = head.data_.get("cache")

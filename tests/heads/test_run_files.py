@@ -1,4 +1,6 @@
-"""Issue 27: a run folder's JSON files read as typed sections, in one module (heads/run_folders/run_files.py)."""
+"""Issue 27: a run folder's JSON files read as typed sections, in one module (heads/run_folders/run_files.py);
+issue 39: each file has one typed reader and one typed writer, which write today's files and older ones back byte for
+byte."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from layercache.errors import ConfigError
+from layercache.heads.run_folders.persistence import jsonable
 from layercache.heads.run_folders.run_files import (
     LayerWeights,
     RecordedCache,
@@ -50,7 +53,9 @@ def test_sections_read_what_the_files_hold_and_write_it_back_unchanged(tmp_path)
     assert files.layer_weights.to_json() == WEIGHTS
     assert read_run(run) == {"config": CONFIG, "metrics": METRICS, "layer_weights": WEIGHTS}
     assert files.mixer == "adaptive" and files.config.mixer == "adaptive"
-    assert files.config.cache == RecordedCache("tiny", "fp", "tfp", "hash", 64, None, True, "float16", 8)
+    assert files.config.cache == RecordedCache(model="tiny", model_fingerprint="fp", tokenizer_fingerprint="tfp",
+                                               hidden_size=8, config_hash="hash", max_length=64, stride=None,
+                                               storage_dtype="float16", records_text_settings=True)
     assert files.layer_weights.mixers == {"scalar": [0.25, 0.75]} and files.layer_weights.layer_names == ["a", "b"]
     assert files.metrics.scored_on == "test" and files.metrics.selection == {"topic": "mcc", "scope": "macro_f1"}
 
@@ -105,3 +110,50 @@ def test_metrics_sections_name_what_train_head_prints():
     assert (metrics.normalize, metrics.train_seconds) == ("none", 1.5)
     assert metrics.validated_on == "train (seeded stratified 10% slice, seed 0)"
     assert RunMetrics().test is None and RunMetrics().validated_on is None
+
+
+# --- issue 39: one typed reader and one typed writer per file ---------------------------------------------------
+def _written(payload: dict) -> str:
+    """A run file's text as the writers write it (persistence.write_json)."""
+    return json.dumps(jsonable(payload), indent=2, default=str) + "\n"
+
+
+#: A run as the first versions wrote it: no selection, fit or data in the config, no text settings in its cache,
+#: metrics without normalize, fit, selection or warnings.
+OLD_CONFIG = {"layercache_version": "0.1.0", "created_at": "2026-11-22T10:00:00+00:00", "params": {"mixer": "last"},
+              "model": {}, "layer_names": ["a"], "source": "tokens",
+              "cache": {"model": "tiny", "model_fingerprint": "fp", "tokenizer_fingerprint": "tfp", "hidden_size": 8,
+                        "final_norm": "none", "dataset": "builtin", "layer_names": ["a"], "storage_dtype": "float16",
+                        "config_hash": "hash"},
+              "train": {"epochs": 1}}
+OLD_METRICS = {"mixer": "last", "train_seconds": 1.5, "data": {"validation": "validation"},
+               "validation": {"topic": {"accuracy": 0.5}}, "history": {"epochs": []}}
+
+
+def test_an_older_runs_files_read_with_their_defaults_and_write_back_unchanged():
+    config = RunConfig.from_json(OLD_CONFIG)
+    assert _written(config.to_json()) == _written(OLD_CONFIG)
+    assert config.selection is None and config.fit is None and config.data is None
+    assert config.fitted_by == {"solver": "adamw"} and config.training_data == {}
+    assert not config.cache.records_text_settings and config.cache.max_length is None
+    assert config.cache.projection is None and "max_length" not in config.cache.to_json()
+    metrics = RunMetrics.from_json(OLD_METRICS)
+    assert _written(metrics.to_json()) == _written(OLD_METRICS)
+    assert metrics.normalize is None and metrics.warnings is None and metrics.selection == {}
+    assert metrics.validated_on == "validation" and metrics.scored_on == "validation"
+
+
+def test_a_projected_runs_cache_and_unknown_keys_are_kept():
+    """The projection's checksum is written only by a projected run; keys this version does not know (a file
+    edited by hand) are kept, after the known ones."""
+    projected = {**OLD_CONFIG["cache"], "max_length": 64, "stride": None, "projection": "sha256:abc"}
+    cache = RecordedCache.from_json(projected)
+    assert cache.projection == "sha256:abc" and cache.to_json() == projected
+    assert list(cache.to_json()) == list(projected)
+    edited = {"note": "by hand", **OLD_METRICS}
+    metrics = RunMetrics.from_json(edited)
+    assert metrics.extra == {"note": "by hand"} and metrics.to_json() == edited
+    assert list(metrics.to_json()) == [*OLD_METRICS, "note"]
+    weights = LayerWeights(layer_names=["a", "b"], mixer_weights={"shared": [0.5, 0.5], "gate": None})
+    assert weights.to_json() == {"layer_names": ["a", "b"], "mixers": {"shared": [0.5, 0.5], "gate": None}, "usage": {}}
+    assert weights.mixers == {"shared": [0.5, 0.5]} and LayerWeights.from_json(weights.to_json()) == weights

@@ -93,4 +93,4 @@ def test_a_run_saved_before_selection_and_fit_were_recorded_loads_with_their_def
     head = LayerHead.load(run)
     assert head.fit_ == {"solver": "adamw"} and head.data_ == {}
     assert head.selection_.metrics == LayerHead.load(good_run).selection_.metrics
-    assert _without_timestamp(good_run / "config.json")["cache"] == head.cache_info_
+    assert _without_timestamp(good_run / "config.json")["cache"] == head.cache_info_.to_json()

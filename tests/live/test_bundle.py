@@ -183,6 +183,6 @@ def test_bad_input_is_refused_in_one_sentence(live_caches, runs):
     with pytest.raises(ConfigError, match="not a layercache run folder"):
         LiveBundle.from_runs([live_caches["bert"]])
     # A GPT-2 loaded in place of the BERT its runs came from.
-    gpt2 = lc.LayerHead.load(runs["gpt2"]["topic"]).cache_info_["model"]
+    gpt2 = lc.LayerHead.load(runs["gpt2"]["topic"]).cache_info_.model
     with pytest.raises(CacheMismatchError, match="load the backbone the run was trained with"):
         LiveBundle.from_runs([runs["bert"]["topic"]], backbone=gpt2, device="cpu")

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -27,12 +29,14 @@ from ...core.tasks import TASK_KINDS, LabelTask
 from ...errors import ConfigError
 from ...store.feature_source import parse_source
 from ..scoring.selection import SELECTION_METRICS
-from .run_files import RunConfig
+from .run_files import RunConfig, RunSection, load_json
 from .run_folder import CONFIG_FILE, WEIGHTS_FILE, RunFolder, StagedRun
 
 
-def write_run(path: str | os.PathLike | StagedRun, state: dict[str, Tensor], config: dict, extra_json: dict) -> Path:
-    """Write ``state`` as the weights file, ``config`` as config.json and each ``extra_json`` as ``<name>.json``.
+def write_run(path: str | os.PathLike | StagedRun, state: dict[str, Tensor], config: RunConfig,
+              extra_json: Mapping[str, Any]) -> Path:
+    """Write ``state`` as the weights file, ``config`` as config.json and each ``extra_json`` as ``<name>.json``
+    (a JSON object, or a typed section of the run: :class:`~.run_files.RunMetrics`, :class:`~.run_files.LayerWeights`).
 
     ``path`` is a folder, written whole (:class:`~.run_folder.RunFolder`: a folder that holds a run
     has its run files replaced, anything else in it is kept), or a :class:`~.run_folder.StagedRun`
@@ -44,9 +48,9 @@ def write_run(path: str | os.PathLike | StagedRun, state: dict[str, Tensor], con
             return folder.commit()
     try:
         write_file_atomic(path.file(WEIGHTS_FILE), lambda tmp: save_file(state, str(tmp)))
-        write_json(path.file(CONFIG_FILE), config)
+        write_json(path.file(CONFIG_FILE), config.to_json())
         for name, payload in extra_json.items():
-            write_json(path.file(f"{name}.json"), payload)
+            write_json(path.file(f"{name}.json"), payload.to_json() if isinstance(payload, RunSection) else payload)
     except (OSError, SafetensorError) as err:  # read-only disk, permissions, full disk (safetensors: its own type)
         raise unwritable(path.final, err) from None
     return path.final
@@ -70,7 +74,7 @@ def run_files(path: Path) -> tuple[Path, Path]:
 def read_run_config(config_file: Path) -> RunConfig:
     """A run's config.json as its typed section, checked for the keys and types :meth:`LayerHead.load` relies on."""
     try:
-        config = json.loads(config_file.read_text())
+        config = load_json(config_file)
     except (OSError, ValueError) as err:  # unreadable, not UTF-8, not JSON
         raise damaged(config_file, f"it is not readable JSON: {error_detail(err)}") from None
     if not isinstance(config, dict):

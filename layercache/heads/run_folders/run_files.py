@@ -9,9 +9,12 @@ keys::
     files.layer_weights.mixers             # {mixer key: weight per state}
     RunConfig.peek(run).cache.matches(m)   # trained on the cache whose manifest is m?
 
-Each section keeps the JSON it was read from (``raw``) and writes it back unchanged
-(:meth:`to_json`): the writers (:func:`~.persistence.write_run`) write the same bytes as ever, and
-every run folder written before still loads. A file a run does not have reads as an empty section.
+Each file is one section (:class:`RunSection`): a field per key, in the file's order, written back by
+:meth:`~RunSection.to_json` with exactly the keys the file holds, so its one writer (``LayerHead.save``
+for the config, :func:`~..workflow.write_trained_run` for the metrics and layer weights) builds the
+section and writes what ``to_json`` gives: the same bytes as ever. A key older runs lack reads as None
+and is not written back, so every run folder written before still loads, and reads back as it is. A
+file a run does not have reads as an empty section.
 Finding a cache's runs (:func:`find_runs`) and checking which cache a run came from
 (:func:`run_belongs_to`) live here too.
 """
@@ -21,9 +24,9 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import Field, dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, TypeVar
 
 from ...errors import ConfigError
 from .run_folder import CONFIG_FILE
@@ -36,51 +39,117 @@ REPORTED_METRICS = ("accuracy", "span_f1", "macro_f1", "pearson")
 report accuracy, regression tasks pearson). A run's selection metric may differ: :attr:`RunMetrics.selection`."""
 
 
+def load_json(file: Path) -> Any:
+    """The JSON ``file`` holds (:class:`OSError` or :class:`ValueError` when it cannot be read or is not JSON): the one
+    read of a run's JSON files, under each reader's own refusal (:func:`read_run_json`, :meth:`RunConfig.peek`,
+    :func:`~.persistence.read_run_config`)."""
+    return json.loads(file.read_text())
+
+
 def read_run_json(file: Path) -> Any:
     """The JSON in the run file ``file``, refused in one sentence when it is not readable JSON."""
     try:
-        return json.loads(file.read_text())
+        return load_json(file)
     except (OSError, ValueError) as err:
         raise ConfigError(f"The run file {file} is not readable JSON ({err}); it is damaged: restore it "
                           "or train the head again.") from None
 
 
-def _section(data: Any, key: str) -> dict:
-    """``data[key]`` when both are JSON objects, else an empty dict (a missing or null section)."""
-    value = data.get(key) if isinstance(data, Mapping) else None
-    return dict(value) if isinstance(value, Mapping) else {}
+OMIT = {"omit_if_none": True}
+"""Field metadata: the key is written only when set (runs written before it existed lack it)."""
+
+S = TypeVar("S", bound="RunSection")
 
 
 @dataclass(frozen=True)
-class RecordedCache:
-    """The ``cache`` section of a run's config: the identity of the cache the run was trained on."""
+class RunSection:
+    """Base of a run file's typed sections: one field per key, in the order the file holds them (as the
+    manifest's sections, :mod:`layercache.store.sections`).
 
-    model: str | None = None
-    model_fingerprint: str | None = None
-    tokenizer_fingerprint: str | None = None
-    config_hash: str | None = None
+    :meth:`to_json` writes each field under its key (:attr:`json_names` where the key differs from the
+    field): a field marked :data:`OMIT` only when it is set, a nested section as its own JSON, then any
+    key this version does not know (:attr:`extra`: a file edited by hand, or by a later version), as
+    read. :meth:`from_json` reads a file of any version back into the same fields, so a file written by
+    :meth:`to_json` reads back equal, and is written again byte for byte.
+    """
+
+    json_names: ClassVar[dict[str, str]] = {}
+    """Field -> JSON key, where they differ."""
+    extra: dict = field(default_factory=dict, kw_only=True, repr=False)
+    """Keys of the file this version does not know, as read; written after the known ones."""
+
+    @classmethod
+    def _keyed_fields(cls) -> dict[str, Field]:
+        """``{JSON key: field}`` of every field the file holds, in file order."""
+        return {cls.json_names.get(f.name, f.name): f for f in fields(cls)
+                if f.name != "extra" and f.metadata.get("json", True)}
+
+    @classmethod
+    def from_json(cls: type[S], data: Any) -> S:
+        """Read the section from its JSON object (anything but an object reads as an empty section; a missing
+        key as its field's default: older runs, or a file edited by hand). Values are kept as read."""
+        data = data if isinstance(data, Mapping) else {}
+        keyed = cls._keyed_fields()
+        known = {}
+        for key, value in data.items():
+            if key in keyed:
+                section = keyed[key].metadata.get("section")
+                known[keyed[key].name] = section.from_json(value) if section is not None else value
+        return cls(**known, extra={k: v for k, v in data.items() if k not in keyed})
+
+    def to_json(self) -> dict:
+        """The section as the file holds it: the keys this layercache writes, in its order, then :attr:`extra`."""
+        out = {}
+        for key, f in self._keyed_fields().items():
+            value = getattr(self, f.name)
+            if value is None and f.metadata.get("omit_if_none"):
+                continue
+            out[key] = value.to_json() if isinstance(value, RunSection) else value
+        out.update((k, v) for k, v in self.extra.items() if k not in out)
+        return out
+
+
+@dataclass(frozen=True)
+class RecordedCache(RunSection):
+    """The ``cache`` section of a run's config: the identity of the cache the run was trained on
+    (:func:`~.provenance.cache_identity` records it, :func:`~.provenance.check_cache_matches` compares it)."""
+
+    model: str | None = field(default=None, metadata=OMIT)
+    """The backbone's name."""
+    model_fingerprint: str | None = field(default=None, metadata=OMIT)
+    tokenizer_fingerprint: str | None = field(default=None, metadata=OMIT)
+    hidden_size: int | None = field(default=None, metadata=OMIT)
+    """Width of the states read (K for a cache projected to K dimensions)."""
+    final_norm: str | None = field(default=None, metadata=OMIT)
+    dataset: str | None = field(default=None, metadata=OMIT)
+    layer_names: list[str] | None = field(default=None, metadata=OMIT)
+    """Every state the cache holds (the head reads :attr:`RunConfig.layer_names` of them)."""
+    storage_dtype: str | None = field(default=None, metadata=OMIT)
+    config_hash: str | None = field(default=None, metadata=OMIT)
     max_length: int | None = None
+    """The tokenizer's maximum length, recorded with :attr:`stride` since the live bundle
+    (:attr:`records_text_settings`)."""
     stride: int | None = None
-    records_text_settings: bool = False
-    """Whether the run recorded ``max_length`` and ``stride`` (runs since the live bundle)."""
-    storage_dtype: str | None = None
-    hidden_size: int | None = None
-    raw: dict = field(default_factory=dict, repr=False, compare=False)
-    """The section as written: what a loaded head keeps (``cache_info_``) and saves again unchanged."""
+    """The window stride of long texts (None: truncated)."""
+    projection: str | None = field(default=None, metadata=OMIT)
+    """The checksum of the projection the states are stored in; None (absent) for states at the model's width."""
+    records_text_settings: bool = field(default=False, metadata={"json": False})
+    """Whether the run recorded ``max_length`` and ``stride`` (runs since the live bundle): both are written then,
+    even when null, and neither otherwise."""
 
     @classmethod
     def from_json(cls, data: Any) -> "RecordedCache":
         """Read the section (missing keys as None: older runs, or a section edited by hand)."""
-        data = dict(data) if isinstance(data, Mapping) else {}
-        return cls(model=data.get("model"), model_fingerprint=data.get("model_fingerprint"),
-                   tokenizer_fingerprint=data.get("tokenizer_fingerprint"), config_hash=data.get("config_hash"),
-                   max_length=data.get("max_length"), stride=data.get("stride"),
-                   records_text_settings="max_length" in data, storage_dtype=data.get("storage_dtype"),
-                   hidden_size=data.get("hidden_size"), raw=data)
+        cache = super().from_json(data)
+        return replace(cache, records_text_settings=isinstance(data, Mapping) and "max_length" in data)
 
     def to_json(self) -> dict:
-        """The section exactly as it was read."""
-        return dict(self.raw)
+        """The section as the run's config holds it."""
+        out = super().to_json()
+        if not self.records_text_settings:
+            out.pop("max_length")
+            out.pop("stride")
+        return out
 
     def matches(self, manifest) -> bool:
         """Whether this is the cache of ``manifest``: the same backbone fingerprint and extraction settings."""
@@ -88,131 +157,94 @@ class RecordedCache:
 
 
 @dataclass(frozen=True)
-class JsonSection:
-    """One JSON file of a run, kept as read (``raw``) and given back unchanged: the writers own the format."""
+class RunConfig(RunSection):
+    """A run's ``config.json``: the head's parameters, the states it read and the cache it was trained on.
 
-    raw: dict = field(default_factory=dict, repr=False)
+    Written by :meth:`LayerHead.save <layercache.heads.estimator.LayerHead.save>`; read unchecked by
+    :meth:`from_json` and :meth:`peek`, checked for what loading needs by :func:`~.persistence.read_run_config`.
+    """
 
-    @classmethod
-    def from_json(cls, data: Any):
-        """Read the file's object as written (anything but an object reads as empty)."""
-        return cls(raw=dict(data) if isinstance(data, Mapping) else {})
-
-    def to_json(self) -> dict:
-        """The object exactly as it was read."""
-        return dict(self.raw)
-
-
-@dataclass(frozen=True)
-class RunConfig(JsonSection):
-    """A run's ``config.json``: the head's parameters, the states it read and the cache it was trained on."""
-
-    cache: RecordedCache = field(default_factory=RecordedCache)
-
-    @classmethod
-    def from_json(cls, data: Any) -> "RunConfig":
-        """Read a config as written (unchecked: :func:`~.persistence.read_run_config` checks what loading needs)."""
-        data = dict(data) if isinstance(data, Mapping) else {}
-        return cls(raw=data, cache=RecordedCache.from_json(data.get("cache")))
+    layercache_version: str | None = field(default=None, metadata=OMIT)
+    created_at: str | None = field(default=None, metadata=OMIT)
+    params: dict | None = field(default=None, metadata=OMIT)
+    """The estimator's parameters (``LayerHead.get_params()``)."""
+    model: dict | None = field(default=None, metadata=OMIT)
+    """The head model's config (:func:`~..ensembles.model.model_from_config` rebuilds it)."""
+    layer_names: list[str] | None = field(default=None, metadata=OMIT)
+    """The states the head reads, in order."""
+    source: str | None = field(default=None, metadata=OMIT)
+    """What the head reads: ``tokens`` or ``pooled:<mode>``."""
+    cache: RecordedCache = field(default_factory=RecordedCache, metadata={"section": RecordedCache})
+    data: dict | None = field(default=None, metadata=OMIT)
+    """What the head was trained on (splits, sizes, normalisation); None for a run that did not record it."""
+    train: dict | None = field(default=None, metadata=OMIT)
+    """The training settings (:class:`~..training.trainer.TrainConfig`'s fields)."""
+    selection: dict | None = field(default=None, metadata=OMIT)
+    """The selection the run chose its epoch by, or None for a run saved before selection metrics existed."""
+    fit: dict | None = field(default=None, metadata=OMIT)
+    """How the weights were fitted; None for a run saved before the convex fit (:attr:`fitted_by`)."""
 
     @property
     def mixer(self) -> str | None:
         """The mixer named in the estimator parameters."""
-        return self.params.get("mixer")
+        return self.params.get("mixer") if isinstance(self.params, Mapping) else None
 
     @property
-    def params(self) -> dict:
-        """The estimator's parameters (``LayerHead.get_params()``)."""
-        return _section(self.raw, "params")
+    def training_data(self) -> dict:
+        """:attr:`data`, or an empty object for a run that did not record it."""
+        return dict(self.data) if isinstance(self.data, Mapping) else {}
 
     @property
-    def model(self) -> dict:
-        """The head model's config (:func:`~..ensembles.model.model_from_config` rebuilds it)."""
-        return _section(self.raw, "model")
-
-    @property
-    def train(self) -> dict:
-        """The training settings (:class:`~..training.trainer.TrainConfig`'s fields)."""
-        return _section(self.raw, "train")
-
-    @property
-    def layer_names(self) -> list[str]:
-        """The states the head reads, in order."""
-        return list(self.raw.get("layer_names") or [])
-
-    @property
-    def source(self) -> str | None:
-        """What the head reads: ``tokens`` or ``pooled:<mode>``."""
-        return self.raw.get("source")
-
-    @property
-    def selection(self) -> dict | None:
-        """The selection the run chose its epoch by, or None for a run saved before selection metrics existed."""
-        return self.raw.get("selection") if "selection" in self.raw else None
-
-    @property
-    def data(self) -> dict:
-        """What the head was trained on (splits, sizes, normalisation); empty when not recorded."""
-        return _section(self.raw, "data")
-
-    @property
-    def fit(self) -> dict:
-        """How the weights were fitted; runs saved before the convex fit trained by AdamW."""
-        return self.raw.get("fit", {"solver": "adamw"})
+    def fitted_by(self) -> dict:
+        """:attr:`fit`; runs saved before the convex fit trained by AdamW (``{"solver": "adamw"}``)."""
+        return self.fit if self.fit is not None else {"solver": "adamw"}
 
     @classmethod
     def peek(cls, run: str | os.PathLike) -> "RunConfig | None":
         """The config of the folder ``run``, or None when it has no readable config.json holding an object."""
         try:
-            data = json.loads((Path(run) / CONFIG_FILE).read_text())
+            data = load_json(Path(run) / CONFIG_FILE)
         except (OSError, ValueError):
             return None
         return cls.from_json(data) if isinstance(data, Mapping) else None
 
 
 @dataclass(frozen=True)
-class RunMetrics(JsonSection):
-    """A run's ``metrics.json``: its scores on validation (and a test split), and how it chose its epoch."""
+class RunMetrics(RunSection):
+    """A run's ``metrics.json``: its scores on validation (and a test split), and how it chose its epoch.
 
-    @property
-    def mixer(self) -> str | None:
-        """The mixer the run trained (None in a file without it)."""
-        return self.raw.get("mixer")
+    Written by :func:`~..workflow.write_trained_run`.
+    """
 
-    @property
-    def validation(self) -> dict[str, dict]:
-        """``{task: metrics}`` on validation."""
-        return dict(self.raw.get("validation") or {})
-
-    @property
-    def test(self) -> dict[str, dict] | None:
-        """``{task: metrics}`` on :attr:`test_split`, or None for a run without a test split."""
-        return self.raw.get("test")
-
-    @property
-    def normalize(self) -> str | None:
-        """How the states were normalised before mixing."""
-        return self.raw.get("normalize")
-
-    @property
-    def train_seconds(self) -> float | None:
-        """Wall time of the fit."""
-        return self.raw.get("train_seconds")
-
-    @property
-    def data(self) -> dict:
-        """What the run trained and validated on: the cache, splits and sizes."""
-        return _section(self.raw, "data")
+    json_names: ClassVar[dict[str, str]] = {"selection_record": "selection"}
+    mixer: str | None = field(default=None, metadata=OMIT)
+    """The mixer the run trained."""
+    normalize: str | None = field(default=None, metadata=OMIT)
+    """How the states were normalised before mixing."""
+    fit: dict | None = field(default=None, metadata=OMIT)
+    """How the weights were fitted (the config's ``fit``)."""
+    train_seconds: float | None = field(default=None, metadata=OMIT)
+    """Wall time of the fit."""
+    data: dict | None = field(default=None, metadata=OMIT)
+    """What the run trained and validated on: the cache, splits and sizes."""
+    selection_record: dict | None = field(default=None, metadata=OMIT)
+    """The selection the run chose its epoch by, as recorded (``selection``: metric, reason, score, weights);
+    :attr:`selection` is its metric per task."""
+    warnings: list[str] | None = field(default=None, metadata=OMIT)
+    """Warnings about the trained head (a collapse onto one class)."""
+    validation: dict[str, dict] | None = field(default=None, metadata=OMIT)
+    """``{task: metrics}`` on validation."""
+    history: dict | None = field(default=None, metadata=OMIT)
+    """The training history (:meth:`~..training.trainer.TrainHistory.to_json`)."""
+    test_split: str | None = field(default=None, metadata=OMIT)
+    """The split the run was tested on, or None."""
+    test: dict[str, dict] | None = field(default=None, metadata=OMIT)
+    """``{task: metrics}`` on :attr:`test_split`, or None for a run without a test split."""
 
     @property
     def validated_on(self) -> str | None:
         """The validation data in words: a split, or the seeded slice of the training split."""
-        return self.data.get("validation")
-
-    @property
-    def test_split(self) -> str | None:
-        """The split the run was tested on, or None."""
-        return self.raw.get("test_split")
+        return self.data.get("validation") if isinstance(self.data, Mapping) else None
 
     @property
     def scored_on(self) -> str:
@@ -221,12 +253,13 @@ class RunMetrics(JsonSection):
 
     def scored(self) -> dict[str, dict]:
         """``{task: metrics}`` on the test split when the run has one, else on validation."""
-        return dict(self.raw.get("test") or self.raw.get("validation") or {})
+        return dict(self.test or self.validation or {})
 
     @property
     def selection(self) -> dict[str, str]:
         """``{task: metric}`` the run selected its epoch on (empty for a run that did not record it)."""
-        return dict(_section(self.raw, "selection").get("metric") or {})
+        record = self.selection_record if isinstance(self.selection_record, Mapping) else {}
+        return dict(record.get("metric") or {})
 
     def scores(self) -> dict[str, dict]:
         """``{task: {"metric", "value"}}``: each scored task's reported metric (:data:`REPORTED_METRICS`)."""
@@ -244,23 +277,25 @@ def reported_metric(values: Mapping) -> str | None:
 
 
 @dataclass(frozen=True)
-class LayerWeights(JsonSection):
-    """A run's ``layer_weights.json``: each mixer's weight per state, and per-token or per-example usage."""
+class LayerWeights(RunSection):
+    """A run's ``layer_weights.json``: each mixer's weight per state, and per-token or per-example usage.
 
-    @property
-    def layer_names(self) -> list[str] | None:
-        """The states the weights are over."""
-        return self.raw.get("layer_names")
+    Written by :func:`~..workflow.write_trained_run`; what ``train-head`` and ``eval`` print
+    (:func:`~layercache.report.heads.render_layer_weights`).
+    """
+
+    json_names: ClassVar[dict[str, str]] = {"mixer_weights": "mixers"}
+    layer_names: list[str] | None = field(default=None, metadata=OMIT)
+    """The states the weights are over."""
+    mixer_weights: dict[str, list | None] | None = field(default=None, metadata=OMIT)
+    """``{mixer key: weight per state}``, None for a mixer whose weights need an evaluation pass (``mixers``)."""
+    usage: dict = field(default_factory=dict)
+    """Per-token depth or per-example usage summaries by mixer key (empty when none)."""
 
     @property
     def mixers(self) -> dict[str, list]:
         """``{mixer key: weight per state}``, without keys whose mixer has no weights (null)."""
-        return {k: v for k, v in (self.raw.get("mixers") or {}).items() if v is not None}
-
-    @property
-    def usage(self) -> dict:
-        """Per-token depth or per-example usage summaries (empty when none)."""
-        return self.raw.get("usage") or {}
+        return {k: v for k, v in (self.mixer_weights or {}).items() if v is not None}
 
 
 @dataclass(frozen=True)
@@ -286,7 +321,7 @@ class RunFiles:
                    layer_weights=LayerWeights.from_json(found.get("layer_weights")), present=tuple(found))
 
     def to_json(self) -> dict[str, dict]:
-        """``{name: object}`` of each file the folder has, exactly as read (:func:`~..workflow.read_run` returns it)."""
+        """``{name: object}`` of each file the folder has, as read (:func:`~..workflow.read_run` returns it)."""
         sections = {"config": self.config, "metrics": self.metrics, "layer_weights": self.layer_weights}
         return {name: sections[name].to_json() for name in self.present}
 
