@@ -116,7 +116,6 @@ def train_head(
         from ..live.training import train_head_live as run_train_head
     else:
         from ..heads.workflow import train_head as run_train_head
-    from ..heads.run_folders.run_files import RunMetrics
     from ..report.heads import render_layer_weights, render_metrics
 
     weights = parse_loss_weights(loss_weight)
@@ -132,7 +131,7 @@ def train_head(
         metric=parse_metric(metric), class_weight=parse_class_weight(class_weight), solver=solver,
         **({"allow_pickle": allow_pickle} if live else {}),
     )
-    m = RunMetrics.from_json(result.metrics)  # what metrics.json holds, read as its typed section
+    m = result.files.metrics  # what metrics.json holds, as its typed section
     shown = {"validation": m.validation or {}}
     if m.test is not None:
         shown[m.scored_on] = m.test  # the test split's name
@@ -141,7 +140,7 @@ def train_head(
                    title=f"{mixer}{LIVE_NOTE if live else ''} (normalize {m.normalize}): "
                          f"{result.head.history_.summary(selection.describe())}, "
                          f"{m.train_seconds:.1f} s; validation = {m.validated_on}")
-    render_layer_weights(result.layer_weights, base.out_console)
+    render_layer_weights(result.files.layer_weights, base.out_console)
     base.out_console.print(f"Run written: [bold]{result.run}[/]", soft_wrap=True)
 
 
@@ -156,6 +155,7 @@ def eval_run(
 ):
     """Score a saved run on a split of a cache (refuses a cache from another backbone)."""
     apply_threads(threads)
+    from ..heads.run_folders.run_files import LayerWeights
     from ..heads.workflow import evaluate_run
     from ..report.heads import render_layer_weights, render_metrics
 
@@ -165,5 +165,5 @@ def eval_run(
         return
     render_metrics({split: result["metrics"]}, base.out_console, title=f"{run} on {result['cache']}",
                    primary=result["primary"])
-    render_layer_weights({"layer_names": result["layer_names"], "mixers": result["layer_weights"],
-                          "usage": result["usage"]}, base.out_console)
+    render_layer_weights(LayerWeights(layer_names=result["layer_names"], mixer_weights=result["layer_weights"],
+                                      usage=result["usage"]), base.out_console)

@@ -37,8 +37,8 @@ from ..errors import ConfigError
 from ..store.reader import TEST_NAMES, LayerCache, using_cache
 from .data.finite import check_split_stats
 from .estimator import LayerHead
-from .run_folders.persistence import unwritable
-from .run_folders.run_files import RunFiles, runs_root
+from .run_folders.persistence import unwritable, write_run
+from .run_folders.run_files import LayerWeights, RunFiles, RunMetrics, runs_root
 from .run_folders.run_folder import RunFolder, StagedRun, occupying, refuse_occupied
 from .scoring.evaluation import PassResult
 from .training.checkpoint import CheckpointFolder
@@ -46,13 +46,27 @@ from .training.checkpoint import CheckpointFolder
 
 @dataclass
 class TrainResult:
-    """What :func:`train_head` produced."""
+    """What :func:`train_head` produced: the run folder, the fitted head, and the run's files as written (typed
+    sections, as :meth:`RunFiles.read(run) <.run_folders.run_files.RunFiles.read>` reads them back)."""
 
     run: Path
     head: LayerHead
-    metrics: dict
-    """``{"validation": {task: metrics}, "test": {...} or absent, "selection": ..., "warnings": [...], ...}``."""
-    layer_weights: dict
+    files: RunFiles
+    """``config.json``, ``metrics.json`` and ``layer_weights.json``: ``files.metrics.validation``,
+    ``files.metrics.test`` (None without a test split), ``files.metrics.warnings``, ``files.layer_weights.mixers``
+    ..."""
+
+    @property
+    def metrics(self) -> dict:
+        """``metrics.json`` as a plain dict: ``{"validation": {task: metrics}, "test": {...} or absent, "selection":
+        ..., "warnings": [...], ...}`` (:attr:`files` holds it typed)."""
+        return self.files.metrics.to_json()
+
+    @property
+    def layer_weights(self) -> dict:
+        """``layer_weights.json`` as a plain dict: ``{"layer_names", "mixers", "usage"}`` (:attr:`files` holds it
+        typed)."""
+        return self.files.layer_weights.to_json()
 
 
 def checkpoints_root(cache_path: str | os.PathLike) -> Path:
@@ -158,20 +172,20 @@ def write_trained_run(run: str | os.PathLike | StagedRun, head: LayerHead, cache
             folder.commit()
             return result
     mixer = head.mixer
-    metrics: dict = {"mixer": mixer, "normalize": head.normalize_, "fit": head.fit_, "train_seconds": train_seconds,
-                     "data": head.data_, "selection": head.selection_.to_json(),
-                     "warnings": list(head.warnings_), "validation": head.validation_metrics_,
-                     "history": head.history_.to_json()}
-    result = head.validation_pass_
-    if test is not None:
-        metrics["test_split"], metrics["test"], result = test
-    weights = {"layer_names": head.layer_names_, "mixers": head.layer_weights(), "usage": result.usage}
-    head.save(run, metrics=metrics, layer_weights=weights)
+    test_split, test_metrics, result = (None, None, head.validation_pass_) if test is None else test
+    metrics = RunMetrics(mixer=mixer, normalize=head.normalize_, fit=head.fit_, train_seconds=train_seconds,
+                         data=head.data_, selection_record=head.selection_.to_json(), warnings=list(head.warnings_),
+                         validation=head.validation_metrics_, history=head.history_.to_json(), test_split=test_split,
+                         test=test_metrics)
+    weights = LayerWeights(layer_names=head.layer_names_, mixer_weights=head.layer_weights(), usage=result.usage)
+    config = head.run_config()
+    write_run(run, head.saved_tensors(), config, {"metrics": metrics, "layer_weights": weights})
     try:
         plot_layer_weights(weights, run.file("layer_weights.png"), title=f"{mixer} on {cache.manifest.model.name}")
     except OSError as err:
         raise unwritable(run.final, err) from None
-    return TrainResult(run=run.final, head=head, metrics=metrics, layer_weights=weights)
+    files = RunFiles(run.final, config, metrics, weights, present=("config", "metrics", "layer_weights"))
+    return TrainResult(run=run.final, head=head, files=files)
 
 
 @computes
@@ -192,11 +206,11 @@ def read_run(run: str | os.PathLike) -> dict:
     return RunFiles.read(run).to_json()
 
 
-def plot_layer_weights(weights: dict, path: Path, title: str = "") -> Path:
+def plot_layer_weights(weights: LayerWeights, path: Path, title: str = "") -> Path:
     """Bar chart of each mixer's weight per state, written atomically as a PNG with the mode of any new file."""
     plt = pyplot()
-    names = weights["layer_names"]
-    mixers = {k: v for k, v in weights["mixers"].items() if v is not None}
+    names = weights.layer_names or []
+    mixers = weights.mixers
     fig, ax = plt.subplots(figsize=(max(4, 0.6 * len(names) + 2), 3))
     width = 0.8 / max(1, len(mixers))
     for i, (key, values) in enumerate(mixers.items()):

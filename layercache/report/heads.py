@@ -8,9 +8,13 @@ from __future__ import annotations
 
 import math
 from numbers import Real
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.table import Table
+
+if TYPE_CHECKING:  # the type only: rendering a run's files needs no torch
+    from ..heads.run_folders.run_files import LayerWeights
 
 #: Metrics shown in the table, in this order, when a task reports them.
 SHOWN = ("accuracy", "macro_f1", "mcc", "span_f1", "span_precision", "span_recall", "pearson", "spearman", "r2",
@@ -44,10 +48,10 @@ def render_metrics(metrics_by_split: dict[str, dict[str, dict]], console: Consol
     console.print(table)
 
 
-def render_layer_weights(weights: dict, console: Console, width: int = 40) -> None:
+def render_layer_weights(weights: LayerWeights, console: Console, width: int = 40) -> None:
     """Each mixer's weight per state as a horizontal bar, plus its usage summaries (act depth, gumbel usage)."""
-    names = weights["layer_names"]
-    for key, values in weights["mixers"].items():
+    names = weights.layer_names or []
+    for key, values in (weights.mixer_weights or {}).items():
         label = "layer weights" if key == "shared" else f"layer weights ({key})"
         if values is None:
             console.print(f"{label}: not available (no evaluation pass yet)")
@@ -60,7 +64,7 @@ def render_layer_weights(weights: dict, console: Console, width: int = 40) -> No
             bar = "█" * max(0, round(width * number / top)) if number is not None and math.isfinite(number) else ""
             table.add_row(name, _fmt(value, 3), bar)
         console.print(table)
-    usage_by_mixer = {k: u for k, u in (weights.get("usage") or {}).items() if isinstance(u, dict) and u}
+    usage_by_mixer = {k: u for k, u in (weights.usage or {}).items() if isinstance(u, dict) and u}
     if not usage_by_mixer:
         return
     from ..heads.mixers import usage_labels  # loads torch: only when there is usage to print

@@ -29,6 +29,7 @@ from layercache.heads.mixers import (
     usage_labels,
 )
 from layercache.heads.network.tasks import make_task_head
+from layercache.heads.run_folders.run_files import LayerWeights
 from layercache.report.heads import render_layer_weights
 
 B, T, S, D = 4, 6, 5, 8
@@ -257,8 +258,9 @@ def test_usage_summaries_keep_their_json_keys():
 
 def test_the_report_prints_each_usage_summary_with_its_label():
     console = Console(record=True, width=120)
-    render_layer_weights({"layer_names": ["a", "b"], "mixers": {"shared": [0.5, 0.5]},
-                          "usage": {"shared": {"mean_states_used": 1.5, "unknown": 3.0}, "other": None}}, console)
+    render_layer_weights(LayerWeights.from_json({"layer_names": ["a", "b"], "mixers": {"shared": [0.5, 0.5]},
+                                                 "usage": {"shared": {"mean_states_used": 1.5, "unknown": 3.0},
+                                                           "other": None}}), console)
     text = console.export_text()
     assert "shared: states used per example 1.50" in text and "unknown" not in text
 

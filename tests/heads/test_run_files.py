@@ -11,6 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from layercache.errors import ConfigError
+from layercache.heads import train_head
 from layercache.heads.run_folders.persistence import jsonable
 from layercache.heads.run_folders.run_files import (
     LayerWeights,
@@ -116,6 +117,29 @@ def test_metrics_sections_name_what_train_head_prints():
 def _written(payload: dict) -> str:
     """A run file's text as the writers write it (persistence.write_json)."""
     return json.dumps(jsonable(payload), indent=2, default=str) + "\n"
+
+
+def test_a_trained_runs_files_read_back_and_are_written_again_byte_for_byte(cache, tmp_path):
+    """train_head writes each file from its typed section; reading it and writing the section again gives the
+    same bytes, and the result holds the sections it wrote (the dict views are what metrics.json holds)."""
+    result = train_head(cache, "scalar", out=tmp_path / "run", tasks=["topic"], epochs=1, progress=False,
+                        device="cpu")
+    files = RunFiles.read(result.run)
+    for name, section in (("config", files.config), ("metrics", files.metrics), ("layer_weights", files.layer_weights)):
+        assert _written(section.to_json()) == (result.run / f"{name}.json").read_text(), name
+    assert isinstance(result.files.metrics, RunMetrics) and isinstance(result.files.layer_weights, LayerWeights)
+    assert _written(result.files.to_json()["metrics"]) == (result.run / "metrics.json").read_text()
+    assert _written(result.files.config.to_json()) == (result.run / "config.json").read_text()
+    assert list(result.metrics) == ["mixer", "normalize", "fit", "train_seconds", "data", "selection", "warnings",
+                                    "validation", "history", "test_split", "test"]
+    assert result.metrics["test"] == result.files.metrics.test and result.files.metrics.test_split == "test"
+    assert result.layer_weights["layer_names"] == result.head.layer_names_ == result.files.layer_weights.layer_names
+    assert list(files.config.to_json()) == ["layercache_version", "created_at", "params", "model", "layer_names",
+                                            "source", "cache", "data", "train", "selection", "fit"]
+    cache_keys = ["model", "model_fingerprint", "tokenizer_fingerprint", "hidden_size", "final_norm", "dataset",
+                  "layer_names", "storage_dtype", "config_hash", "max_length", "stride"]
+    assert list(files.config.cache.to_json()) == cache_keys
+    assert files.config.cache == result.head.cache_info_ and files.config.cache.records_text_settings
 
 
 #: A run as the first versions wrote it: no selection, fit or data in the config, no text settings in its cache,

@@ -25,6 +25,7 @@ from safetensors.torch import load_file, save_file
 import layercache as lc
 from layercache.errors import CacheError, ConfigError
 from layercache.heads import LayerHead, train_head
+from layercache.heads.run_folders.run_files import LayerWeights
 from layercache.report.heads import render_layer_weights, render_metrics
 
 QUICK = ("--epochs", "1", "-q", "--task", "sentiment")
@@ -105,9 +106,9 @@ def test_divergence_on_finite_states_names_epoch_and_step(clean_cache, tmp_path)
 
 def test_renderers_print_nan_instead_of_crashing():
     console = Console(record=True, width=120)
-    render_layer_weights({"layer_names": ["embeddings", "layer_1", "layer_2"],
-                          "mixers": {"shared": [float("nan"), 0.5, None]},
-                          "usage": {"shared": {"mean_depth": float("nan")}}}, console)
+    render_layer_weights(LayerWeights(layer_names=["embeddings", "layer_1", "layer_2"],
+                                      mixer_weights={"shared": [float("nan"), 0.5, None]},
+                                      usage={"shared": {"mean_depth": float("nan")}}), console)
     render_metrics({"validation": {"intensity": {"pearson": float("nan"), "mse": None, "n": 3},
                                    "sentiment": {"accuracy": float("nan"), "macro_f1": 0.5, "n": 3}}},
                    console, primary={"intensity": "pearson", "sentiment": "accuracy"})
