@@ -62,7 +62,7 @@ from ..store.reader import LayerCache
 from .blocks.normalize import resolve_normalize
 from .data.finite import check_split_stats, split_state_stats
 from .data.source import pooled_note, resolve_source
-from .ensembles.members import check_seed_count, fit_seeds, member_ensemble, seed_ensemble
+from .ensembles.members import FittedHead, check_seed_count, fit_seeds, member_ensemble, seed_ensemble
 from .ensembles.model import model_from_config
 from .network.model import HeadModel
 from .run_folders.persistence import (
@@ -81,7 +81,7 @@ from .scoring.evaluation import PassResult, evaluate, predict
 from .scoring.selection import Selection, default_selection, requested_metrics, resolve_selection
 from .training.checkpoint import CheckpointFolder
 from .training.class_weights import BALANCED, class_weight_values, label_counts, parse_class_weight
-from .training.collapse import collapse_warning
+from .training.collapse import collapse_warnings
 from .training.convex import convergence_warnings, fit_convex, resolved_c_grid
 from .training.fitting import default_lr, fit_record, resolve_solver
 from .training.trainer import TrainConfig, TrainHistory, seed_everything, train_model
@@ -240,7 +240,8 @@ class LayerHead(BaseEstimator):
         check_split_stats(cache, split, layer_names)
         if normalize == "standardize":
             model.set_state_stats(*split_state_stats(cache, split, index, layer_names))
-        train_rows, val_feed, val_desc = self._validation(cache, split, val_split, tasks, layer_names, source, feeds)
+        train_rows, val_feed, val_desc = self.validation_data(cache, split, val_split, tasks, layer_names, source,
+                                                              feeds)
         train_feed = self.make_feed(cache, split, tasks, layer_names, source, rows=train_rows, pool=feeds)
         self.train_config_ = self._train_config(default_lr(model))
         for t in tasks:
@@ -268,7 +269,8 @@ class LayerHead(BaseEstimator):
         # Score the kept (best) epoch once more: the numbers a run reports, and the usage pass
         # behind input-dependent mixers' layer weights.
         self.validation_metrics_, self.validation_pass_ = evaluate(model, val_feed, device)
-        self.warnings_ = self._collapse_warnings(tasks, val_feed, class_weight, exact=solver == "lbfgs")
+        self.warnings_ = collapse_warnings(tasks, val_feed, self.validation_pass_, self.selection_, class_weight,
+                                           exact=solver == "lbfgs")
         for warning in convergence_warnings(self.history_):
             self.warnings_.append(warning)
             log.warning(warning)
@@ -288,22 +290,14 @@ class LayerHead(BaseEstimator):
             self.data_["source_note"] = note
         return self
 
-    def _collapse_warnings(self, tasks: list[LabelTask], val_feed, class_weight: dict, exact: bool) -> list[str]:
-        """The collapse warning of every task whose validation predictions sit on (nearly) one class, logged."""
-        warnings = []
-        for t in tasks:
-            warning = collapse_warning(t, val_feed.gold(t.name), self.validation_pass_.predictions[t.name].labels,
-                                       metric=self.selection_.metrics[t.name],
-                                       balanced=class_weight.get(t.name) == BALANCED, exact=exact)
-            if warning is not None:
-                warnings.append(warning)
-                log.warning(warning)
-        return warnings
+    def validation_data(self, cache: LayerCache, split: str, val_split: str | None, tasks: list[LabelTask],
+                        layer_names: list[str], source: str, feeds: FeedPool | None = None) -> tuple:
+        """(training rows or None for all, validation feed, its description) of a fit of this head on ``split``:
+        ``val_split``, the cache's validation split, or the seeded slice of ``split`` (``val_fraction``,
+        ``val_seed``), read as :meth:`make_feed` reads (``tasks``, ``layer_names``, ``source``, from ``feeds``).
 
-    def _validation(self, cache: LayerCache, split: str, val_split: str | None, tasks: list[LabelTask],
-                    layer_names: list[str], source: str, feeds: FeedPool | None) -> tuple:
-        """(training rows or None for all, validation feed, its description): ``val_split``, the cache's
-        validation split, or the seeded slice of ``split``."""
+        What :meth:`fit` validates on, and what an ensemble of fitted heads is scored on.
+        """
         if val_split is None:
             val_split = cache.validation_split(exclude=split)
         if val_split is None:
@@ -358,8 +352,31 @@ class LayerHead(BaseEstimator):
         from the same states and validated alike (``labels`` name them): :func:`~.ensembles.members.member_ensemble`."""
         return member_ensemble(cls, members, cache, split, val_split, feeds=feeds, labels=labels)
 
+    def fitted_state(self) -> FittedHead:
+        """What fitting left in this head (its attributes ending in ``_``) as one
+        :class:`~.ensembles.members.FittedHead`, what an ensemble reads of its members; a loaded head has no history,
+        validation pass or warnings (None)."""
+        self.check_fitted()
+        return FittedHead(model=self.model_, tasks=self.tasks_, layer_names=self.layer_names_, source=self.source_,
+                          normalize=self.normalize_, cache=self.cache_info_, data=self.data_, fit=self.fit_,
+                          selection=self.selection_, train_config=self.train_config_,
+                          history=getattr(self, "history_", None),
+                          validation_pass=getattr(self, "validation_pass_", None),
+                          validation_metrics=getattr(self, "validation_metrics_", None),
+                          warnings=getattr(self, "warnings_", None), checkpoints=getattr(self, "checkpoints_", []))
+
+    def set_fitted_state(self, state: FittedHead) -> None:
+        """Make this the fitted head ``state`` describes (an ensemble composes its own); the settings stay."""
+        self.model_, self.tasks_, self.layer_names_ = state.model, state.tasks, state.layer_names
+        self.source_, self.normalize_, self.cache_info_ = state.source, state.normalize, state.cache
+        self.data_, self.fit_ = state.data, state.fit
+        self.selection_, self.train_config_, self.history_ = state.selection, state.train_config, state.history
+        self.validation_pass_, self.validation_metrics_ = state.validation_pass, state.validation_metrics
+        self.warnings_, self.checkpoints_ = state.warnings, state.checkpoints
+
     # --- using a fitted head ------------------------------------------------------------
-    def _check_fitted(self) -> None:
+    def check_fitted(self) -> None:
+        """Refuse a head that is neither fitted nor loaded, in one sentence."""
         if not hasattr(self, "model_"):
             raise ConfigError("This head is not trained yet; call fit(cache) or LayerHead.load(run) first.")
 
@@ -382,7 +399,7 @@ class LayerHead(BaseEstimator):
 
     def _scoring_feed(self, cache: LayerCache, split: str) -> Feed:
         """The feed a trained head scores ``split`` through, once the head, the cache and the split are checked."""
-        self._check_fitted()
+        self.check_fitted()
         self.check_cache(cache)
         cache.require_split(split)
         check_split_stats(cache, split, self.layer_names_)
@@ -390,25 +407,25 @@ class LayerHead(BaseEstimator):
 
     def layer_weights(self) -> dict[str, list[float] | None]:
         """Each mixer's weight per state (after the last evaluation pass for input-dependent mixers)."""
-        self._check_fitted()
+        self.check_fitted()
         return self.model_.layer_weights()
 
     # --- compatibility ----------------------------------------------------------------------
     def check_cache(self, cache: LayerCache) -> None:
         """Refuse a cache this head cannot read correctly, naming what differs."""
-        self._check_fitted()
+        self.check_fitted()
         check_cache_matches(cache, self.cache_info_, self.layer_names_, self.source_, self.model_.mean_skip_first,
                             self.tasks_)
 
     def check_backbone(self, backbone) -> None:
         """Refuse a live backbone other than the one whose states trained this head."""
-        self._check_fitted()
+        self.check_fitted()
         check_backbone_matches(backbone, self.cache_info_)
 
     # --- persistence ------------------------------------------------------------------------
     def run_config(self) -> RunConfig:
         """This head's ``config.json`` as its typed section, stamped now: what :meth:`save` writes."""
-        self._check_fitted()
+        self.check_fitted()
         return RunConfig(layercache_version=__version__, created_at=utc_now(), params=jsonable(self.get_params()),
                          model=self.model_.get_config(), layer_names=self.layer_names_, source=self.source_,
                          cache=self.cache_info_, data=self.data_, train=jsonable(vars(self.train_config_)),
@@ -417,7 +434,7 @@ class LayerHead(BaseEstimator):
     def saved_tensors(self) -> dict[str, torch.Tensor]:
         """What ``weights.safetensors`` holds: the model's weights, and a projected head's basis beside them (a live
         head projects with it)."""
-        self._check_fitted()
+        self.check_fitted()
         state = {k: v.detach().cpu().contiguous() for k, v in self.model_.state_dict().items()}
         if getattr(self, "projection_", None) is not None:
             state[PROJECTION_MEAN] = self.projection_.mean.contiguous()

@@ -28,7 +28,7 @@ def per_token_usage(head: LayerHead, cache: LayerCache, split: str, key: str = "
     ``depth`` = N + R, ``steps`` = N). Refuses a head without such a mixer, and a head that reads
     pooled vectors (it has no per-token values).
     """
-    head._check_fitted()
+    head.check_fitted()
     head.check_cache(cache)
     cache.require_split(split)
     if not head.source_.startswith("tokens"):

@@ -68,8 +68,8 @@ def test_the_ensemble_averages_its_members_probabilities(members, ensemble, cach
 
 def test_its_validation_metrics_are_what_its_model_scores(ensemble, cache):
     """The metrics combined from the members' validation passes equal a pass of the ensemble's own model."""
-    _, val_feed, _ = ensemble._validation(cache, "train", None, ensemble.tasks_, ensemble.layer_names_,
-                                          ensemble.source_, None)
+    _, val_feed, _ = ensemble.validation_data(cache, "train", None, ensemble.tasks_, ensemble.layer_names_,
+                                              ensemble.source_, None)
     metrics, _ = lc.heads.scoring.evaluation.evaluate(ensemble.model_, val_feed)
     for task, values in metrics.items():
         for key, value in values.items():
@@ -139,3 +139,29 @@ def test_an_ensemble_of_different_heads_reads_token_states_and_nests(members, en
     narrow = LayerHead("scalar", tasks=["topic"], layers=["layer_1", "layer_2"], val_seed=0, **QUICK).fit(cache)
     with pytest.raises(ConfigError, match="reads other states"):
         LayerHead.from_members([linear, narrow], cache)
+
+
+def test_the_ensembles_use_a_heads_public_surface_only():
+    """Issue 39: the ensembles compose heads through EnsembleHead (settings, fit, check_fitted, validation_data,
+    fitted_state / set_fitted_state): no private name and no fitted attribute of a head is read or set there."""
+    import ast
+    import inspect
+
+    from layercache.heads.ensembles import members
+
+    tree = ast.parse(inspect.getsource(members))
+    touched = sorted({node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)
+                      and (node.attr.startswith("_") or node.attr.endswith("_"))})
+    assert touched == []
+    surface = {name for name in vars(members.EnsembleHead) if not name.startswith("_")}
+    assert surface == {"get_params", "set_params", "fit", "check_fitted", "validation_data", "fitted_state",
+                       "set_fitted_state"}
+    assert all(callable(getattr(LayerHead, name)) for name in surface)
+
+
+def test_a_loaded_head_is_refused_as_a_member_in_one_sentence(members, cache, tmp_path):
+    """A loaded head keeps no validation pass to combine (it crashed with an AttributeError)."""
+    loaded = LayerHead.load(members[1].save(tmp_path / "member"))
+    assert loaded.fitted_state().validation_pass is None and loaded.fitted_state().cache == members[1].cache_info_
+    with pytest.raises(ConfigError, match="Head 1 of the ensemble has no validation pass: it was loaded"):
+        LayerHead.from_members([members[0], loaded], cache)

@@ -17,14 +17,20 @@ learns more than one state.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import logging
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from ...core.option_names import option
 from ...core.tasks import IGNORE_INDEX, LabelTask
-from ..scoring.evaluation import is_iob
+from ...store.feed import Feed
+from ..scoring.evaluation import PassResult, is_iob
+from ..scoring.selection import Selection
+from .class_weights import BALANCED
+
+log = logging.getLogger(__name__)
 
 #: Share of the predictions one class must take for a head to count as collapsed.
 COLLAPSE_SHARE = 0.95
@@ -105,3 +111,23 @@ def collapse_warning(task: LabelTask, gold, predicted, *, metric: str | None = N
     name = task.label_names[found.class_id]
     return (f"Task {task.name!r} has collapsed onto one class: {found.predicted_share:.1%} of the validation "
             f"predictions are {name!r}, whose true share is {found.true_share:.1%}; try {what}.")
+
+
+def collapse_warnings(tasks: Sequence[LabelTask], val_feed: Feed, validation_pass: PassResult, selection: Selection,
+                      class_weight: Mapping, exact: bool) -> list[str]:
+    """The collapse warning of every task whose validation predictions sit on (nearly) one class, each logged:
+    what a fitted head, or an ensemble of them, keeps in ``warnings_``.
+
+    ``validation_pass``: the predictions over ``val_feed``, whose gold labels they are checked against;
+    ``selection``: the metric each task selected on; ``class_weight``: the parsed class weights
+    (:func:`~.class_weights.parse_class_weight`); ``exact``: fitted by the convex solver.
+    """
+    warnings = []
+    for t in tasks:
+        warning = collapse_warning(t, val_feed.gold(t.name), validation_pass.predictions[t.name].labels,
+                                   metric=selection.metrics[t.name], balanced=class_weight.get(t.name) == BALANCED,
+                                   exact=exact)
+        if warning is not None:
+            warnings.append(warning)
+            log.warning(warning)
+    return warnings
