@@ -174,3 +174,14 @@ def parse_class_weight(values: list[str] | None) -> str | dict | None:
         else:
             return _class_weights(value, value)
     return per_task
+
+
+def parse_max_train(text: str) -> int | None:
+    """``--max-train``: a count of at least 2, or ``0`` / ``all`` for every training example (None)."""
+    value = text.strip().lower()
+    if value in ("0", "all"):
+        return None
+    if not value.isdigit() or int(value) < 2:
+        raise ConfigError(f"--max-train takes a number of training examples (at least 2), or 0 / all for every "
+                          f"one; got {text!r}.")
+    return int(value)

@@ -20,6 +20,7 @@ import functools
 import inspect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import Field, dataclass, replace
+from pathlib import Path
 from typing import Any, Optional
 
 import typer
@@ -27,7 +28,7 @@ import typer
 from ..core.extraction_defaults import DEFAULT_DATASET
 from ..core.option_specs import Flag, field_default, field_flag, spec_fields
 from .choices import OPTION_CHOICES, choice_help, supported_files
-from .parsing import layer_specs, parse_max_memory, parse_size, parse_splits, size_text, split_list
+from .parsing import layer_specs, parse_max_memory, parse_max_train, parse_size, parse_splits, size_text, split_list
 
 
 def _listed(value: list[str] | None, typed: Mapping[str, Any], default: Any) -> Any:
@@ -48,15 +49,18 @@ READERS: dict[str, Callable[[Any, Mapping[str, Any], Any], Any]] = {
     "size": lambda value, typed, default: parse_size(value),
     "max_memory": lambda value, typed, default: parse_max_memory(value, typed.get("device_map")),
     "dataset": _dataset,
+    "max_train": lambda value, typed, default: parse_max_train(value),
 }
 """A flag's reader -> ``(typed value, every typed value of the spec by field, the field's default)`` -> the field's
 value. Every reader refuses what it cannot read in one sentence (:mod:`.parsing`)."""
 
 TYPED_AS: dict[str, Any] = {"list": Optional[list[str]], "layers": Optional[list[str]], "splits": Optional[list[str]],
-                            "max_memory": Optional[list[str]], "size": str, "dataset": Optional[str]}
+                            "max_memory": Optional[list[str]], "size": str, "dataset": Optional[str],
+                            "max_train": str}
 """A reader -> the type the command line parses its text as."""
 PLAIN_TYPES: dict[str, Any] = {"str": str, "str | None": Optional[str], "int": int, "int | None": Optional[int],
-                               "bool": bool, "float": float, "float | None": Optional[float]}
+                               "bool": bool, "float": float, "float | None": Optional[float],
+                               "str | os.PathLike | None": Optional[Path]}
 """A field's annotation -> its type on the command line, for a flag without a reader."""
 
 
@@ -152,7 +156,9 @@ def _typer_parameter(command: str, spec_field: Field[Any], spec_flag: Flag) -> A
     else:
         text = " ".join(part for part in (lead, spec_flag.after) if part)
     default = field_default(spec_field)
-    if spec_flag.reader == "size":
+    if spec_flag.typed_default is not None:
+        typed_default = spec_flag.typed_default
+    elif spec_flag.reader == "size":
         typed_default = size_text(default)
     elif spec_flag.reader is not None:
         typed_default = None  # a list (or DATASET) typed empty is read to the field's default

@@ -38,6 +38,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -55,6 +56,7 @@ from ..store.reader import TEST_NAMES, VALIDATION_NAMES, LayerCache, using_cache
 from .model import ProbeReport, ReportPaths
 from .probe_parts import CONTROL_MAX_ITER, Step, Timer, task_report, task_steps
 from .probe_parts import no_step as _no_step
+from .report_options import ReportOptions, report_options
 from .saving import save_report
 
 __all__ = ["CONTROL_MAX_ITER", "ProbeReport", "ReportPaths", "build_probe_report", "count_steps",
@@ -257,59 +259,60 @@ def count_steps(cache: LayerCache, tasks: Sequence[str] | None, eval_split: str 
 
 @computes
 def probe_report(cache: str | os.PathLike | LayerCache | None = None, out: str | os.PathLike | None = None, *,
-                 train_act: bool = True, act_epochs: int = 8, progress: bool = True,
-                 say: Callable[[str], None] = _no_step, memory_budget: int | None = None,
-                 **options) -> tuple[ProbeReport, ReportPaths]:
+                 options: ReportOptions | None = None, progress: bool = True, say: Callable[[str], None] = _no_step,
+                 memory_budget: int | None = None, **keywords: Any) -> tuple[ProbeReport, ReportPaths]:
     """Build the probing report of a cache and write ``report.json`` and ``report.html``.
 
     Args:
         cache: a cache folder or an open :class:`LayerCache` (default: the most recent cache).
         out: the report folder (default: ``<cache>.report`` beside the cache).
-        train_act: when the cache stores token states and no run of it has a per-token depth (an ``act``
-            run), train an ``act`` head (``act_epochs`` epochs, into ``<out>/act-run``) for it: a quick
-            estimate, labelled so in ``token_depth["about"]`` and in its ``runs`` entry.
-        act_epochs: epochs of that head.
+        options: what the report computes (:class:`~.report_options.ReportOptions`), or its fields as flat keywords
+            (``tasks``, ``eval_split``, ``runs``, ``act_run``, ``train_act``, ``act_epochs``, ``mdl``,
+            ``cumulative``, ``seed``, ``max_train``). ``train_act``: when the cache stores token states and no run
+            of it has a per-token depth (an ``act`` run), train an ``act`` head (``act_epochs`` epochs, into
+            ``<out>/act-run``) for it: a quick estimate, labelled so in ``token_depth["about"]`` and in its
+            ``runs`` entry; the others are :func:`build_probe_report`'s.
         progress: show a progress bar over the parts.
         say: called with each line the console shows before the parts (the training sample, the act head).
         memory_budget: bytes the report's reads may hold (:func:`~layercache.core.memory.memory_budget`; None:
             half the memory available): the probes read their validation and scoring features in layer groups
             (or runs of rows) that fit it, the shared word features keep a quarter of it, and the act head's
             feeds take their shares of it. The scores are the same under any budget.
-        **options: :func:`build_probe_report` options (``tasks``, ``eval_split``, ``runs``, ``act_run``,
-            ``mdl``, ``cumulative``, ``seed``, ``max_train``).
     """
     from ..progress import steps_progress
 
-    check_max_train(options.get("max_train", DEFAULT_MAX_TRAIN))
+    spec = report_options(options, keywords, "probe_report")
+    check_max_train(spec.max_train)
     with memory_limit(memory_budget), using_cache(cache) as handle:
         folder = Path(out) if out is not None else handle.path.parent / f"{handle.path.name}.report"
         if folder.exists() and not folder.is_dir():
             raise ConfigError(f"{option('out', folder)} is a file, not a folder; choose a folder for the report.")
-        options["runs"] = list(options.get("runs") or ())
-        act_run = options.pop("act_run", None)
-        found = find_runs(handle, options["runs"])
+        runs = list(spec.runs or ())
+        act_run = spec.act_run
+        found = find_runs(handle, runs)
         has_act = any(_has_token_depth(_run_summary(run)["mixer"]) for run in found)
-        max_train = options.get("max_train", DEFAULT_MAX_TRAIN)
+        max_train = spec.max_train
         say(f"Probes fit on a seeded sample of at most {max_train:,} training examples (words) per task; "
             f"{option('max_train', None, typed='all')} fits every one." if max_train else
             "Probes fit on every training example (word).")
         act_seconds = None
-        if act_run is None and not has_act and train_act and handle.stores_tokens:
-            say(f"Training an {per_token_depth_mixers()[0]} head for per-token depth: a quick {act_epochs}-epoch "
+        if act_run is None and not has_act and spec.train_act and handle.stores_tokens:
+            say(f"Training an {per_token_depth_mixers()[0]} head for per-token depth: a quick {spec.act_epochs}-epoch "
                 f"estimate; pass {option('act_run')} for a converged one.")
             t0 = time.perf_counter()
-            act_run = _train_act(handle, folder / "act-run", act_epochs, options.get("seed", 0), progress)
+            act_run = _train_act(handle, folder / "act-run", spec.act_epochs, spec.seed, progress)
             act_seconds = time.perf_counter() - t0
-            options["runs"].append(act_run)  # its layer weights belong in the report too
-        eval_split = options.get("eval_split") or default_eval_split(handle)
-        total = count_steps(handle, options.get("tasks"), eval_split, options.get("mdl", True),
-                            options.get("cumulative", True),
+            runs.append(act_run)  # its layer weights belong in the report too
+        eval_split = spec.eval_split or default_eval_split(handle)
+        total = count_steps(handle, spec.tasks, eval_split, spec.mdl, spec.cumulative,
                             token_depth=handle.stores_tokens and (act_run is not None or has_act))
         with steps_progress(progress, total, "probe-report") as step:
-            report = build_probe_report(handle, act_run=act_run, step=step, **options)
+            report = build_probe_report(handle, tasks=spec.tasks, eval_split=spec.eval_split, runs=runs,
+                                        act_run=act_run, mdl=spec.mdl, cumulative=spec.cumulative, seed=spec.seed,
+                                        max_train=max_train, step=step)
         if act_seconds is not None:  # part of what the report cost, though trained before the parts
             report.timings = {"act head (trained for token depth)": act_seconds, **report.timings}
-            _label_quick_act(report, Path(act_run), act_epochs)
+            _label_quick_act(report, Path(act_run), spec.act_epochs)
         return report, save_report(report, folder)
 
 

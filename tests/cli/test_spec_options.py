@@ -116,3 +116,27 @@ def test_the_readme_names_every_option_of_extract():
     missing = [flag for flag in _command_flags("extract") if flag.startswith("--") and flag not in named
                and flag != "--help"]
     assert not missing, f"README's Extract section does not name {missing}"
+
+
+def test_the_report_s_options_are_probe_report_s_options_and_build_probe_report_s_defaults():
+    from layercache.report.probing import build_probe_report
+    from layercache.report.report_options import ReportOptions
+
+    flags = _command_flags("probe-report")
+    built = inspect.signature(build_probe_report).parameters
+    for spec_field in spec_fields(ReportOptions):
+        spec_flag = field_flag(spec_field)
+        assert spec_flag is not None and spec_flag.name.split("/")[0] in flags, spec_field.name  # --mdl/--no-mdl
+        if spec_field.name in built:
+            default = built[spec_field.name].default
+            assert default == field_default(spec_field) or tuple(default) == tuple(field_default(spec_field))
+
+
+def test_probe_report_refuses_a_keyword_it_does_not_take_and_one_beside_its_options():
+    from layercache.report.probing import probe_report
+    from layercache.report.report_options import ReportOptions
+
+    with pytest.raises(TypeError, match="unexpected keyword argument 'mdll'"):
+        probe_report("nowhere", mdll=False)
+    with pytest.raises(Exception, match=r"Pass mdl inside options=ReportOptions\(\.\.\.\)"):
+        probe_report("nowhere", options=ReportOptions(), mdl=False)
