@@ -363,7 +363,8 @@ class LayerHead(BaseEstimator):
                           history=getattr(self, "history_", None),
                           validation_pass=getattr(self, "validation_pass_", None),
                           validation_metrics=getattr(self, "validation_metrics_", None),
-                          warnings=getattr(self, "warnings_", None), checkpoints=getattr(self, "checkpoints_", []))
+                          warnings=getattr(self, "warnings_", None), checkpoints=getattr(self, "checkpoints_", []),
+                          projection=getattr(self, "projection_", None))
 
     def set_fitted_state(self, state: FittedHead) -> None:
         """Make this the fitted head ``state`` describes (an ensemble composes its own); the settings stay."""
@@ -372,7 +373,7 @@ class LayerHead(BaseEstimator):
         self.data_, self.fit_ = state.data, state.fit
         self.selection_, self.train_config_, self.history_ = state.selection, state.train_config, state.history
         self.validation_pass_, self.validation_metrics_ = state.validation_pass, state.validation_metrics
-        self.warnings_, self.checkpoints_ = state.warnings, state.checkpoints
+        self.warnings_, self.checkpoints_, self.projection_ = state.warnings, state.checkpoints, state.projection
 
     # --- using a fitted head ------------------------------------------------------------
     def check_fitted(self) -> None:

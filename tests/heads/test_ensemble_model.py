@@ -165,3 +165,22 @@ def test_a_loaded_head_is_refused_as_a_member_in_one_sentence(members, cache, tm
     assert loaded.fitted_state().validation_pass is None and loaded.fitted_state().cache == members[1].cache_info_
     with pytest.raises(ConfigError, match="Head 1 of the ensemble has no validation pass: it was loaded"):
         LayerHead.from_members([members[0], loaded], cache)
+
+
+def test_ensembles_of_a_projected_cache_keep_its_basis_and_load(tiny_models, tmp_path):
+    """A seed ensemble, and an ensemble of members, of a --project cache saved no basis, so its run could not be
+    loaded (nor served live): the ensemble head now keeps its first member's, as a single head does."""
+    projected = tmp_path / "projected"
+    lc.extract(str(tiny_models["bert"]), "builtin", projected, limit=120, project=8, progress=False)
+    with lc.LayerCache.open(projected) as opened:
+        seeds = LayerHead("scalar", seeds=2, **QUICK).fit(opened)
+        single = [LayerHead("scalar", seed=s, val_seed=0, **QUICK).fit(opened) for s in (0, 1)]
+        members = LayerHead.from_members(single, opened)
+        for name, head in (("seeds", seeds), ("members", members)):
+            assert head.projection_ is not None
+            assert np.array_equal(head.projection_.basis.numpy(), single[0].projection_.basis.numpy())
+            head.save(tmp_path / name)
+            loaded = LayerHead.load(tmp_path / name)
+            assert np.array_equal(loaded.projection_.basis.numpy(), single[0].projection_.basis.numpy())
+            assert np.array_equal(loaded.predict(opened, "validation").predictions["sentiment"].probabilities,
+                                  head.predict(opened, "validation").predictions["sentiment"].probabilities)

@@ -23,6 +23,7 @@ from ...core.option_names import option
 from ...core.tasks import LabelTask
 from ...errors import ConfigError
 from ...store.feed_pool import FeedPool
+from ...store.projection import Projection
 from ...store.reader import LayerCache
 from ..data.source import pooled_equivalent
 from ..network.model import HeadModel
@@ -68,6 +69,9 @@ class FittedHead:
     """``{task: metrics}`` on the validation data; None for a loaded head."""
     warnings: list[str] | None = None
     """Collapse and convergence warnings; None for a loaded head."""
+    projection: Projection | None = None
+    """The basis of the projected states the head reads (a ``--project`` cache), which its run keeps for the live
+    path; None for a cache at the model's width."""
     checkpoints: list = field(default_factory=list)
     """The checkpoints of the fits behind it (:mod:`..training.checkpoint`; empty without)."""
 
@@ -218,7 +222,7 @@ def ensemble_state(members: list[EnsembleHead], cache: LayerCache, split: str, v
                       normalize=first.normalize, cache=first.cache, data={**first.data, "members": labels}, fit=fit,
                       selection=first.selection, train_config=first.train_config,
                       history=EnsembleHistory([m.history for m in fitted], labels), validation_pass=validation_pass,
-                      validation_metrics=metrics, warnings=warnings)
+                      validation_metrics=metrics, warnings=warnings, projection=first.projection)
 
 
 def _common_source(members: list[FittedHead], cache: LayerCache) -> str:
