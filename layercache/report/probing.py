@@ -93,15 +93,7 @@ def build_probe_report(cache: LayerCache, *, tasks: Sequence[str] | None = None,
         step: called with a description before each part (progress display).
     """
     check_max_train(max_train)
-    if not cache.tasks:
-        raise CacheError(f"The cache {cache.path} holds no labels, so there is nothing to probe; extract it with "
-                         f"a label column (without {option('no_labels', True)}).")
-    known = [t.name for t in cache.tasks]
-    chosen = list(tasks) if tasks else known
-    unknown = [t for t in chosen if t not in known]
-    if unknown:
-        raise ConfigError(f"The cache has no task {unknown[0]!r}; its tasks are: {', '.join(known)}.")
-    eval_split = default_eval_split(cache, eval_split)
+    chosen, eval_split = _check_asked(cache, tasks, eval_split)
     m = cache.manifest
     report = ProbeReport(meta={
         "cache": str(cache.path), "model": m.model.name, "model_kind": m.model.kind,
@@ -258,6 +250,21 @@ def count_steps(cache: LayerCache, tasks: Sequence[str] | None, eval_split: str 
 
 
 @computes
+def _check_asked(cache: LayerCache, tasks: Sequence[str] | None,
+                 eval_split: str | None) -> tuple[list[str], str | None]:
+    """(the tasks to probe, the split to score on) of ``cache``; a cache without labels, a task it does not hold or a
+    split it lacks refused in one sentence, before any work."""
+    if not cache.tasks:
+        raise CacheError(f"The cache {cache.path} holds no labels, so there is nothing to probe; extract it with "
+                         f"a label column (without {option('no_labels', True)}).")
+    known = [t.name for t in cache.tasks]
+    chosen = list(tasks) if tasks else known
+    unknown = [t for t in chosen if t not in known]
+    if unknown:
+        raise ConfigError(f"The cache has no task {unknown[0]!r}; its tasks are: {', '.join(known)}.")
+    return chosen, default_eval_split(cache, eval_split)
+
+
 def probe_report(cache: str | os.PathLike | LayerCache | None = None, out: str | os.PathLike | None = None, *,
                  options: ReportOptions | None = None, progress: bool = True, say: Callable[[str], None] = _no_step,
                  memory_budget: int | None = None, **keywords: Any) -> tuple[ProbeReport, ReportPaths]:
@@ -287,6 +294,7 @@ def probe_report(cache: str | os.PathLike | LayerCache | None = None, out: str |
         folder = Path(out) if out is not None else handle.path.parent / f"{handle.path.name}.report"
         if folder.exists() and not folder.is_dir():
             raise ConfigError(f"{option('out', folder)} is a file, not a folder; choose a folder for the report.")
+        _check_asked(handle, spec.tasks, spec.eval_split)  # before an act head is trained for a report refused later
         runs = list(spec.runs or ())
         act_run = spec.act_run
         found = find_runs(handle, runs)

@@ -10,7 +10,7 @@ import pytest
 
 from layercache.errors import ConfigError
 from layercache.report.figures import FIGURES, report_figures
-from layercache.report.probing import ProbeReport, build_probe_report, find_runs
+from layercache.report.probing import ProbeReport, build_probe_report, find_runs, probe_report
 from layercache.store.reader import LayerCache
 
 
@@ -68,8 +68,6 @@ def test_the_act_head_trained_for_the_report_is_labelled_a_quick_estimate(built_
 
 
 def test_the_console_announces_the_act_head_and_the_sample(report_cache, tmp_path):
-    from layercache.report.probing import probe_report
-
     lines = []
     probe_report(report_cache, tmp_path / "r", tasks=["sentiment"], mdl=False, cumulative=False, act_epochs=1,
                  progress=False, say=lines.append)
@@ -133,3 +131,12 @@ def test_a_cache_without_vocabulary_still_gets_its_report(report_cache, built_re
     assert report.token_depth is None
     assert any("no tokenizer vocabulary" in note for note in report.notes)
     assert report.tasks["sentiment"]["probe"]["best_layer"]
+
+
+@pytest.mark.parametrize("asked", [{"tasks": ["nope"]}, {"eval_split": "nope"}])
+def test_a_task_or_split_the_cache_lacks_is_refused_before_an_act_head_is_trained(report_cache, tmp_path, asked):
+    """The report trained its quick act head (minutes on a real cache) before it found the task it was asked for
+    missing; now the refusal comes first and nothing is written."""
+    with pytest.raises(ConfigError, match="nope"):
+        probe_report(report_cache, tmp_path / "r", progress=False, **asked)
+    assert not (tmp_path / "r").exists()
