@@ -249,7 +249,6 @@ def count_steps(cache: LayerCache, tasks: Sequence[str] | None, eval_split: str 
     return n
 
 
-@computes
 def _check_asked(cache: LayerCache, tasks: Sequence[str] | None,
                  eval_split: str | None) -> tuple[list[str], str | None]:
     """(the tasks to probe, the split to score on) of ``cache``; a cache without labels, a task it does not hold or a
@@ -265,6 +264,7 @@ def _check_asked(cache: LayerCache, tasks: Sequence[str] | None,
     return chosen, default_eval_split(cache, eval_split)
 
 
+@computes
 def probe_report(cache: str | os.PathLike | LayerCache | None = None, out: str | os.PathLike | None = None, *,
                  options: ReportOptions | None = None, progress: bool = True, say: Callable[[str], None] = _no_step,
                  memory_budget: int | None = None, **keywords: Any) -> tuple[ProbeReport, ReportPaths]:
