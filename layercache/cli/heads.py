@@ -3,44 +3,31 @@
 from __future__ import annotations
 
 import json
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Optional
 
 import typer
 
 from ..errors import ConfigError
+from ..heads.head_options import HeadOptions
 from . import base
 from .base import app, friendly
 from .choices import choice_help
 from .options import (
     allow_pickle_option,
-    batch_size_option,
     cache_argument,
-    class_weight_option,
-    device_option,
-    epochs_option,
-    head_default,
     memory_budget_option,
-    metric_option,
     overwrite_option,
     parse_memory_budget,
-    patience_option,
     quiet_option,
-    task_option,
     test_split_option,
     threads_option,
     train_head_default,
     train_split_option,
     val_split_option,
 )
-from .parsing import (
-    layer_specs,
-    parse_assignments,
-    parse_class_weight,
-    parse_loss_weights,
-    parse_metric,
-    split_list,
-)
+from .spec_options import spec_options, takes_specs
 from .threads import apply_threads
 
 LIVE_NOTE = " (live backbone)"
@@ -48,55 +35,17 @@ LIVE_NOTE = " (live backbone)"
 
 @app.command("train-head")
 @friendly
+@takes_specs("train-head")
 def train_head(
     cache: Optional[Path] = cache_argument(),
     mixer: str = typer.Option(train_head_default("mixer"), "--mixer", "-m", help=choice_help(
         "train-head", "--mixer", "How the head combines the cached states.")),
     out: Optional[Path] = typer.Option(
         None, "--out", "-o", help="Run folder.", show_default="a new folder beside the cache"),
-    task: Optional[list[str]] = task_option(),
-    layers: Optional[list[str]] = typer.Option(
-        None, "--layers", help="States to read: names or indices; comma-separated.", show_default="all"),
-    source: str = typer.Option(head_default("source"), "--source", help=choice_help(
-        "train-head", "--source", "What the head reads.", "auto: token states when the cache stores them.")),
-    normalize: str = typer.Option(head_default("normalize"), "--normalize", help=choice_help(
-        "train-head", "--normalize", "States before mixing.",
-        "standardize: per dimension with the train split's statistics; layer_norm: per token; auto: standardize "
-        "for pre-LN models such as GPT-2 and Llama, none for BERT-style.")),
     train_split: str = train_split_option(train_head_default("split")),
     val_split: Optional[str] = val_split_option(),
     test_split: Optional[str] = test_split_option(),
-    epochs: int = epochs_option(),
-    batch_size: int = batch_size_option(),
-    lr: Optional[float] = typer.Option(
-        None, "--lr", help="Peak learning rate.", show_default="the mixer's and head's default"),
-    weight_decay: float = typer.Option(
-        head_default("weight_decay"), "--weight-decay", help="AdamW weight decay (never on layer weights)."),
-    schedule: str = typer.Option(head_default("schedule"), "--schedule", help=choice_help(
-        "train-head", "--schedule", "Learning-rate schedule after warmup.")),
-    patience: int = patience_option(),
-    metric: Optional[list[str]] = metric_option(
-        "train-head", "Validation metric that selects the epoch and stops early.",
-        "; a joint head selects on the loss-weighted mean"),
-    class_weight: Optional[list[str]] = class_weight_option(),
-    solver: str = typer.Option(head_default("solver"), "--solver", help=choice_help(
-        "train-head", "--solver", "How the head's weights are fitted.",
-        "lbfgs: full batch, the L2 strength C chosen on validation (a linear head on last or layer:<i>); adamw: "
-        "minibatches with early stopping (any head); auto: lbfgs where it applies, else adamw.")),
-    seed: int = typer.Option(
-        head_default("seed"), "--seed", help="Seed for initialisation, order, dropout and the validation slice."),
-    seeds: int = typer.Option(
-        head_default("seeds"), "--seeds", help="Train N heads (seeds SEED to SEED+N-1) on one validation slice and "
-        "predict with their averaged probabilities: steadier and usually better than one seed, N times the training."),
-    mixer_option: Optional[list[str]] = typer.Option(
-        None, "--mixer-option", help="Mixer setting KEY=VALUE, e.g. k=64, alpha=70, topk=3; repeatable."),
-    head_option: Optional[list[str]] = typer.Option(
-        None, "--head-option", help="Head setting KEY=VALUE, e.g. pooling=attention, attention_heads=8; repeatable."),
-    loss_weight: Optional[list[str]] = typer.Option(
-        None, "--loss-weight", help="TASK=WEIGHT for joint training; repeatable."),
-    separate_mixers: bool = typer.Option(
-        not head_default("share_mixer"), "--separate-mixers", help="One mixer per task instead of one shared."),
-    device: str = device_option(),
+    head: HeadOptions = spec_options(HeadOptions),
     overwrite: bool = overwrite_option("run folder"),
     live: bool = typer.Option(
         False, "--live", help="Compute every batch with the cache's backbone instead of reading stored states "
@@ -118,17 +67,9 @@ def train_head(
         from ..heads.workflow import train_head as run_train_head
     from ..report.heads import render_layer_weights, render_metrics
 
-    weights = parse_loss_weights(loss_weight)
     result = run_train_head(
         cache, mixer, out=out, split=train_split, val_split=val_split, test_split=test_split, overwrite=overwrite,
-        memory_budget=budget,
-        tasks=split_list(task) or None, layers=layer_specs(layers) or None, source=source,
-        normalize=normalize,
-        mixer_options=parse_assignments(mixer_option, "--mixer-option"),
-        head_options=parse_assignments(head_option, "--head-option"), share_mixer=not separate_mixers,
-        loss_weights=weights or None, epochs=epochs, batch_size=batch_size, lr=lr, weight_decay=weight_decay,
-        schedule=schedule, patience=patience, seed=seed, seeds=seeds, device=device, progress=not quiet,
-        metric=parse_metric(metric), class_weight=parse_class_weight(class_weight), solver=solver,
+        memory_budget=budget, **asdict(replace(head, progress=not quiet)),
         **({"allow_pickle": allow_pickle} if live else {}),
     )
     m = result.files.metrics  # what metrics.json holds, as its typed section

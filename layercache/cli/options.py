@@ -24,8 +24,8 @@ def cache_argument():
 
 
 def device_option():
-    """``--device``: where the backbone or the head computes (every command that runs torch on a device); declared
-    on :class:`~layercache.extraction.specs.BatchSpec`."""
+    """``--device``: where the backbone computes (verify, predict); declared on
+    :class:`~layercache.extraction.specs.BatchSpec` (``train-head`` and ``sweep`` take the head's, the same flag)."""
     return field_option(BatchSpec, "device")
 
 
@@ -54,17 +54,7 @@ def allow_pickle_option():
     return typer.Option(False, "--allow-pickle", help=ALLOW_PICKLE_HELP)
 
 
-# --- training: train-head and sweep ------------------------------------------------------------------------------
-
-def head_default(name: str):
-    """The default of :class:`~layercache.heads.LayerHead`'s keyword ``name``: what a head does without the option.
-
-    ``train-head`` passes its options to the head, and ``sweep`` to every candidate's head.
-    """
-    from ..heads import LayerHead
-
-    return keyword_default(LayerHead, name)
-
+# --- training: train-head and sweep (the head's own settings are HeadOptions' fields) -------------------------------
 
 def train_head_default(name: str):
     """The default of :func:`~layercache.heads.workflow.train_head`'s keyword ``name``."""
@@ -87,34 +77,6 @@ def keyword_default(function, name: str):
     return inspect.signature(function).parameters[name].default
 
 
-METRIC_DEFAULT = ("accuracy (mcc when the train classes are imbalanced), span_f1 for IOB tags else macro_f1, "
-                  "pearson for regression")
-"""What selects the epoch without ``--metric`` (:func:`~layercache.heads.scoring.selection.requested_metrics`)."""
-
-
-def task_option():
-    """``--task``: the tasks one head learns."""
-    return typer.Option(None, "--task", help="Task(s) to learn jointly; repeatable.",
-                        show_default="every task in the cache")
-
-
-def epochs_option(each: str = ""):
-    """``--epochs``; ``each``: what the limit applies to (`` per run`` in a sweep)."""
-    return typer.Option(head_default("epochs"), "--epochs",
-                        help=f"Most epochs{each} (early stopping may end sooner).")
-
-
-def patience_option():
-    """``--patience``: early stopping."""
-    return typer.Option(head_default("patience"), "--patience",
-                        help="Epochs without validation gain before stopping (0 = never).")
-
-
-def batch_size_option():
-    """``--batch-size`` of head training."""
-    return typer.Option(head_default("batch_size"), "--batch-size", help="Examples per minibatch.")
-
-
 def train_split_option(default: str):
     """``--train-split``; ``default``: the training split of the call the command makes."""
     return typer.Option(default, "--train-split", help="Split to train on.")
@@ -130,23 +92,6 @@ def test_split_option():
     """``--test-split``: reported, never chosen on."""
     return typer.Option(None, "--test-split", help="Split to report on (never used to choose).",
                         show_default="test when present")
-
-
-def metric_option(command: str, lead: str, after: str = ""):
-    """``--metric``: ``lead`` says what it selects; the metrics listed from their registry."""
-    from .choices import choice_help
-
-    return typer.Option(None, "--metric", help=choice_help(
-        command, "--metric", lead, f"NAME for every task, or TASK=NAME per task (repeatable){after}."),
-        show_default=METRIC_DEFAULT)
-
-
-def class_weight_option():
-    """``--class-weight``, read by :func:`~layercache.cli.parsing.parse_class_weight`."""
-    return typer.Option(
-        None, "--class-weight", help="Class weights in the classification loss: balanced (n_samples / "
-        "(n_classes * count), as scikit-learn) or CLASS=WEIGHT pairs, e.g. neg=2,pos=1 (classes by name or "
-        "index); TASK:... for one task of several, repeatable.", show_default="unweighted")
 
 
 def overwrite_option(folder: str):

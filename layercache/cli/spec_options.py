@@ -28,35 +28,52 @@ import typer
 from ..core.extraction_defaults import DEFAULT_DATASET
 from ..core.option_specs import Flag, field_default, field_flag, spec_fields
 from .choices import OPTION_CHOICES, choice_help, supported_files
-from .parsing import layer_specs, parse_max_memory, parse_max_train, parse_size, parse_splits, size_text, split_list
+from .parsing import (
+    layer_specs,
+    parse_assignments,
+    parse_class_weight,
+    parse_loss_weights,
+    parse_max_memory,
+    parse_max_train,
+    parse_metric,
+    parse_size,
+    parse_splits,
+    size_text,
+    split_list,
+)
 
 
-def _listed(value: list[str] | None, typed: Mapping[str, Any], default: Any) -> Any:
+def _listed(value: list[str] | None, typed: Mapping[str, Any], default: Any, flag: Flag) -> Any:
     """Repeats and commas (``--pooling mean,first``); none typed: the field's default (a tuple as a list)."""
     return split_list(value) or (list(default) if isinstance(default, tuple) else default)
 
 
-def _dataset(value: str | None, typed: Mapping[str, Any], default: Any) -> str:
+def _dataset(value: str | None, typed: Mapping[str, Any], default: Any, flag: Flag) -> str:
     """DATASET, or none with ``--split NAME=PATH`` files (the files are the data), else the default."""
     return value or ("" if parse_splits(typed.get("splits"))[1] else default)
 
 
-READERS: dict[str, Callable[[Any, Mapping[str, Any], Any], Any]] = {
+READERS: dict[str, Callable[[Any, Mapping[str, Any], Any, Flag], Any]] = {
     "list": _listed,
-    "layers": lambda value, typed, default: layer_specs(value) or default,
-    "splits": lambda value, typed, default: parse_splits(value)[0],
-    "split_files": lambda value, typed, default: parse_splits(typed.get("splits"))[1],
-    "size": lambda value, typed, default: parse_size(value),
-    "max_memory": lambda value, typed, default: parse_max_memory(value, typed.get("device_map")),
+    "layers": lambda value, typed, default, flag: layer_specs(value) or default,
+    "splits": lambda value, typed, default, flag: parse_splits(value)[0],
+    "split_files": lambda value, typed, default, flag: parse_splits(typed.get("splits"))[1],
+    "size": lambda value, typed, default, flag: parse_size(value),
+    "max_memory": lambda value, typed, default, flag: parse_max_memory(value, typed.get("device_map")),
     "dataset": _dataset,
-    "max_train": lambda value, typed, default: parse_max_train(value),
+    "max_train": lambda value, typed, default, flag: parse_max_train(value),
+    "assignments": lambda value, typed, default, flag: parse_assignments(value, flag.spelling),
+    "loss_weights": lambda value, typed, default, flag: parse_loss_weights(value) or default,
+    "metric": lambda value, typed, default, flag: parse_metric(value),
+    "class_weight": lambda value, typed, default, flag: parse_class_weight(value),
 }
-"""A flag's reader -> ``(typed value, every typed value of the spec by field, the field's default)`` -> the field's
-value. Every reader refuses what it cannot read in one sentence (:mod:`.parsing`)."""
+"""A flag's reader -> ``(typed value, every typed value of the spec by field, the field's default, the flag)`` ->
+the field's value. Every reader refuses what it cannot read in one sentence (:mod:`.parsing`)."""
 
 TYPED_AS: dict[str, Any] = {"list": Optional[list[str]], "layers": Optional[list[str]], "splits": Optional[list[str]],
                             "max_memory": Optional[list[str]], "size": str, "dataset": Optional[str],
-                            "max_train": str}
+                            "max_train": str, "assignments": Optional[list[str]], "loss_weights": Optional[list[str]],
+                            "metric": Optional[list[str]], "class_weight": Optional[list[str]]}
 """A reader -> the type the command line parses its text as."""
 PLAIN_TYPES: dict[str, Any] = {"str": str, "str | None": Optional[str], "int": int, "int | None": Optional[int],
                                "bool": bool, "float": float, "float | None": Optional[float],
@@ -71,14 +88,16 @@ class SpecOptions:
     spec: type
     skip: tuple[str, ...] = ()
     changes: Mapping[str, Mapping[str, Any]] | None = None
+    only: tuple[str, ...] | None = None
 
 
-def spec_options(spec: type, *, skip: Sequence[str] = (), **changes: Mapping[str, Any]) -> Any:
+def spec_options(spec: type, *, skip: Sequence[str] = (), only: Sequence[str] | None = None,
+                 **changes: Mapping[str, Any]) -> Any:
     """The default of a command's parameter that takes ``spec`` whole: its options are made from the spec's flags
-    (see :func:`takes_specs`). ``skip``: fields this command does not take (they keep their defaults); ``changes``:
-    a field -> flag attributes worded for this command (``store={"help": "Your choice of what to keep.",
-    "after": ""}``)."""
-    return SpecOptions(spec, tuple(skip), changes or {})
+    (see :func:`takes_specs`). ``skip``: fields this command does not take (they keep their defaults), or ``only``:
+    the fields it takes; ``changes``: a field -> flag attributes worded for this command (``store={"help": "Your
+    choice of what to keep.", "after": ""}``)."""
+    return SpecOptions(spec, tuple(skip), changes or {}, None if only is None else tuple(only))
 
 
 def takes_specs(command: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -140,7 +159,8 @@ def _declared(holder: SpecOptions) -> list[tuple[Field[Any], Flag]]:
     out = []
     for spec_field in spec_fields(holder.spec):
         spec_flag = field_flag(spec_field)
-        if spec_flag is None or spec_field.name in holder.skip:
+        if spec_flag is None or spec_field.name in holder.skip or (
+                holder.only is not None and spec_field.name not in holder.only):
             continue
         change = (holder.changes or {}).get(spec_field.name)
         out.append((spec_field, replace(spec_flag, **change) if change else spec_flag))
@@ -162,6 +182,8 @@ def _typer_parameter(command: str, spec_field: Field[Any], spec_flag: Flag) -> A
         typed_default = size_text(default)
     elif spec_flag.reader is not None:
         typed_default = None  # a list (or DATASET) typed empty is read to the field's default
+    elif spec_flag.negated:
+        typed_default = not default  # --separate-mixers is off: share_mixer True
     else:
         typed_default = default
     if spec_flag.argument:
@@ -182,5 +204,5 @@ def _read(spec_field: Field[Any], spec_flag: Flag, typed: Mapping[str, Any]) -> 
     """The field's value from what was typed."""
     value = typed.get(spec_field.name)
     if spec_flag.reader is None:
-        return value
-    return READERS[spec_flag.reader](value, typed, field_default(spec_field))
+        return not value if spec_flag.negated else value
+    return READERS[spec_flag.reader](value, typed, field_default(spec_field), spec_flag)

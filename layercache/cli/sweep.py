@@ -9,35 +9,35 @@ from typing import Optional
 import typer
 from rich.console import Console
 
+from ..heads.head_options import HeadOptions
 from ..report.tables import Column, print_fitted
 from . import base
 from .base import app, friendly
 from .choices import choice_help
 from .options import (
-    batch_size_option,
     cache_argument,
-    class_weight_option,
-    device_option,
-    epochs_option,
     memory_budget_option,
-    metric_option,
     overwrite_option,
     parse_memory_budget,
-    patience_option,
     quiet_option,
     sweep_default,
-    task_option,
     test_split_option,
     threads_option,
     train_split_option,
     val_split_option,
 )
-from .parsing import parse_class_weight, parse_metric, split_list
+from .parsing import split_list
+from .spec_options import spec_options, takes_specs
 from .threads import apply_threads
+
+SHARED = ("tasks", "metric", "class_weight", "epochs", "batch_size", "patience", "device")
+"""The head's settings (:class:`~layercache.heads.head_options.HeadOptions`) ``sweep`` types and gives every candidate
+alike; the sweep chooses the others itself or leaves them at their defaults."""
 
 
 @app.command("sweep")
 @friendly
+@takes_specs("sweep")
 def sweep(
     cache: Optional[Path] = cache_argument(),
     budget: str = typer.Option(
@@ -46,7 +46,6 @@ def sweep(
     out: Optional[Path] = typer.Option(
         None, "--out", "-o", help="Sweep folder: sweep.json and the winner's run folder best/.",
         show_default="a new <cache>.runs/sweep-<n> beside the cache"),
-    task: Optional[list[str]] = task_option(),
     mixer: Optional[list[str]] = typer.Option(
         None, "--mixer", "-m", help=choice_help(
             "sweep", "--mixer", "Mixers to try (repeatable); layer is every single state.")),
@@ -69,16 +68,13 @@ def sweep(
     ensemble: int = typer.Option(
         sweep_default("ensemble"), "--ensemble", help="Also average the top K candidates (each as --pick keeps it) as "
         "one head, written as ensemble/ beside best/; 0 = none."),
-    metric: Optional[list[str]] = metric_option(
-        "sweep", "Validation metric that ranks the candidates (and selects each run's epoch)."),
-    class_weight: Optional[list[str]] = class_weight_option(),
-    epochs: int = epochs_option(" per run"),
-    patience: int = patience_option(),
-    batch_size: int = batch_size_option(),
+    head: HeadOptions = spec_options(
+        HeadOptions, only=SHARED, epochs={"help": "Most epochs per run (early stopping may end sooner)."},
+        metric={"help": "Validation metric that ranks the candidates (and selects each run's epoch).",
+                "after": "NAME for every task, or TASK=NAME per task (repeatable)."}),
     train_split: str = train_split_option(sweep_default("split")),
     val_split: Optional[str] = val_split_option(" (ranks the candidates)"),
     test_split: Optional[str] = test_split_option(),
-    device: str = device_option(),
     overwrite: bool = overwrite_option("sweep folder"),
     memory_budget: Optional[str] = memory_budget_option(),
     threads: str = threads_option(),
@@ -91,13 +87,12 @@ def sweep(
 
     seconds = parse_duration(budget, "--budget")  # refused before the cache is opened
     memory = parse_memory_budget(memory_budget)
+    shared = {name: getattr(head, name) for name in SHARED if name != "tasks"}  # every candidate's
     result = run_sweep(
-        cache, out=out, tasks=split_list(task) or None, budget=seconds, seeds=seeds, seed=seed, pick=pick,
+        cache, out=out, tasks=head.tasks, budget=seconds, seeds=seeds, seed=seed, pick=pick,
         ensemble=ensemble, confidence=confidence,
         mixers=split_list(mixer) or None, grid=grid, split=train_split, val_split=val_split, test_split=test_split,
-        overwrite=overwrite, progress=not quiet, metric=parse_metric(metric),
-        class_weight=parse_class_weight(class_weight), epochs=epochs, patience=patience, batch_size=batch_size,
-        device=device, memory_budget=memory)
+        overwrite=overwrite, progress=not quiet, memory_budget=memory, **shared)
     render_leaderboard(result, base.out_console)
     base.out_console.print(f"Best run written: [bold]{result.best}[/]; leaderboard: {result.out / 'sweep.json'}",
                            soft_wrap=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ..errors import ConfigError
 from .option_names import option
+from .option_specs import Flag
 
 FORWARD_DTYPE_NAMES = ("float32", "float16", "bfloat16")
 """Dtypes the backbone's forward pass may run in (``--dtype``; ``auto`` picks one per device)."""
@@ -11,6 +12,9 @@ DEFAULT_DEVICE = "auto"
 """Every ``device=`` keyword's default (and ``--device``'s): a GPU when torch sees one, else the CPU."""
 DEVICE_SPELLINGS = "auto, cpu or cuda[:N]"
 """The values :func:`resolve_device` reads, as its messages and ``--device``'s help write them."""
+DEVICE_FLAG = Flag("--device", f"{DEVICE_SPELLINGS}.")
+"""``--device``, of every command that computes with torch (the backbone's in
+:class:`~layercache.extraction.specs.BatchSpec`, the head's in :class:`~layercache.heads.head_options.HeadOptions`)."""
 DEVICE_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")
 """The placements ``--device-map`` takes (accelerate's strategies): see :mod:`layercache.backbone.placement`."""
 

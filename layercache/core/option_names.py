@@ -29,6 +29,8 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from .option_specs import DECLARED_FLAGS
+
 _depth = 0
 """How many :func:`speaking_to_command_line` blocks are open (a command may run another's code)."""
 _lock = threading.Lock()
@@ -36,13 +38,10 @@ _lock = threading.Lock()
 _UNSET = object()
 
 FLAGS: dict[str, str] = {
-    "split_files": "--split",  # split_files={"train": "a.tsv"}: --split train=a.tsv
-    "text_columns": "--text-column",
-    "label_columns": "--label-column",
-    "shard_bytes": "--shard-size",
     "quality_examples": "--quality-sample",
 }
-"""Keyword -> flag, for the options whose flag is not the keyword with dashes."""
+"""Keyword -> flag, for the command options outside a spec whose flag is not the keyword with dashes (a spec's own
+are its :class:`~layercache.core.option_specs.Flag`'s, :data:`~layercache.core.option_specs.DECLARED_FLAGS`)."""
 
 
 @contextmanager
@@ -65,12 +64,20 @@ def command_line() -> bool:
 
 def flag(keyword: str, value: object = _UNSET) -> str:
     """The command-line flag of ``keyword`` (``--no-<flag>`` for ``value`` False), as :func:`option` names it there."""
-    name = FLAGS.get(keyword, "--" + keyword.replace("_", "-"))
+    declared = DECLARED_FLAGS.get(keyword)
+    if declared is not None and declared.negated:  # --separate-mixers is share_mixer=False
+        return declared.spelling if value is not True else f"(without {declared.spelling})"
+    name = declared.spelling if declared is not None else FLAGS.get(keyword, "--" + keyword.replace("_", "-"))
     if value is False:
         return "--no-" + name.removeprefix("--")
     if value is _UNSET or value is True:
         return name
     return f"{name} {value}"
+
+
+def option_name(keyword: str) -> str:
+    """The option ``keyword`` as a message names it: ``--batch-size`` on the command line, ``batch_size`` to Python."""
+    return flag(keyword) if command_line() else keyword
 
 
 def option(keyword: str, value: object = _UNSET, *, typed: str | None = None) -> str:

@@ -13,11 +13,13 @@ owns the readers.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import MISSING, Field, dataclass, field, fields
-from typing import Any
+from typing import Any, TypeVar
 
 from ..errors import ConfigError
+
+T = TypeVar("T")
 
 FLAG = "layercache.flag"
 """The metadata key of a field's :class:`Flag`."""
@@ -45,15 +47,95 @@ class Flag:
     """What ``--help`` shows as the default, where not the default itself (``the model's``)."""
     argument: bool = False
     """A positional argument (DATASET), not a flag."""
+    negated: bool = False
+    """The flag turns the field off: ``--separate-mixers`` sets ``share_mixer`` False."""
+
+    @property
+    def spelling(self) -> str:
+        """The flag as a message names it: ``--train-act`` of ``--train-act/--no-train-act``."""
+        return self.name.split("/")[0]
 
 
-def option_field(default: Any, flag: Flag | None = None, *, keyword: str | None = None) -> Any:
+@dataclass(frozen=True)
+class Constraint:
+    """A rule an option's value must follow (scikit-learn's parameter constraints): ``test`` passes, or the
+    value is refused with ``"<option> <requirement>, got <value>."``."""
+
+    test: Callable[[Any], bool]
+    requirement: str
+    """What the value must be, after the option's name: ``must be at least 1``."""
+
+
+def at_least(low: float, *, whole: bool = False, optional: bool = False) -> Constraint:
+    """A number of at least ``low`` (``whole``: a whole number; ``optional``: or None)."""
+    return Constraint(lambda v: (optional and v is None) or (_number(v) and v >= low
+                                                             and (not whole or isinstance(v, int))),
+                      f"must be {'a whole number of ' if whole else ''}at least {low:g}"
+                      + (" or None" if optional else ""))
+
+
+def positive(*, optional: bool = False) -> Constraint:
+    """A number above 0 (``optional``: or None)."""
+    return Constraint(lambda v: (optional and v is None) or (_number(v) and v > 0),
+                      "must be positive" + (" or None" if optional else ""))
+
+
+def fraction(*, open_low: bool = False, closed_high: bool = False) -> Constraint:
+    """A fraction in ``[0, 1)`` (``open_low``: ``(0, 1)``; ``closed_high``: up to 1 itself)."""
+    low, high = "(" if open_low else "[", "]" if closed_high else ")"
+    return Constraint(lambda v: _number(v) and (v > 0 if open_low else v >= 0) and (v <= 1 if closed_high else v < 1),
+                      f"is a fraction in {low}0, 1{high}")
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def option_field(default: Any, flag: Flag | None = None, *, keyword: str | None = None,
+                 check: Constraint | None = None) -> Any:
     """A spec field with ``default``, typed on the command line as ``flag`` (None: a library keyword only).
 
     ``keyword``: the library's flat keyword when it is not the field's name (``DataSpec.config`` is
-    ``extract(dataset_config=...)``, beside the model's own configuration).
+    ``extract(dataset_config=...)``, beside the model's own configuration). ``check``: the rule its value follows
+    (:func:`check_options`).
     """
-    return field(default=default, metadata={FLAG: flag, "keyword": keyword})
+    return field(default=default, metadata={FLAG: flag, "keyword": keyword, "check": check})
+
+
+DECLARED_FLAGS: dict[str, Flag] = {}
+"""Library keyword -> its flag, for every spec made by :func:`option_spec` (what a message names,
+:func:`layercache.core.option_names.flag`)."""
+
+
+def option_spec(spec: type[T]) -> type[T]:
+    """Register the flags of the options dataclass ``spec`` by keyword (a class decorator, above
+    ``@dataclass(frozen=True)``), so that a message names the flag of any declared option (``--shard-size`` for
+    ``shard_bytes``). Two specs that spell one keyword's flag differently are refused: a message could name only
+    one."""
+    for spec_field in spec_fields(spec):
+        spec_flag = field_flag(spec_field)
+        if spec_flag is None or spec_flag.argument:
+            continue
+        keyword = field_keyword(spec_field)
+        known = DECLARED_FLAGS.setdefault(keyword, spec_flag)
+        if (known.spelling, known.negated) != (spec_flag.spelling, spec_flag.negated):
+            raise TypeError(f"{spec.__name__}.{spec_field.name} spells {keyword}'s flag {spec_flag.spelling}, "
+                            f"another spec {known.spelling}")
+    return spec
+
+
+def check_options(spec: type, values: Mapping[str, Any]) -> None:
+    """Refuse, in one sentence naming the option, the first of ``values`` (by field name; fields left out are not
+    checked) that breaks its field's :class:`Constraint`."""
+    from .option_names import option_name
+
+    for spec_field in spec_fields(spec):
+        constraint: Constraint | None = spec_field.metadata.get("check")
+        if constraint is None or spec_field.name not in values:
+            continue
+        value = values[spec_field.name]
+        if not constraint.test(value):
+            raise ConfigError(f"{option_name(field_keyword(spec_field))} {constraint.requirement}, got {value!r}.")
 
 
 def spec_fields(spec: type) -> list[Field[Any]]:

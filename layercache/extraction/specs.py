@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from ..core.devices import DEFAULT_DEVICE, DEVICE_MAPS, DEVICE_SPELLINGS
+from ..core.devices import DEFAULT_DEVICE, DEVICE_FLAG, DEVICE_MAPS
 from ..core.extraction_defaults import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_BATCH_TOKENS,
@@ -23,12 +23,13 @@ from ..core.extraction_defaults import (
     DEFAULT_STORE,
 )
 from ..core.layers import LayerSpec
-from ..core.option_specs import Flag, option_field
+from ..core.option_specs import Flag, option_field, option_spec
 from ..store.storage import AUTO
 
 __all__ = ["DataSpec", "StorageSpec", "BatchSpec", "DEFAULT_SHARD_BYTES"]
 
 
+@option_spec
 @dataclass(frozen=True)
 class DataSpec:
     """Which data to run: see :func:`~layercache.sources.datasets.load_dataset_records` for every option."""
@@ -53,6 +54,7 @@ class DataSpec:
     """Keep the first ``limit`` examples of each split."""
 
 
+@option_spec
 @dataclass(frozen=True)
 class StorageSpec:
     """What the cache keeps of each example, and how it is laid out on disk."""
@@ -96,6 +98,7 @@ class StorageSpec:
     (:mod:`layercache.store.compression`; needs hdf5plugin)."""
 
 
+@option_spec
 @dataclass(frozen=True)
 class BatchSpec:
     """How the backbone runs: forward batches, token windows, dtype and device."""
@@ -113,7 +116,7 @@ class BatchSpec:
     dtype: str = option_field(DEFAULT_FORWARD_DTYPE, Flag(
         "--dtype", "Forward-pass dtype.", "auto: float32 on CPU, bfloat16 or float16 on CUDA."))
     """Forward-pass dtype."""
-    device: str = option_field(DEFAULT_DEVICE, Flag("--device", f"{DEVICE_SPELLINGS}."))
+    device: str = option_field(DEFAULT_DEVICE, DEVICE_FLAG)
     device_map: str | None = option_field(None, Flag(
         "--device-map", f"Split a model that fits no single device over the GPUs, CPU memory and disk: "
                         f"{', '.join(DEVICE_MAPS)} (accelerate's placements; needs pip install accelerate). Leave "

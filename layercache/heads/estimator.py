@@ -49,7 +49,8 @@ from sklearn.base import BaseEstimator
 
 from ..core.devices import resolve_device
 from ..core.holdout import validation_slice
-from ..core.tasks import LabelTask, find_task, labelled_tasks
+from ..core.option_specs import check_options
+from ..core.tasks import LabelTask
 from ..core.threads import computes
 from ..core.version import __version__
 from ..errors import ConfigError, LayercacheError
@@ -61,9 +62,10 @@ from ..store.projection import Projection
 from ..store.reader import LayerCache
 from .blocks.normalize import resolve_normalize
 from .data.finite import check_split_stats, split_state_stats
-from .data.source import pooled_note, resolve_source
+from .data.source import pooled_note, resolve_source, resolve_tasks
 from .ensembles.members import FittedHead, check_seed_count, fit_seeds, member_ensemble, seed_ensemble
 from .ensembles.model import model_from_config
+from .head_options import HeadOptions
 from .network.model import HeadModel
 from .run_folders.persistence import (
     damaged,
@@ -90,6 +92,8 @@ PROJECTION_MEAN, PROJECTION_BASIS = "projection.mean", "projection.basis"
 """Where a head trained on a projected cache keeps the basis of its states, beside its weights."""
 
 log = logging.getLogger(__name__)
+
+_D = HeadOptions()  # the head's settings as left out: their types, defaults and rules are declared there
 
 SCORING_BATCH = 128
 """Examples per batch when a trained head scores or predicts a split (no gradients: larger than training's)."""
@@ -158,13 +162,14 @@ class LayerHead(BaseEstimator):
     above.
     """
 
-    def __init__(self, mixer: str = "adaptive", *, tasks=None, layers=None, source: str = "auto",
-                 mixer_options=None, head_options=None, share_mixer: bool = True, loss_weights=None,
-                 normalize: str = "auto", metric=None, class_weight=None, solver: str = "auto", C_grid=None,
-                 epochs: int = 20, batch_size: int = 32, lr: float | None = None, weight_decay: float = 0.01,
-                 schedule: str = "linear", warmup: float = 0.06, patience: int = 3, max_grad_norm: float = 1.0,
-                 seed: int = 0, seeds: int = 1, val_fraction: float = 0.1, val_seed: int | None = None,
-                 device: str = "auto", progress: bool = True) -> None:
+    # scikit-learn reads the parameters from __init__: HeadOptions' fields, in order (a test holds them equal)
+    def __init__(self, mixer: str = "adaptive", *, tasks=_D.tasks, layers=_D.layers, source=_D.source,
+                 mixer_options=_D.mixer_options, head_options=_D.head_options, share_mixer=_D.share_mixer,
+                 loss_weights=_D.loss_weights, normalize=_D.normalize, metric=_D.metric, class_weight=_D.class_weight,
+                 solver=_D.solver, C_grid=_D.C_grid, epochs=_D.epochs, batch_size=_D.batch_size, lr=_D.lr,
+                 weight_decay=_D.weight_decay, schedule=_D.schedule, warmup=_D.warmup, patience=_D.patience,
+                 max_grad_norm=_D.max_grad_norm, seed=_D.seed, seeds=_D.seeds, val_fraction=_D.val_fraction,
+                 val_seed=_D.val_seed, device=_D.device, progress=_D.progress) -> None:
         self.mixer = mixer
         self.tasks = tasks
         self.layers = layers
@@ -209,6 +214,7 @@ class LayerHead(BaseEstimator):
         remembers each fit's checkpoint) where each fit saves its state after every epoch and from which a stopped
         fit resumes (:mod:`.training.checkpoint`; ``fresh`` discards what is there first).
         """
+        check_options(HeadOptions, self.get_params())  # a setting out of its range is refused before any read
         if feeds is not None and feeds.cache is not cache:
             raise ConfigError("The feed pool given to fit() reads another cache; pass a FeedPool of the cache being "
                               "fitted.")
@@ -490,11 +496,3 @@ class LayerHead(BaseEstimator):
         head.fit_ = config.fitted_by  # runs saved before the convex fit trained by AdamW: {"solver": "adamw"}
         return head
 
-
-
-def resolve_tasks(cache: LayerCache, tasks: str | list[str] | None) -> list[LabelTask]:
-    """The cache's label tasks named by ``tasks`` (default: every task), refusing a cache without labels or an
-    unknown name."""
-    known = labelled_tasks(cache.tasks, f"The cache {cache.path}")
-    names = [tasks] if isinstance(tasks, str) else tasks
-    return known if names is None else [find_task(known, n) for n in names]

@@ -31,12 +31,14 @@ from pathlib import Path
 from ..core.files import write_file_atomic
 from ..core.memory import memory_limit
 from ..core.option_names import option
+from ..core.option_specs import check_options
 from ..core.plotting import pyplot
 from ..core.threads import computes
 from ..errors import ConfigError
 from ..store.reader import TEST_NAMES, LayerCache, using_cache
 from .data.finite import check_split_stats
 from .estimator import LayerHead
+from .head_options import HeadOptions
 from .run_folders.persistence import unwritable, write_run
 from .run_folders.run_files import LayerWeights, RunFiles, RunMetrics, runs_root
 from .run_folders.run_folder import RunFolder, StagedRun, occupying, refuse_occupied
@@ -135,6 +137,7 @@ def train_head(cache: str | os.PathLike | LayerCache | None = None, mixer: str =
             seed gives, not worse ones.
         **params: :class:`LayerHead` parameters (``epochs``, ``lr``, ``tasks``, ``mixer_options`` ...).
     """
+    check_options(HeadOptions, params)  # a setting out of range is refused before the cache is opened
     with memory_limit(memory_budget), using_cache(cache) as handle:
         if out is not None:
             check_run_folder(Path(out), overwrite)  # before training: a bad --out should not cost a training run

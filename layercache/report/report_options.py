@@ -9,9 +9,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core.holdout import DEFAULT_MAX_TRAIN
-from ..core.option_specs import Flag, field_default, option_field, spec_fields, spec_from_keywords
+from ..core.option_specs import Flag, field_default, option_field, option_spec, spec_fields, spec_from_keywords
 
 
+@option_spec
 @dataclass(frozen=True)
 class ReportOptions:
     """The probe report's options (see :func:`~.probing.build_probe_report` for what each does)."""

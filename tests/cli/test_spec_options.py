@@ -140,3 +140,140 @@ def test_probe_report_refuses_a_keyword_it_does_not_take_and_one_beside_its_opti
         probe_report("nowhere", mdll=False)
     with pytest.raises(Exception, match=r"Pass mdl inside options=ReportOptions\(\.\.\.\)"):
         probe_report("nowhere", options=ReportOptions(), mdl=False)
+
+
+# --- the head's settings: HeadOptions makes train-head's and sweep's options and LayerHead's defaults -------------
+
+def test_layer_head_s_keywords_are_head_options_fields_in_order_with_their_defaults():
+    from dataclasses import asdict
+
+    from layercache.heads import LayerHead
+    from layercache.heads.head_options import HeadOptions
+
+    keywords = list(inspect.signature(LayerHead).parameters.values())[1:]  # after the mixer
+    assert [p.name for p in keywords] == [f.name for f in spec_fields(HeadOptions)]
+    for keyword, spec_field in zip(keywords, spec_fields(HeadOptions)):
+        assert keyword.default == field_default(spec_field), keyword.name
+    assert LayerHead().get_params() == {"mixer": "adaptive", **asdict(HeadOptions())}
+
+
+def test_every_head_option_is_an_option_of_train_head_and_the_shared_ones_of_sweep():
+    from layercache.cli.sweep import SHARED
+    from layercache.heads.head_options import HeadOptions
+
+    train_flags, sweep_flags = _command_flags("train-head"), _command_flags("sweep")
+    for spec_field in spec_fields(HeadOptions):
+        spec_flag = field_flag(spec_field)
+        if spec_flag is None:
+            continue
+        assert spec_flag.name in train_flags, spec_field.name
+        if spec_field.name in SHARED:  # (sweep's --seed and --seeds are its own: seeds of every candidate)
+            assert spec_flag.name in sweep_flags, spec_field.name
+
+
+def _recorded(monkeypatch, target: str) -> dict:
+    seen: dict = {}
+
+    def record(*args, **kwargs):
+        seen.update(kwargs)
+        raise SystemExit(0)
+
+    monkeypatch.setattr(target, record)
+    return seen
+
+
+def test_typed_head_options_are_read_into_layer_head_s_keywords(monkeypatch):
+    seen = _recorded(monkeypatch, "layercache.heads.workflow.train_head")
+    invoke("train-head", "somewhere", "--task", "a,b", "--layers", "0,-1", "--mixer-option", "k=64",
+           "--head-option", "pooling=attention", "--separate-mixers", "--loss-weight", "a=0.5", "--metric", "mcc",
+           "--class-weight", "balanced", "--epochs", "2", "--lr", "0.01", "--seeds", "2", "-q")
+    assert seen["tasks"] == ["a", "b"] and seen["layers"] == [0, -1] and seen["mixer_options"] == {"k": 64}
+    assert seen["head_options"] == {"pooling": "attention"} and seen["share_mixer"] is False
+    assert seen["loss_weights"] == {"a": 0.5} and seen["metric"] == "mcc" and seen["class_weight"] == "balanced"
+    assert seen["epochs"] == 2 and seen["lr"] == 0.01 and seen["seeds"] == 2 and seen["progress"] is False
+
+
+def test_an_untyped_train_head_passes_layer_head_s_defaults(monkeypatch):
+    from layercache.heads import LayerHead
+
+    seen = _recorded(monkeypatch, "layercache.heads.workflow.train_head")
+    invoke("train-head", "somewhere")
+    defaults = LayerHead().get_params()
+    # the command line reads an untyped KEY=VALUE list as no settings, {} (as it always wrote them to config.json)
+    expected = {k: v for k, v in defaults.items() if k != "mixer"} | {"mixer_options": {}, "head_options": {}}
+    assert {k: seen[k] for k in expected} == expected
+
+
+def test_sweep_gives_every_candidate_the_shared_head_options(monkeypatch):
+    seen = _recorded(monkeypatch, "layercache.heads.sweeps.sweep.sweep")
+    invoke("sweep", "somewhere", "--task", "a", "--metric", "a=mcc", "--epochs", "3", "--patience", "1",
+           "--batch-size", "8", "--device", "cpu", "--class-weight", "balanced")
+    assert seen["tasks"] == ["a"] and seen["metric"] == {"a": "mcc"} and seen["epochs"] == 3
+    assert seen["patience"] == 1 and seen["batch_size"] == 8 and seen["device"] == "cpu"
+    assert seen["class_weight"] == "balanced" and "lr" not in seen and "seeds" in seen  # the sweep's own --seeds
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--epochs", "0"), "--epochs must be a whole number of at least 1, got 0."),
+    (("--batch-size", "0"), "--batch-size must be a whole number of at least 1, got 0."),
+    (("--lr", "-1"), "--lr must be positive or None, got -1.0."),
+    (("--patience", "-2"), "--patience must be a whole number of at least 0, got -2."),
+])
+def test_a_head_setting_out_of_range_is_refused_naming_its_flag_before_the_cache_is_opened(args, message):
+    from cli_support import assert_refused
+
+    assert_refused(invoke("train-head", "no/such/cache", *args), message)
+
+
+def test_the_library_refuses_a_setting_out_of_range_naming_its_keyword_before_reading():
+    from layercache.errors import ConfigError
+    from layercache.heads import LayerHead
+    from layercache.heads.training.trainer import TrainConfig
+
+    with pytest.raises(ConfigError, match=r"^epochs must be a whole number of at least 1, got 0\.$"):
+        LayerHead(epochs=0).fit(object())  # refused before the "cache" is touched
+    with pytest.raises(ConfigError, match=r"^warmup is a fraction in \[0, 1\), got 1\.5\.$"):
+        LayerHead(warmup=1.5).fit(object())
+    with pytest.raises(ConfigError, match=r"^batch_size must be a whole number of at least 1, got 0\.$"):
+        TrainConfig(batch_size=0).check()
+
+
+def test_messages_name_a_declared_option_s_flag():
+    import layercache.extraction.specs  # noqa: F401  (declares the extraction's flags)
+    from layercache.core.option_names import flag, option_name, speaking_to_command_line
+
+    assert flag("shard_bytes") == "--shard-size" and flag("split_files") == "--split"
+    assert flag("share_mixer", False) == "--separate-mixers" and flag("train_act", False) == "--no-train-act"
+    assert option_name("batch_size") == "batch_size"
+    with speaking_to_command_line():
+        assert option_name("batch_size") == "--batch-size"
+
+
+def test_two_specs_cannot_spell_one_keyword_s_flag_differently():
+    from layercache.core.option_specs import option_spec
+
+    with pytest.raises(TypeError, match="spells batch_size's flag --minibatch"):
+        @option_spec
+        @dataclass(frozen=True)
+        class Clashing:
+            batch_size: int = option_field(8, Flag("--minibatch", "Examples."))
+
+
+def test_the_readme_s_train_head_table_names_every_option_with_its_keyword_and_default():
+    from layercache.heads.head_options import HeadOptions
+
+    text = (Path(__file__).parents[2] / "README.md").read_text()
+    section = text[text.index("\n## Train a head"):text.index("\n## Predict with the live backbone")]
+    rows = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 4 and cells[0].startswith("`--"):
+            for flag_ in re.findall(r"`(--[a-z-]+)`", cells[0]):
+                rows[flag_] = cells
+    missing = [f for f in _command_flags("train-head") if f.startswith("--") and f not in rows and f != "--help"]
+    assert not missing, f"README's train-head table does not name {missing}"
+    for spec_field in spec_fields(HeadOptions):
+        spec_flag = field_flag(spec_field)
+        if spec_flag is not None:
+            _, keyword, default, _ = rows[spec_flag.name]
+            assert keyword == f"`{spec_field.name}`" and default == f"`{field_default(spec_field)!r}`", spec_field.name

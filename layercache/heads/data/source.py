@@ -1,4 +1,4 @@
-"""Which data a head reads: token states, or the cache's pooled vectors when they give the same model.
+"""Which data a head reads: which tasks, and token states or the cache's pooled vectors when they give the same model.
 
 A model whose every mixer is the same linear map at every token, under mean-pooling linear heads,
 gives identical outputs on the cache's mean-pooled vectors (one per example) and on every token's
@@ -9,7 +9,7 @@ never silently run on pooled vectors.
 from __future__ import annotations
 
 from ...core.option_names import option
-from ...core.tasks import LabelTask
+from ...core.tasks import LabelTask, find_task, labelled_tasks
 from ...errors import ConfigError
 from ...store.feature_source import auto_source, parse_source, require_source
 from ...store.reader import LayerCache
@@ -98,3 +98,11 @@ def resolve_source(cache: LayerCache, source: str, tasks: list[LabelTask], model
         raise ConfigError(f"Token task {token_tasks[0]!r} cannot be learned from pooled vectors; use "
                           f"{option('source', 'tokens')}.")
     return str(require_source(cache, parsed))
+
+
+def resolve_tasks(cache: LayerCache, tasks: str | list[str] | None) -> list[LabelTask]:
+    """The cache's label tasks named by ``tasks`` (default: every task), refusing a cache without labels or an
+    unknown name."""
+    known = labelled_tasks(cache.tasks, f"The cache {cache.path}")
+    names = [tasks] if isinstance(tasks, str) else tasks
+    return known if names is None else [find_task(known, n) for n in names]

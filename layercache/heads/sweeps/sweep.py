@@ -54,6 +54,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from ...core.memory import memory_limit
+from ...core.option_specs import check_options
 from ...core.plotting import pyplot
 from ...core.threads import computes
 from ...core.units import human_seconds, parse_duration
@@ -62,7 +63,9 @@ from ...progress import steps_progress
 from ...store.feed_pool import FeedPool
 from ...store.reader import TEST_NAMES, LayerCache, using_cache
 from ..data.finite import DivergedError, check_split_stats
-from ..estimator import LayerHead, resolve_tasks
+from ..data.source import resolve_tasks
+from ..estimator import LayerHead
+from ..head_options import HeadOptions
 from ..run_folders.run_folder import BEST_RUN, SWEEP_FILE
 from ..scoring.evaluation import evaluate
 from ..training.checkpoint import CheckpointFolder
@@ -127,6 +130,7 @@ def sweep(cache: str | os.PathLike | LayerCache | None = None, *, out: str | os.
     if chosen:
         raise ConfigError(f"The sweep chooses {chosen[0]!r} for each candidate itself; leave it out (give the "
                           "candidates with candidates= or mixers=).")
+    check_options(HeadOptions, params)  # every candidate's settings, refused before the cache is opened
     if pick not in PICKS:
         raise ConfigError(f"Unknown pick {pick!r}; choose one of {', '.join(PICKS)}.")
     if isinstance(ensemble, bool) or not isinstance(ensemble, int) or ensemble < 0:

@@ -18,11 +18,13 @@ import numpy as np
 import torch
 
 from ...core.option_names import option
+from ...core.option_specs import check_options
 from ...core.threads import computes
 from ...errors import ConfigError
 from ...progress import training_progress
 from ...store.feed import Feed
 from ..data.finite import DivergedError, NonFiniteOutputsError, check_loss, first_non_finite_input
+from ..head_options import HeadOptions
 from ..network.model import HeadModel
 from ..scoring.evaluation import evaluate
 from ..scoring.selection import Selection, best_epoch, default_selection
@@ -52,18 +54,12 @@ class TrainConfig:
 
     def check(self) -> "TrainConfig":
         """Refuse settings training cannot run with, naming the setting; return the config itself."""
-        if self.epochs < 1:
-            raise ConfigError(f"epochs must be at least 1, got {self.epochs}.")
-        if self.batch_size < 1:
-            raise ConfigError(f"batch size must be at least 1, got {self.batch_size}.")
-        if not self.lr > 0:
-            raise ConfigError(f"learning rate must be positive, got {self.lr}.")
+        # the rules of the head's settings of the same names (one declaration, on HeadOptions)
+        check_options(HeadOptions, vars(self))
+        if self.lr is None:
+            raise ConfigError("The learning rate lr must be a positive number here, got None.")
         if self.schedule not in SCHEDULES:
             raise ConfigError(f"Unknown schedule {self.schedule!r}; choose one of {', '.join(SCHEDULES)}.")
-        if not 0 <= self.warmup < 1:
-            raise ConfigError(f"warmup is a fraction of the steps in [0, 1), got {self.warmup}.")
-        if self.patience < 0:
-            raise ConfigError(f"patience must be 0 (never stop early) or more, got {self.patience}.")
         return self
 
 
