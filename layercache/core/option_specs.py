@@ -67,17 +67,15 @@ class Constraint:
 
 
 def at_least(low: float, *, whole: bool = False, optional: bool = False) -> Constraint:
-    """A number of at least ``low`` (``whole``: a whole number; ``optional``: or None)."""
+    """A number of at least ``low`` (``whole``: a whole number; ``optional``: or None, the option left out)."""
     return Constraint(lambda v: (optional and v is None) or (_number(v) and v >= low
                                                              and (not whole or isinstance(v, int))),
-                      f"must be {'a whole number of ' if whole else ''}at least {low:g}"
-                      + (" or None" if optional else ""))
+                      f"must be at least {low:g}" + (" (a whole number)" if whole else ""))
 
 
 def positive(*, optional: bool = False) -> Constraint:
-    """A number above 0 (``optional``: or None)."""
-    return Constraint(lambda v: (optional and v is None) or (_number(v) and v > 0),
-                      "must be positive" + (" or None" if optional else ""))
+    """A number above 0 (``optional``: or None, the option left out)."""
+    return Constraint(lambda v: (optional and v is None) or (_number(v) and v > 0), "must be positive")
 
 
 def fraction(*, open_low: bool = False, closed_high: bool = False) -> Constraint:

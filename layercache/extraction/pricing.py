@@ -45,6 +45,7 @@ from pathlib import Path
 
 from ..core.memory import available_bytes
 from ..core.option_names import option
+from ..core.option_specs import check_options
 from ..core.units import human_bytes
 from ..errors import ConfigError
 from ..store.manifest import Manifest
@@ -55,7 +56,7 @@ from .estimate import free_disk_bytes
 from .housekeeping import nearest_existing
 from .job import JobInputs
 from .measure import DISK_PROBE_BYTES, DiskSpeed, ForwardSpeed, disk_speed
-from .run import _check_options
+from .run import check_storage
 from .specs import BatchSpec, DataSpec, StorageSpec
 from .storage_choices import (
     NO_CACHE,
@@ -103,7 +104,8 @@ def price_choices(inputs: JobInputs, data: DataSpec, storage: StorageSpec, batch
     ``step(description)`` is called before the disk is measured (a progress display).
     """
     backbone, plans = inputs.backbone, inputs.plans
-    pooling = _check_options(storage.store, storage.pooling, storage.storage_dtype, storage.shard_bytes, data.limit)
+    check_options(DataSpec, vars(data))
+    pooling = check_storage(storage)
     if project is not None:
         check_projection_size(project, backbone.hidden_size)  # the sentence extract would give
     folder = nearest_existing(out)

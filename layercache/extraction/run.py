@@ -41,7 +41,7 @@ from ..core.extraction_defaults import (
 )
 from ..core.layers import LayerSpec
 from ..core.option_names import option, options
-from ..core.option_specs import spec_from_keywords
+from ..core.option_specs import check_options, spec_from_keywords
 from ..core.threads import computes
 from ..errors import ConfigError
 from ..store.compression import require_filters
@@ -183,8 +183,8 @@ def run_extraction(call: ExtractionCall, *, on_loaded: Callable[[JobInputs], Non
     torchrun), so a caller can work on them after the run without loading them again.
     """
     data, storage, batching = call.data, call.storage, call.batching
-    pooling = _check_options(storage.store, storage.pooling, storage.storage_dtype, storage.shard_bytes, data.limit,
-                             storage.project, storage.project_basis)
+    check_options(DataSpec, vars(data))
+    pooling = check_storage(storage)
     require_filters(storage.compression)  # an unknown name or a missing hdf5plugin, before anything loads
     if call.overwrite and call.repair:
         raise ConfigError(f"{option('overwrite', True)} starts afresh and {option('repair', True)} keeps the good "
@@ -215,8 +215,7 @@ def extract_loaded(inputs: JobInputs, out: str | os.PathLike, storage: StorageSp
     cache is never recorded as the most recent one (``layercache info`` keeps naming the user's).
     """
     batching = batching or BatchSpec()
-    pooling = _check_options(storage.store, storage.pooling, storage.storage_dtype, storage.shard_bytes, None,
-                             storage.project)
+    pooling = check_storage(storage)
     out = Path(out).expanduser()
     return _one_writer(out, lambda: prepare_job(inputs.backbone.name, DataSpec(), storage, batching, out, pooling,
                                                 overwrite=overwrite, repair=False, allow_pickle=False,
@@ -245,23 +244,20 @@ def _one_writer(out: Path, prepare, progress: bool) -> ExtractResult:
 
 
 # --- checks ------------------------------------------------------------------------------
-def _check_options(store, pooling, storage_dtype, shard_bytes, limit, project=None, project_basis="pca") -> list[str]:
+def check_storage(storage: StorageSpec) -> list[str]:
+    """Refuse a storage the writer cannot make, naming the option; return its pooling modes, each once."""
+    check_options(StorageSpec, vars(storage))  # the fields' own rules (shard size, projection size)
+    store = storage.store
     if store not in STORE_MODES:
         raise ConfigError(f"{option('store', store, typed=repr(store))} is not known; choose one of "
                           f"{', '.join(STORE_MODES)}.")
-    pooling = list(dict.fromkeys(pooling or []))
+    pooling = list(dict.fromkeys(storage.pooling or []))
     bad = [m for m in pooling if m not in POOLING_MODES]
     if bad:
         raise ConfigError(f"Pooling mode {bad[0]!r} is not known; choose from {', '.join(POOLING_MODES)}.")
     if store == "pooled" and not pooling:
         raise ConfigError(f"{option('store', 'pooled')} needs at least one {option('pooling')} mode (mean, first or "
                           "last).")
-    check_storage_dtype(storage_dtype, allow_auto=True)
-    if shard_bytes < 1:
-        raise ConfigError(f"{option('shard_bytes')} must be positive, got {shard_bytes}.")
-    if limit is not None and limit < 1:
-        raise ConfigError(f"{option('limit')} must be at least 1, got {limit}.")
-    if project is not None and (isinstance(project, bool) or not isinstance(project, int) or project < 1):
-        raise ConfigError(f"{option('project')} takes a number of dimensions, at least 1, got {project!r}.")
-    check_projection_basis(project, project_basis)
+    check_storage_dtype(storage.storage_dtype, allow_auto=True)
+    check_projection_basis(storage.project, storage.project_basis)
     return pooling

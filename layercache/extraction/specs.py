@@ -23,10 +23,14 @@ from ..core.extraction_defaults import (
     DEFAULT_STORE,
 )
 from ..core.layers import LayerSpec
-from ..core.option_specs import Flag, option_field, option_spec
+from ..core.option_specs import Constraint, Flag, at_least, option_field, option_spec, positive
 from ..store.storage import AUTO
 
 __all__ = ["DataSpec", "StorageSpec", "BatchSpec", "DEFAULT_SHARD_BYTES"]
+
+DIMENSIONS = Constraint(lambda k: k is None or (isinstance(k, int) and not isinstance(k, bool) and k >= 1),
+                        "takes a number of dimensions, at least 1")
+"""``--project K``'s rule: a whole number of dimensions (None: the model's width)."""
 
 
 @option_spec
@@ -50,7 +54,8 @@ class DataSpec:
         "--label-column", "Label column(s); detected when omitted.", reader="list"))
     no_labels: bool = option_field(False, Flag("--no-labels", "Cache states of unlabelled data."))
     task_kind: str | None = option_field(None, Flag("--task-kind", "Override the label kind."))
-    limit: int | None = option_field(None, Flag("--limit", "Keep the first N examples of each split."))
+    limit: int | None = option_field(None, Flag("--limit", "Keep the first N examples of each split."),
+                                     check=at_least(1, whole=True, optional=True))
     """Keep the first ``limit`` examples of each split."""
 
 
@@ -78,10 +83,10 @@ class StorageSpec:
                              "pooling, here and in heads."))
     """Leave each example's first token out of mean pooling (a decoder's BOS / attention sink)."""
     shard_bytes: int = option_field(DEFAULT_SHARD_BYTES, Flag(
-        "--shard-size", "Target bytes of states per shard file.", reader="size"))
+        "--shard-size", "Target bytes of states per shard file.", reader="size"), check=positive())
     project: int | None = option_field(None, Flag(
         "--project", "Store each state as its coordinates in K principal directions, fitted on a sample of the first "
-                     "split (K below the model's width; `info` shows the variance kept)."))
+                     "split (K below the model's width; `info` shows the variance kept)."), check=DIMENSIONS)
     """Store every state as its coordinates in K principal directions fitted on the first split (``--project K``;
     :mod:`layercache.store.projection`); None keeps the model's width."""
     project_basis: str = option_field("pca", Flag(

@@ -214,10 +214,10 @@ def test_sweep_gives_every_candidate_the_shared_head_options(monkeypatch):
 
 
 @pytest.mark.parametrize("args, message", [
-    (("--epochs", "0"), "--epochs must be a whole number of at least 1, got 0."),
-    (("--batch-size", "0"), "--batch-size must be a whole number of at least 1, got 0."),
-    (("--lr", "-1"), "--lr must be positive or None, got -1.0."),
-    (("--patience", "-2"), "--patience must be a whole number of at least 0, got -2."),
+    (("--epochs", "0"), "--epochs must be at least 1 (a whole number), got 0."),
+    (("--batch-size", "0"), "--batch-size must be at least 1 (a whole number), got 0."),
+    (("--lr", "-1"), "--lr must be positive, got -1.0."),
+    (("--patience", "-2"), "--patience must be at least 0 (a whole number), got -2."),
 ])
 def test_a_head_setting_out_of_range_is_refused_naming_its_flag_before_the_cache_is_opened(args, message):
     from cli_support import assert_refused
@@ -230,11 +230,11 @@ def test_the_library_refuses_a_setting_out_of_range_naming_its_keyword_before_re
     from layercache.heads import LayerHead
     from layercache.heads.training.trainer import TrainConfig
 
-    with pytest.raises(ConfigError, match=r"^epochs must be a whole number of at least 1, got 0\.$"):
+    with pytest.raises(ConfigError, match=r"^epochs must be at least 1 \(a whole number\), got 0\.$"):
         LayerHead(epochs=0).fit(object())  # refused before the "cache" is touched
     with pytest.raises(ConfigError, match=r"^warmup is a fraction in \[0, 1\), got 1\.5\.$"):
         LayerHead(warmup=1.5).fit(object())
-    with pytest.raises(ConfigError, match=r"^batch_size must be a whole number of at least 1, got 0\.$"):
+    with pytest.raises(ConfigError, match=r"^batch_size must be at least 1 \(a whole number\), got 0\.$"):
         TrainConfig(batch_size=0).check()
 
 
