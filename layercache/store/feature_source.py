@@ -11,13 +11,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from ..core.option_names import option
 from ..core.tasks import LabelTask
 from ..errors import CacheError, ConfigError, SourceError
-from .cache_view import CacheView
 from .schema import POOLING_MODES
+
+if TYPE_CHECKING:  # for annotations only: reading the spellings (--help) loads no h5py nor torch
+    from .cache_view import CacheView
 
 SOURCE_KINDS = ("auto", "tokens", "pooled")
 

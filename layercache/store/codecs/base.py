@@ -2,8 +2,8 @@
 
 A codec fixes five things about a storage dtype:
 
-- the precision states have once read (``torch_dtype``: what the cache feed serves and mixers
-  widen, what a live feed rounds to so that cache and live batches agree);
+- the precision states have once read (``torch_dtype``, named by ``torch_dtype_name``: what the cache
+  feed serves and mixers widen, what a live feed rounds to so that cache and live batches agree);
 - the array a shard stores (``file_dtype``; HDF5 and numpy have no bfloat16, so its codec stores
   the raw 16-bit patterns as ``uint16``), and its width for a vector of D values
   (:meth:`~StorageCodec.stored_width`: D, or D / 2 for int4's two values a byte);
@@ -15,6 +15,10 @@ A codec fixes five things about a storage dtype:
 
 The defaults are those of a dtype numpy and HDF5 know (float16, float32); a codec overrides what
 differs.
+
+Reading the codecs' names and widths imports no torch (``layercache --help`` lists the storage dtypes):
+a codec names its torch dtype (``torch_dtype_name = "float16"``), and torch is imported where a
+codec converts values (:attr:`~StorageCodec.torch_dtype` and the methods on tensors).
 
 A *scaled* codec stores scales beside the values: int8 one float32 scale per vector, int4 one
 bfloat16 scale per group of 32 values (per token and state for token states, per example and
@@ -30,14 +34,16 @@ count, dtype or the stored width.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
-import torch
 
 from ...core.option_names import option
 from ...core.registry import Registry
 from ...errors import ConfigError
+
+if TYPE_CHECKING:
+    import torch
 
 AUTO = "auto"
 """What extraction resolves before writing: float16, or bfloat16 when a probe batch's states exceed the
@@ -49,15 +55,23 @@ class StorageCodec:
 
     name: ClassVar[str]
     """What the manifest records and ``--storage-dtype`` takes."""
-    torch_dtype: ClassVar[torch.dtype]
-    """The stored values' precision in torch: what the extraction's host buffers hold and a memory map reads
-    (for an unscaled codec also the precision of states once read)."""
+    torch_dtype_name: ClassVar[str]
+    """The name of :attr:`torch_dtype` in torch (``torch.<name>``), so that a codec is declared without torch."""
     file_dtype: ClassVar[np.dtype]
     """The HDF5 dataset's dtype."""
     limit: ClassVar[float | None] = None
     """Largest magnitude stored as is; larger finite values are clamped to +-limit and counted. None: no limit."""
     scale_dtype: ClassVar[str | None] = None
     """The storage dtype (a codec's name) of the scales stored beside the values; None: no scales."""
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        """The stored values' precision in torch: what the extraction's host buffers hold and a memory map reads
+        (for an unscaled codec also the precision of states once read)."""
+        import torch  # here, so that reading the codecs' names and widths never loads torch
+
+        dtype: torch.dtype = getattr(torch, self.torch_dtype_name)
+        return dtype
 
     @property
     def scaled(self) -> bool:
@@ -139,12 +153,16 @@ class StorageCodec:
         Half a unit in the last place of the storage precision at each vector's largest magnitude
         (a bound on rounding to nearest; values clamped at :attr:`limit` differ by more, and are counted).
         """
+        import torch
+
         finfo = torch.finfo(self.torch_dtype)
         return values.abs().amax(-1, keepdim=True).float() * finfo.eps / 2
 
     def empty(self, *shape: int) -> torch.Tensor:
         """A host tensor for vectors of ``shape`` (``(..., D)``) as stored, ``(..., stored_width(D))`` (for the
         extraction's packer to fill)."""
+        import torch
+
         return torch.empty((*shape[:-1], self.stored_width(shape[-1])), dtype=self.torch_dtype)
 
     def empty_scales(self, *shape: int) -> torch.Tensor | None:
@@ -175,6 +193,8 @@ class StorageCodec:
 
     def as_torch(self, array: np.ndarray) -> torch.Tensor:
         """An array read from a shard as a tensor in the storage precision, sharing its memory."""
+        import torch
+
         return torch.from_numpy(np.ascontiguousarray(array))
 
     def scales_as_torch(self, scales: np.ndarray | None) -> torch.Tensor | None:

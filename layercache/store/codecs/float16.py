@@ -9,7 +9,6 @@ and loss that reads it; a clamped value is only wrong in magnitude, and the coun
 from __future__ import annotations
 
 import numpy as np
-import torch
 
 from .base import StorageCodec, register_codec
 
@@ -22,6 +21,6 @@ class Float16(StorageCodec):
     """IEEE half precision, stored as HDF5 float16."""
 
     name = "float16"
-    torch_dtype = torch.float16
+    torch_dtype_name = "float16"
     file_dtype = np.dtype(np.float16)
     limit = FP16_MAX

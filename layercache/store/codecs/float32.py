@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import numpy as np
-import torch
 
 from .base import StorageCodec, register_codec
 
@@ -13,5 +12,5 @@ class Float32(StorageCodec):
     """IEEE single precision, stored as HDF5 float32."""
 
     name = "float32"
-    torch_dtype = torch.float32
+    torch_dtype_name = "float32"
     file_dtype = np.dtype(np.float32)

@@ -42,10 +42,14 @@ the disk carry 0.28 of float16's bytes. The pooled vectors beside int4 token sta
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import torch
 
 from .base import StorageCodec, register_codec
+
+if TYPE_CHECKING:
+    import torch
 
 LEVELS = 7
 """Largest stored magnitude: symmetric, so the code -8 is never used and zero is exact."""
@@ -59,6 +63,8 @@ rounded to a code, which can move a value exactly between two codes by ``7 x 2^-
 def group_scales(values: torch.Tensor) -> torch.Tensor:
     """``values (..., D)`` float32 -> each group's scale ``(..., ceil(D / GROUP))``, bfloat16, at least
     ``max|x| / 7`` (rounded up), 0 for an all-zero group."""
+    import torch
+
     D = values.shape[-1]
     n = -(-D // GROUP)
     if n * GROUP != D:  # a shorter last group: zeros never change a largest magnitude
@@ -80,7 +86,7 @@ class Int4(StorageCodec):
     """Symmetric int4 per group of 32 values, two codes a byte; scales as bfloat16 (see the module docstring)."""
 
     name = "int4"
-    torch_dtype = torch.uint8
+    torch_dtype_name = "uint8"
     file_dtype = np.dtype(np.uint8)
     scale_dtype = "bfloat16"
 
@@ -106,6 +112,8 @@ class Int4(StorageCodec):
     def quantize(self, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Float ``values (..., D)`` -> packed codes ``(..., D / 2)`` uint8 and bfloat16 scales
         ``(..., ceil(D / 32))``, on their device."""
+        import torch
+
         values = values.float()
         D = values.shape[-1]
         if self.width_problem(D):
@@ -121,6 +129,8 @@ class Int4(StorageCodec):
     def dequantize(self, stored: torch.Tensor, scales: torch.Tensor | None) -> torch.Tensor:
         """Packed codes ``(..., W)`` and their scales ``(..., ceil(2W / 32))`` as float32 ``(..., 2W)``, on the
         codes' device."""
+        import torch
+
         scales = self.require_scales(scales)
         packed = stored.view(torch.int8)  # (..., W): arithmetic shifts sign-extend each nibble
         codes = torch.cat([(packed << 4) >> 4, packed >> 4], dim=-1)  # (..., 2W) int8: low nibbles, then high

@@ -14,10 +14,14 @@ cache are those of the model's values before quantisation.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import torch
 
 from .base import StorageCodec, register_codec
+
+if TYPE_CHECKING:
+    import torch
 
 LEVELS = 127
 """Largest stored magnitude: symmetric, so -128 is never used and zero is exact."""
@@ -28,12 +32,14 @@ class Int8(StorageCodec):
     """Symmetric per-vector int8: values ``round(x / s)`` with ``s = max|x| / 127`` per vector, scales as float32."""
 
     name = "int8"
-    torch_dtype = torch.int8
+    torch_dtype_name = "int8"
     file_dtype = np.dtype(np.int8)
     scale_dtype = "float32"
 
     def quantize(self, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Float ``values (..., D)`` -> int8 ``(..., D)`` and float32 scales ``(..., 1)``, on their device."""
+        import torch
+
         values = values.float()
         scales = values.abs().amax(-1, keepdim=True) / LEVELS  # (..., 1)
         # An all-zero vector has scale 0 and stores zeros.
@@ -42,6 +48,8 @@ class Int8(StorageCodec):
 
     def dequantize(self, stored: torch.Tensor, scales: torch.Tensor | None) -> torch.Tensor:
         """int8 ``(..., D)`` times scales ``(..., 1)`` as float32, on the values' device."""
+        import torch
+
         return stored.float().mul_(self.require_scales(scales).to(stored.device, torch.float32))
 
     def decode(self, array: np.ndarray, scales: np.ndarray | None = None) -> np.ndarray:
