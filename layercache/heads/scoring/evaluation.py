@@ -19,6 +19,8 @@ from ...store.feed import Feed
 from ..data.finite import check_outputs
 from ..network.model import HeadModel
 from . import metrics as M
+from .selection import is_iob
+from .selection import primary_metric as primary_metric  # its home is selection (no torch there); still read here
 
 
 @dataclass
@@ -41,27 +43,6 @@ class PassResult:
 
     predictions: dict[str, Predictions]
     usage: dict[str, dict] = field(default_factory=dict)
-
-
-def is_iob(task: LabelTask) -> bool:
-    """Whether a token task's labels are IOB entity tags (scored with entity-level span F1)."""
-    names = task.label_names or ()
-    return any(n.startswith(("B-", "I-")) for n in names) and all(
-        n == "O" or n.startswith(("B-", "I-", "E-", "S-")) for n in names)
-
-
-def primary_metric(task: LabelTask) -> str:
-    """The metric a task is reported by, and selected on by default when it is balanced.
-
-    A run's selection metric may differ (``--metric``, or ``mcc`` for imbalanced classes): see
-    :mod:`layercache.heads.scoring.selection`.
-    """
-    if task.kind == "regression":
-        return "pearson"
-    if task.kind == "token":
-        # Entity F1 for IOB tags; otherwise macro-F1, since one class (O) usually dominates tokens.
-        return "span_f1" if is_iob(task) else "macro_f1"
-    return "accuracy"
 
 
 @torch.no_grad()

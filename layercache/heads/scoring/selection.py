@@ -38,13 +38,33 @@ import numpy as np
 from ...core.option_names import option
 from ...core.tasks import LabelTask
 from ...errors import ConfigError
-from .evaluation import is_iob, primary_metric
 
 #: A sequence task's training classes are imbalanced (and selected on ``mcc`` by default) when the
 #: most frequent class has at least this many times the examples of the least frequent one.
 IMBALANCE_RATIO = 1.5
 
 KIND_NAMES = {"sequence": "sequence classification", "token": "token classification", "regression": "regression"}
+
+
+def is_iob(task: LabelTask) -> bool:
+    """Whether a token task's labels are IOB entity tags (scored with entity-level span F1)."""
+    names = task.label_names or ()
+    return any(n.startswith(("B-", "I-")) for n in names) and all(
+        n == "O" or n.startswith(("B-", "I-", "E-", "S-")) for n in names)
+
+
+def primary_metric(task: LabelTask) -> str:
+    """The metric a task is reported by, and selected on by default when it is balanced.
+
+    A run's selection metric may differ (``--metric``, or ``mcc`` for imbalanced classes): see
+    :func:`default_metric`.
+    """
+    if task.kind == "regression":
+        return "pearson"
+    if task.kind == "token":
+        # Entity F1 for IOB tags; otherwise macro-F1, since one class (O) usually dominates tokens.
+        return "span_f1" if is_iob(task) else "macro_f1"
+    return "accuracy"
 
 
 @dataclass(frozen=True)
@@ -59,7 +79,7 @@ class SelectionMetric:
     """Task kinds it applies to."""
     description: str
     iob_only: bool = False
-    """Applies only to token tasks whose classes are IOB tags (see :func:`~.evaluation.is_iob`)."""
+    """Applies only to token tasks whose classes are IOB tags (see :func:`is_iob`)."""
 
     def applies_to(self, task: LabelTask) -> bool:
         """Whether this metric can score ``task``."""
