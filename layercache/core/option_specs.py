@@ -105,11 +105,16 @@ DECLARED_FLAGS: dict[str, Flag] = {}
 :func:`layercache.core.option_names.flag`)."""
 
 
-def option_spec(spec: type[T]) -> type[T]:
+def option_spec(spec: type[T] | None = None, *, shared: bool = True) -> Any:
     """Register the flags of the options dataclass ``spec`` by keyword (a class decorator, above
     ``@dataclass(frozen=True)``), so that a message names the flag of any declared option (``--shard-size`` for
     ``shard_bytes``). Two specs that spell one keyword's flag differently are refused: a message could name only
-    one."""
+    one. ``@option_spec(shared=False)``: a spec whose keywords other specs own too (a lens's ``epochs`` beside a
+    head's); its flags are named only by its own refusals (:func:`check_options`), and not registered."""
+    if spec is None:
+        return lambda made: option_spec(made, shared=shared)
+    if not shared:
+        return spec
     for spec_field in spec_fields(spec):
         spec_flag = field_flag(spec_field)
         if spec_flag is None or spec_flag.argument:
@@ -125,7 +130,7 @@ def option_spec(spec: type[T]) -> type[T]:
 def check_options(spec: type, values: Mapping[str, Any]) -> None:
     """Refuse, in one sentence naming the option, the first of ``values`` (by field name; fields left out are not
     checked) that breaks its field's :class:`Constraint`."""
-    from .option_names import option_name
+    from .option_names import command_line
 
     for spec_field in spec_fields(spec):
         constraint: Constraint | None = spec_field.metadata.get("check")
@@ -133,7 +138,9 @@ def check_options(spec: type, values: Mapping[str, Any]) -> None:
             continue
         value = values[spec_field.name]
         if not constraint.test(value):
-            raise ConfigError(f"{option_name(field_keyword(spec_field))} {constraint.requirement}, got {value!r}.")
+            spec_flag = field_flag(spec_field)
+            name = spec_flag.spelling if command_line() and spec_flag is not None else field_keyword(spec_field)
+            raise ConfigError(f"{name} {constraint.requirement}, got {value!r}.")
 
 
 def spec_fields(spec: type) -> list[Field[Any]]:

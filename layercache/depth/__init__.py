@@ -10,6 +10,10 @@ extractor or ``transformers``), like :mod:`layercache.heads` and :mod:`layercach
 - :mod:`.logit_lens`: a decoder's layers read through its own final norm and unembedding (saved in
   the cache at extraction): next-token accuracy and KL to the final layer, per layer
   (:func:`logit_lens`; :func:`layer_logits` for the lens logits of chosen rows);
+- :mod:`.tuned_lens`: the tuned lens (Belrose et al. 2023: an affine translator per layer trained on the KL to the
+  final distribution) and the linear shortcut (Din et al. 2023: least squares to the last state), fitted from the
+  cache (:class:`TunedLens`), scored beside the logit lens per layer (:mod:`.lens_scores`: KL, next-token bits,
+  top-1 agreement, prediction depth);
 - :mod:`.token_categories`: every cached token labelled as special, punctuation or word,
   word-initial or continuation, by frequency bin and by the dataset's own tags (CoNLL's POS and
   chunk), from the cache's ids, word ids, labels and vocabulary (:func:`token_categories`); and
@@ -20,6 +24,8 @@ See ARCHITECTURE.md and the "Probing metrics" section of METHODS.md for the defi
 """
 
 from .expected_layer import CumulativeScores, cumulative_scoring, expected_layer
+from .lens_options import LensOptions
+from .lens_scores import LensScores, score_lenses
 from .logit_lens import LogitLens, layer_logits, lens_logits, logit_lens
 from .prediction import PredictionDepth, prediction_depth
 from .similarity import LayerSimilarity, cka_matrix, layer_similarity, linear_cka
@@ -32,6 +38,7 @@ from .token_categories import (
     is_punctuation,
     token_categories,
 )
+from .tuned_lens import TunedLens
 
 __all__ = [
     "CategoryFamily",
@@ -39,9 +46,12 @@ __all__ = [
     "CumulativeScores",
     "DepthByCategory",
     "LayerSimilarity",
+    "LensOptions",
+    "LensScores",
     "LogitLens",
     "PredictionDepth",
     "TokenCategories",
+    "TunedLens",
     "cka_matrix",
     "cumulative_scoring",
     "depth_by_category",
@@ -53,5 +63,6 @@ __all__ = [
     "linear_cka",
     "logit_lens",
     "prediction_depth",
+    "score_lenses",
     "token_categories",
 ]
