@@ -7,6 +7,7 @@ from typing import Optional
 
 import typer
 
+from ..depth.lens_options import LensOptions
 from ..report.report_options import ReportOptions
 from . import base
 from .base import app, friendly
@@ -23,6 +24,7 @@ def probe_report(
     out: Optional[Path] = typer.Option(
         None, "--out", "-o", help="Report folder.", show_default="<cache>.report beside the cache"),
     options: ReportOptions = spec_options(ReportOptions),
+    lens: LensOptions = spec_options(LensOptions, only=("epochs", "lr", "batch_tokens", "max_tokens")),
     memory_budget: Optional[str] = memory_budget_option(),
     threads: str = threads_option(),
     quiet: bool = quiet_option(),
@@ -34,7 +36,7 @@ def probe_report(
     from ..report.summary import render_probe_summary
 
     report, paths = run_probe_report(
-        cache, out, options=options, progress=not quiet, memory_budget=budget,
+        cache, out, options=options, lens=lens, progress=not quiet, memory_budget=budget,
         say=lambda line: base.err_console.print(line, highlight=False, soft_wrap=True))
     render_probe_summary(report, base.out_console)
     base.out_console.print(f"Report written: [bold]{paths.html}[/] (data: {paths.json.name})", soft_wrap=True)

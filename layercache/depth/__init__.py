@@ -20,49 +20,66 @@ extractor or ``transformers``), like :mod:`layercache.heads` and :mod:`layercach
   any per-token value (a head's halting depth, a prediction depth) summarised by category
   (:func:`depth_by_category`).
 
-See ARCHITECTURE.md and the "Probing metrics" section of METHODS.md for the definitions.
+See ARCHITECTURE.md and the "Probing metrics" section of METHODS.md for the definitions. The public names
+(``__all__``) are imported when first asked for (PEP 562): importing :mod:`.lens_options` alone (``--help`` reads it)
+loads no torch.
 """
 
-from .expected_layer import CumulativeScores, cumulative_scoring, expected_layer
-from .lens_options import LensOptions
-from .lens_scores import LensScores, score_lenses
-from .logit_lens import LogitLens, layer_logits, lens_logits, logit_lens
-from .prediction import PredictionDepth, prediction_depth
-from .similarity import LayerSimilarity, cka_matrix, layer_similarity, linear_cka
-from .token_categories import (
-    CategoryFamily,
-    CategoryStats,
-    DepthByCategory,
-    TokenCategories,
-    depth_by_category,
-    is_punctuation,
-    token_categories,
-)
-from .tuned_lens import TunedLens
+from __future__ import annotations
 
-__all__ = [
-    "CategoryFamily",
-    "CategoryStats",
-    "CumulativeScores",
-    "DepthByCategory",
-    "LayerSimilarity",
-    "LensOptions",
-    "LensScores",
-    "LogitLens",
-    "PredictionDepth",
-    "TokenCategories",
-    "TunedLens",
-    "cka_matrix",
-    "cumulative_scoring",
-    "depth_by_category",
-    "expected_layer",
-    "is_punctuation",
-    "layer_logits",
-    "layer_similarity",
-    "lens_logits",
-    "linear_cka",
-    "logit_lens",
-    "prediction_depth",
-    "score_lenses",
-    "token_categories",
-]
+from typing import TYPE_CHECKING
+
+from ..core.lazy_exports import lazy_exports
+
+# public name -> the module that defines it (imported when first asked for)
+_PUBLIC = {
+    "CategoryFamily": ".token_categories",
+    "CategoryStats": ".token_categories",
+    "CumulativeScores": ".expected_layer",
+    "DepthByCategory": ".token_categories",
+    "LayerSimilarity": ".similarity",
+    "LensOptions": ".lens_options",
+    "LensScores": ".lens_scores",
+    "LogitLens": ".logit_lens",
+    "PredictionDepth": ".prediction",
+    "TokenCategories": ".token_categories",
+    "TunedLens": ".tuned_lens",
+    "cka_matrix": ".similarity",
+    "cumulative_scoring": ".expected_layer",
+    "depth_by_category": ".token_categories",
+    "expected_layer": ".expected_layer",
+    "is_punctuation": ".token_categories",
+    "layer_logits": ".logit_lens",
+    "layer_similarity": ".similarity",
+    "lens_logits": ".logit_lens",
+    "linear_cka": ".similarity",
+    "logit_lens": ".logit_lens",
+    "prediction_depth": ".prediction",
+    "score_lenses": ".lens_scores",
+    "token_categories": ".token_categories",
+}
+
+if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerly
+    from .expected_layer import CumulativeScores, cumulative_scoring, expected_layer
+    from .lens_options import LensOptions
+    from .lens_scores import LensScores, score_lenses
+    from .logit_lens import LogitLens, layer_logits, lens_logits, logit_lens
+    from .prediction import PredictionDepth, prediction_depth
+    from .similarity import LayerSimilarity, cka_matrix, layer_similarity, linear_cka
+    from .token_categories import (
+        CategoryFamily,
+        CategoryStats,
+        DepthByCategory,
+        TokenCategories,
+        depth_by_category,
+        is_punctuation,
+        token_categories,
+    )
+    from .tuned_lens import TunedLens
+
+__getattr__, __dir__ = lazy_exports(__name__, _PUBLIC)
+__all__ = ["CategoryFamily", "CategoryStats", "CumulativeScores", "DepthByCategory", "LayerSimilarity", "LensOptions",
+           "LensScores", "LogitLens", "PredictionDepth", "TokenCategories", "TunedLens", "cka_matrix",
+           "cumulative_scoring", "depth_by_category", "expected_layer", "is_punctuation", "layer_logits",
+           "layer_similarity", "lens_logits", "linear_cka", "logit_lens", "prediction_depth", "score_lenses",
+           "token_categories"]

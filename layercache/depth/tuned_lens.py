@@ -223,18 +223,17 @@ class TunedLens(BaseEstimator):
             raise ConfigError(f"The cache {cache.path} does not keep {missing[0]}, which this lens reads; score it on "
                               "a cache that keeps every state the lens was fitted on.")
 
+    def lens_map(self) -> LensMap:
+        """What this lens does to a state before the unembedding, for :func:`~.lens_scores.score_lenses`."""
+        self.check_fitted()
+        return LensMap(lambda p, h: self.translate(p, h) if p in self.positions_ else h, self.normed_output_)
+
     @computes
     def score(self, cache: LayerCache, split: str | None = None, *, rows=None,
               chunk_bytes: int | None = None) -> dict[str, LensScores]:
         """Scores of the logit lens and this lens per layer on ``split`` (default the validation split, else the
         first), read in one pass: ``{"logit": ..., "tuned" | "linear": ...}`` (:class:`~.lens_scores.LensScores`)."""
-        self.check_cache(cache)
-        inputs = _tuned_inputs(cache, [*self.identity_.layer_names])
-        split = str(cache.report_split(split, fallback=cache.splits[0]))
-        translator = LensMap(lambda p, h: self.translate(p, h) if p in self.positions_ else h, self.normed_output_)
-        chunk = chunk_bytes or min(DEFAULT_CHUNK_BYTES, max(1 << 20, current_budget() // 4))
-        return score_lenses(cache, split, inputs, {"logit": None, LENS_NAMES[self.objective]: translator}, rows=rows,
-                            chunk_bytes=chunk)
+        return score_fitted(cache, split, [self], rows=rows, chunk_bytes=chunk_bytes)
 
     # --- saving -----------------------------------------------------------------------------
     def save_pretrained(self, path: str | os.PathLike) -> Path:
@@ -277,6 +276,26 @@ class TunedLens(BaseEstimator):
             raise ConfigError(f"{folder / TENSORS_FILE} holds translators of shape {tuple(lens.weight_.shape)}, not "
                               f"the {(T, D, D)} its config describes; fit the lens again.")
         return lens
+
+
+@computes
+def score_fitted(cache: LayerCache, split: str | None, lenses: list[TunedLens], *, rows=None,
+                 chunk_bytes: int | None = None) -> dict[str, LensScores]:
+    """The logit lens and every fitted lens of ``lenses`` (a tuned lens and a linear shortcut, say: named by their
+    objective) scored per layer on ``split`` of ``cache`` in one pass; each lens is checked against the cache."""
+    names = [LENS_NAMES[lens.objective] for lens in lenses]
+    if len(set(names)) < len(names):
+        raise ConfigError("Score lenses of different objectives together (one tuned, one linear); score two lenses "
+                          "of one objective in two calls.")
+    for lens in lenses:
+        lens.check_cache(cache)
+    layers = sorted({name for lens in lenses for name in lens.identity_.layer_names}, key=cache.layer_names.index)
+    # the logit lens alone reads a projected cache too (its states mapped back through the basis)
+    inputs = _tuned_inputs(cache, layers) if lenses else lens_inputs(cache)
+    split = str(cache.report_split(split, fallback=cache.splits[0]))
+    chunk = chunk_bytes or min(DEFAULT_CHUNK_BYTES, max(1 << 20, current_budget() // 4))
+    maps: dict[str, LensMap | None] = {"logit": None, **{n: lens.lens_map() for n, lens in zip(names, lenses)}}
+    return score_lenses(cache, split, inputs, maps, rows=rows, chunk_bytes=chunk)
 
 
 def _tuned_inputs(cache: LayerCache, layers) -> LensInputs:

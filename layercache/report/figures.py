@@ -403,6 +403,37 @@ def figure_logit_lens(report: ProbeReport):
     return fig
 
 
+LENS_STYLES = {"logit": ("o-", 0), "tuned": ("s-", 1), "linear": ("^--", 2)}
+"""Each lens's marker and colour in the lens figure."""
+
+
+def figure_lenses(report: ProbeReport):
+    """The logit lens, the tuned lens and the linear shortcut per layer: KL to the final layer, next-token bits."""
+    lenses = report.lenses
+    if lenses is None:
+        return None
+    plt = _plt()
+    scores = lenses["scores"]
+    names = next(iter(scores.values()))["layer_names"]
+    fig, (kl_ax, bits_ax) = plt.subplots(1, 2, figsize=(9.5, 3.6), layout="constrained")
+    for name, s in scores.items():
+        marker, color = LENS_STYLES.get(name, ("o-", 3))
+        kl = _values(s["kl"])
+        # the last layer's KL is 0 by definition: a log axis shows the others
+        kl_ax.plot(range(len(names) - 1), kl[:-1], marker, color=_color(color), label=f"{name} lens")
+        bits_ax.plot(range(len(names)), _values(s["cross_entropy_bits"]), marker, color=_color(color))
+    kl_ax.set_yscale("log")
+    kl_ax.set_ylabel("KL(final || layer), nats")
+    bits_ax.set_ylabel("next-token cross-entropy, bits")
+    kl_ax.set_title("distance to the model's output", fontsize=9)
+    bits_ax.set_title("next-token prediction", fontsize=9)
+    _layer_axis(kl_ax, names[:-1])
+    _layer_axis(bits_ax, names)
+    handles, labels = kl_ax.get_legend_handles_labels()
+    _legend_below(fig, handles, labels, ncol=len(scores))
+    return fig
+
+
 @dataclass(frozen=True)
 class ReportFigure:
     """One figure of the report: its id (the image's file stem), heading, caption and drawing function."""
@@ -443,6 +474,12 @@ FIGURES: tuple[ReportFigure, ...] = (
     ReportFigure("logit_lens", "Logit lens",
                  "Each layer read through the model's final norm and unembedding: next-token accuracy and the KL "
                  "divergence from the final layer's distribution.", figure_logit_lens),
+    ReportFigure("lenses", "Tuned lens",
+                 "Each layer read three ways: as it is (logit lens), through an affine translator trained on the KL "
+                 "to the final distribution (tuned lens, Belrose et al.), and through the least-squares map to the "
+                 "last state (linear shortcut, Din et al.); both fitted on the train split, scored on the report's "
+                 "split. Left: KL to the final layer's distribution (log scale); right: next-token cross-entropy.",
+                 figure_lenses),
 )
 """The report's figures, in the order it shows them."""
 

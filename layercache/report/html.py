@@ -185,6 +185,8 @@ def render_html(report: ProbeReport) -> str:
                 _token_depth_tables(report)]
     if report.logit_lens is not None:
         out += ["<h2>Logit lens</h2>", figures.get("logit_lens", "")]
+    if report.lenses is not None:
+        out += ['<h2 id="tuned-lens">Tuned lens</h2>', figures.get("lenses", ""), _lens_table(report.lenses)]
     if report.notes:
         out += ["<h2>Not in this report</h2>", "<ul>"]
         out += [f'<li class="note">{_e(note)}</li>' for note in report.notes]
@@ -196,3 +198,23 @@ def render_html(report: ProbeReport) -> str:
         out += ["<h2>Timings</h2>", _table(["part", "seconds"], rows)]
     out.append("</body></html>")
     return "\n".join(out) + "\n"
+
+
+def _lens_table(lenses: dict) -> str:
+    """Per layer, each lens's KL to the final layer, next-token bits and top-1 agreement, then how each was fitted
+    and its mean prediction depth."""
+    scores = lenses["scores"]
+    kinds = list(scores)
+    names = scores[kinds[0]]["layer_names"]
+    header = ["layer", *[f"KL {k}" for k in kinds], *[f"bits {k}" for k in kinds], *[f"agree {k}" for k in kinds]]
+    rows = [[_e(name), *[_num(scores[k]["kl"][i], 4) for k in kinds],
+             *[_num(scores[k]["cross_entropy_bits"][i], 3) for k in kinds],
+             *[_num(scores[k]["agreement"][i], 3) for k in kinds]] for i, name in enumerate(names)]
+    fits = "; ".join(f"{name}: {fit['objective']} on {fit['train_tokens']:,} {fit['train_split']} tokens"
+                     for name, fit in lenses["fits"].items())
+    depths = ", ".join(f"{k} {_num(scores[k]['mean_depth'], 2)}" for k in kinds)
+    return (_table(header, rows) + f'<p class="meta">Scored on {_e(lenses["split"])} '
+            f'({scores[kinds[0]]["n_tokens"]:,} tokens). Fitted: {_e(fits)}. Mean prediction depth (the first '
+            "layer from which every later layer's top token is the final one, as an index of the layers): "
+            f"{_e(depths)}.</p>")
+

@@ -69,6 +69,9 @@ class ProbeReport:
         runs: every trained run found for the cache: its path, mixer, test score and layer weights.
         token_depth: per-token depth (of an ``act`` head: ``mixer``) by token category, or None.
         logit_lens: next-token accuracy and KL to the final layer per layer (decoders), or None.
+        lenses: the logit lens, the tuned lens and the linear shortcut side by side per layer (decoders): how each
+            was fitted (``fits``) and its scores (``scores``: KL, next-token bits, agreement, prediction depth), or
+            None.
         timings: seconds spent in each part.
         notes: why a part is missing, in one sentence each.
     """
@@ -79,6 +82,7 @@ class ProbeReport:
     runs: list[dict] = field(default_factory=list)
     token_depth: dict | None = None
     logit_lens: dict | None = None
+    lenses: dict | None = None
     timings: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
@@ -87,7 +91,7 @@ class ProbeReport:
 
     def clean(self) -> "ProbeReport":
         """Make every part plain JSON data (lists, numbers, None for NaN), as :meth:`to_json` writes it."""
-        for name in ("meta", "tasks", "similarity", "runs", "token_depth", "logit_lens", "timings", "notes"):
+        for name in ("meta", "tasks", "similarity", "runs", "token_depth", "logit_lens", "lenses", "timings", "notes"):
             setattr(self, name, clean(getattr(self, name)))
         return self
 
@@ -109,7 +113,7 @@ class ProbeReport:
         if not isinstance(data.get("version"), int) or data["version"] > REPORT_VERSION:
             raise ConfigError(f"The report has version {data.get('version')!r}, newer than this layercache reads "
                               f"({REPORT_VERSION}); upgrade layercache.")
-        names = ("meta", "tasks", "similarity", "runs", "token_depth", "logit_lens", "timings", "notes")
+        names = ("meta", "tasks", "similarity", "runs", "token_depth", "logit_lens", "lenses", "timings", "notes")
         return cls(**{k: data[k] for k in names if k in data})
 
     @classmethod

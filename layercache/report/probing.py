@@ -25,7 +25,8 @@ For the cache as a whole: linear CKA between layers (``similarity``); the layer 
 trained run found for this cache (``runs``: the runs folder beside it and any run given), with
 their expected layers and the metric each run selected on; per-token depth from a head whose mixer has one
 (``act``: :attr:`~layercache.heads.mixers.base.LayerMixer.per_token_depth`) by token category (``token_depth``);
-the logit lens of a decoder cache that holds its final norm and unembedding (``logit_lens``).
+the logit lens of a decoder cache that holds its final norm and unembedding (``logit_lens``), and beside it a tuned
+lens and the linear shortcut fitted on the train split (``lenses``: KL, next-token bits, agreement, prediction depth).
 
 Missing values (a score of an empty split, an expected layer without positive gains) are
 ``None`` here and ``null`` in the JSON, never NaN, so any JSON reader takes the file.
@@ -47,7 +48,7 @@ from ..core.memory import memory_limit
 from ..core.option_names import call, option
 from ..core.threads import computes
 from ..core.version import __version__
-from ..depth import expected_layer, layer_similarity
+from ..depth import LensOptions, expected_layer, layer_similarity
 from ..errors import CacheError, ConfigError
 from ..heads.mixers.registry import per_token_depth_mixers
 from ..heads.run_folders.run_files import RunConfig, RunFiles, RunMetrics, find_runs, reported_metric
@@ -58,6 +59,9 @@ from .probe_parts import CONTROL_MAX_ITER, Step, Timer, task_report, task_steps
 from .probe_parts import no_step as _no_step
 from .report_options import ReportOptions, report_options
 from .saving import save_report
+
+DEFAULT_LENS = LensOptions()
+"""The tuned lens's settings unless told otherwise (its defaults)."""
 
 __all__ = ["CONTROL_MAX_ITER", "ProbeReport", "ReportPaths", "build_probe_report", "count_steps",
            "default_eval_split", "find_runs", "probe_report", "save_report"]
@@ -72,8 +76,9 @@ def default_eval_split(cache: LayerCache, asked: str | None = None) -> str | Non
 @computes
 def build_probe_report(cache: LayerCache, *, tasks: Sequence[str] | None = None, eval_split: str | None = None,
                        runs: Iterable[str | os.PathLike] = (), act_run: str | os.PathLike | None = None,
-                       mdl: bool = True, cumulative: bool = True, seed: int = 0,
-                       max_train: int | None = DEFAULT_MAX_TRAIN, step: Step = _no_step) -> ProbeReport:
+                       mdl: bool = True, cumulative: bool = True, tuned_lens: bool = True, seed: int = 0,
+                       max_train: int | None = DEFAULT_MAX_TRAIN, lens: LensOptions = DEFAULT_LENS,
+                       step: Step = _no_step) -> ProbeReport:
     """Every analysis of the module docstring on ``cache``, from the cache alone.
 
     Args:
@@ -90,6 +95,9 @@ def build_probe_report(cache: LayerCache, *, tasks: Sequence[str] | None = None,
             training examples (words for a token task): one seeded sample, the probes' own default
             (:data:`~layercache.probes.selection.DEFAULT_MAX_TRAIN`), so a notebook's
             ``LinearProbes(task=...)`` gives the report's numbers. ``None``: every example.
+        tuned_lens: on a decoder cache with a train split and unprojected states, fit a tuned lens and the linear
+            shortcut on train (``lens``: their settings, :class:`~layercache.depth.LensOptions`; the objective is
+            each's own) and score them beside the logit lens (``lenses``).
         step: called with a description before each part (progress display).
     """
     check_max_train(max_train)
@@ -116,7 +124,7 @@ def build_probe_report(cache: LayerCache, *, tasks: Sequence[str] | None = None,
     with timer("runs"):
         report.runs = [_run_summary(run) for run in run_paths]
     _add_token_depth(report, cache, eval_split, act_run, run_paths, step, timer)
-    _add_logit_lens(report, cache, eval_split, step, timer)
+    _add_lenses(report, cache, eval_split, lens if tuned_lens else None, step, timer)
     return report.clean()
 
 
@@ -219,33 +227,70 @@ def _add_token_depth(report: ProbeReport, cache: LayerCache, eval_split: str | N
                           "by_category": {"families": families, "categories_of": categories.split}}
 
 
-def _add_logit_lens(report: ProbeReport, cache: LayerCache, eval_split: str | None, step: Step,
-                    timer: Timer) -> None:
-    """Next-token accuracy and KL to the final layer per layer, for a decoder cache with lens weights."""
+def _add_lenses(report: ProbeReport, cache: LayerCache, eval_split: str | None, lens: LensOptions | None,
+                step: Step, timer: Timer) -> None:
+    """For a decoder cache with lens weights: the logit lens per layer (``logit_lens``) and, with ``lens``, a tuned
+    lens and the linear shortcut fitted on the train split and scored beside it (``lenses``)."""
     if cache.manifest.model.kind != "decoder" or not cache.stores_tokens:
         return
-    from ..depth import logit_lens
+    from ..depth.tuned_lens import LENS_NAMES, TunedLens, score_fitted
 
-    split = cache.report_split(eval_split, exclude="train", fallback="train")
-    step("logit lens")
-    with timer("logit lens"):
+    split = str(cache.report_split(eval_split, exclude="train", fallback="train"))
+    fitted: list[TunedLens] = []
+    fits: dict[str, dict] = {}
+    if lens is not None:
+        why_not = _why_no_tuned_lens(cache, split)
+        if why_not:
+            report.notes.append(f"No tuned lens: {why_not}")
+        else:
+            for objective in ("kl", "least_squares"):
+                name = LENS_NAMES[objective]
+                step(f"{name} lens: fitting on train")
+                with timer(f"{name} lens (fit)"):
+                    try:
+                        settings = {**vars(lens), "objective": objective, "progress": False}
+                        fitted.append(TunedLens(**settings).fit(cache, "train"))
+                    except CacheError as err:  # an older cache without its final norm and unembedding, say
+                        report.notes.append(f"No tuned lens: {err}")
+                        break
+                fits[name] = {"objective": objective, "train_split": "train", "train_tokens": fitted[-1].n_tokens_,
+                              "loss_history": getattr(fitted[-1], "history_", None),
+                              "settings": {k: v for k, v in settings.items() if k not in ("progress", "layers")}}
+    step("logit lens" if not fitted else "lenses: scoring")
+    with timer("logit lens" if not fitted else "lenses (scores)"):
         try:
-            lens = logit_lens(cache, split)
+            scores = score_fitted(cache, split, fitted)
         except CacheError as err:  # an older cache without its final norm and unembedding, say
             report.notes.append(f"No logit lens: {err}")
             return
-    report.logit_lens = {"split": lens.split, "layer_names": list(lens.layer_names), "accuracy": lens.accuracy,
-                         "kl_to_final": lens.kl, "agreement": lens.agreement, "n_tokens": lens.n_tokens,
-                         "n_predictions": lens.n_predictions}
+    logit = scores["logit"]
+    report.logit_lens = {"split": logit.split, "layer_names": list(logit.layer_names), "accuracy": logit.accuracy,
+                         "kl_to_final": logit.kl, "agreement": logit.agreement, "n_tokens": logit.n_tokens,
+                         "n_predictions": logit.n_predictions}
+    if fitted:
+        report.lenses = {"split": split, "fits": fits, "scores": {name: s.to_json() for name, s in scores.items()}}
+
+
+def _why_no_tuned_lens(cache: LayerCache, split: str) -> str | None:
+    """Why a tuned lens cannot be fitted for the report (one sentence), or None."""
+    if "train" not in cache.splits or split == "train":
+        return ("it is fitted on the train split and scored on another, and this cache has "
+                f"{'no train split' if 'train' not in cache.splits else 'only the train split'}.")
+    if cache.projection() is not None:
+        return (f"the cache stores its states projected to {cache.hidden_size} dimensions, and a translator reads "
+                f"the full states (extract without {option('project')}).")
+    return None
 
 
 def count_steps(cache: LayerCache, tasks: Sequence[str] | None, eval_split: str | None, mdl: bool,
-                cumulative: bool, token_depth: bool) -> int:
+                cumulative: bool, token_depth: bool, tuned_lens: bool = False) -> int:
     """How many ``step`` calls :func:`build_probe_report` makes (the length of its progress bar)."""
     chosen = [t for t in cache.tasks if not tasks or t.name in tasks]
     n = sum(task_steps(spec, eval_split, _skipped(mdl, cumulative)) for spec in chosen)
     n += int(bool(cache.manifest.pooling)) + 1 + int(token_depth)
-    n += int(cache.manifest.model.kind == "decoder" and cache.stores_tokens)
+    if cache.manifest.model.kind == "decoder" and cache.stores_tokens:
+        lens_split = str(cache.report_split(eval_split, exclude="train", fallback="train"))
+        n += 1 + 2 * int(tuned_lens and _why_no_tuned_lens(cache, lens_split) is None)  # score; fit two lenses
     return n
 
 
@@ -266,8 +311,9 @@ def _check_asked(cache: LayerCache, tasks: Sequence[str] | None,
 
 @computes
 def probe_report(cache: str | os.PathLike | LayerCache | None = None, out: str | os.PathLike | None = None, *,
-                 options: ReportOptions | None = None, progress: bool = True, say: Callable[[str], None] = _no_step,
-                 memory_budget: int | None = None, **keywords: Any) -> tuple[ProbeReport, ReportPaths]:
+                 options: ReportOptions | None = None, lens: LensOptions | None = None, progress: bool = True,
+                 say: Callable[[str], None] = _no_step, memory_budget: int | None = None,
+                 **keywords: Any) -> tuple[ProbeReport, ReportPaths]:
     """Build the probing report of a cache and write ``report.json`` and ``report.html``.
 
     Args:
@@ -279,6 +325,8 @@ def probe_report(cache: str | os.PathLike | LayerCache | None = None, out: str |
             of it has a per-token depth (an ``act`` run), train an ``act`` head (``act_epochs`` epochs, into
             ``<out>/act-run``) for it: a quick estimate, labelled so in ``token_depth["about"]`` and in its
             ``runs`` entry; the others are :func:`build_probe_report`'s.
+        lens: the tuned lens's settings (:class:`~layercache.depth.LensOptions`; default its defaults), when
+            ``tuned_lens`` fits one.
         progress: show a progress bar over the parts.
         say: called with each line the console shows before the parts (the training sample, the act head).
         memory_budget: bytes the report's reads may hold (:func:`~layercache.core.memory.memory_budget`; None:
@@ -313,11 +361,13 @@ def probe_report(cache: str | os.PathLike | LayerCache | None = None, out: str |
             runs.append(act_run)  # its layer weights belong in the report too
         eval_split = spec.eval_split or default_eval_split(handle)
         total = count_steps(handle, spec.tasks, eval_split, spec.mdl, spec.cumulative,
-                            token_depth=handle.stores_tokens and (act_run is not None or has_act))
+                            token_depth=handle.stores_tokens and (act_run is not None or has_act),
+                            tuned_lens=spec.tuned_lens)
         with steps_progress(progress, total, "probe-report") as step:
             report = build_probe_report(handle, tasks=spec.tasks, eval_split=spec.eval_split, runs=runs,
-                                        act_run=act_run, mdl=spec.mdl, cumulative=spec.cumulative, seed=spec.seed,
-                                        max_train=max_train, step=step)
+                                        act_run=act_run, mdl=spec.mdl, cumulative=spec.cumulative,
+                                        tuned_lens=spec.tuned_lens, seed=spec.seed, max_train=max_train,
+                                        lens=lens or DEFAULT_LENS, step=step)
         if act_seconds is not None:  # part of what the report cost, though trained before the parts
             report.timings = {"act head (trained for token depth)": act_seconds, **report.timings}
             _label_quick_act(report, Path(act_run), spec.act_epochs)

@@ -39,6 +39,11 @@ class ReportOptions:
     mdl: bool = option_field(True, Flag("--mdl/--no-mdl", "Online-code MDL per layer (the slowest part)."))
     cumulative: bool = option_field(True, Flag(
         "--cumulative/--no-cumulative", "Cumulative scoring: a probe on the mix of layers 0..l for every l."))
+    tuned_lens: bool = option_field(True, Flag(
+        "--tuned-lens/--no-tuned-lens", "On a decoder cache, fit a tuned lens and the linear shortcut on the train "
+                                        "split and score them beside the logit lens (the --lens-* options)."))
+    """On a decoder cache with lens weights: fit a tuned lens (KL) and the linear shortcut (least squares) on the
+    train split and score them beside the logit lens (:mod:`layercache.depth.tuned_lens`)."""
     seed: int = option_field(0, Flag("--seed", "Seed for validation slices, control tasks and samples."))
     max_train: int | None = option_field(DEFAULT_MAX_TRAIN, Flag(
         "--max-train", "Fit each task's probes on a seeded sample of at most N training examples (words); 0 or all: "

@@ -80,6 +80,9 @@ def render_probe_summary(report: ProbeReport, console: Console) -> None:
     if report.logit_lens is not None:
         acc = report.logit_lens["accuracy"]
         console.print("logit lens next-token accuracy by layer: " + ", ".join(_fmt(a) for a in acc))
+    if report.lenses is not None:
+        for name, s in report.lenses["scores"].items():
+            console.print(f"{name} lens KL to the final layer by layer: " + ", ".join(_fmt(v, 4) for v in s["kl"]))
     for task, t in report.tasks.items():
         note = (t.get("cumulative") or {}).get("noise_note")
         if note:

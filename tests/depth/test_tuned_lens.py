@@ -100,8 +100,8 @@ def test_refusals_are_one_sentence(decoder_caches, tiny_models, tsv, tmp_path):
     with pytest.raises(CacheError, match="pooled vectors only"):
         TunedLens(progress=False).fit(lc.LayerCache.open(pooled.path))
     cache = lc.LayerCache.open(decoder_caches["gpt2"])
-    for bad, message in [({"objective": "mse"}, "objective must be one of kl, least_squares"), ({"epochs": 0}, "epochs must be"),
-                         ({"max_tokens": 0}, "max_tokens must be")]:
+    for bad, message in [({"objective": "mse"}, "objective must be one of kl, least_squares"),
+                         ({"epochs": 0}, "epochs must be"), ({"max_tokens": 0}, "max_tokens must be")]:
         with pytest.raises(ConfigError, match=message):
             TunedLens(progress=False, **bad).fit(cache)
     with pytest.raises(ConfigError, match="not fitted yet"):
