@@ -58,6 +58,12 @@ class DataSpec:
                                      check=at_least(1, whole=True, optional=True))
     """Keep the first ``limit`` examples of each split."""
 
+    def __post_init__(self) -> None:
+        # split_files are the data: the default dataset gives way to them (extract("minilm", split_files={...})),
+        # while any other dataset beside them is refused when the data loads
+        if self.split_files and self.dataset == DEFAULT_DATASET:
+            object.__setattr__(self, "dataset", None)
+
 
 @option_spec
 @dataclass(frozen=True)
