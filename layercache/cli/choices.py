@@ -72,13 +72,13 @@ def _mixer_names() -> Sequence[str]:
 
 
 def _normalizations() -> Sequence[str]:
-    from ..heads.blocks.normalize import NORMALIZATIONS
+    from ..heads.head_options import NORMALIZATIONS
 
     return NORMALIZATIONS
 
 
 def _schedules() -> Sequence[str]:
-    from ..heads.training.trainer import SCHEDULES
+    from ..heads.head_options import SCHEDULES
 
     return SCHEDULES
 
@@ -90,7 +90,7 @@ def _selection_metrics() -> Sequence[str]:
 
 
 def _solvers() -> Sequence[str]:
-    from ..heads.training.fitting import solver_names
+    from ..heads.head_options import solver_names
 
     return solver_names()
 

@@ -10,7 +10,7 @@ from typing import Optional
 import typer
 
 from ..errors import ConfigError
-from ..heads.head_options import HeadOptions
+from ..heads.head_options import DEFAULT_MIXER, TRAIN_SPLIT, HeadOptions
 from . import base
 from .base import app, friendly
 from .choices import choice_help
@@ -23,7 +23,6 @@ from .options import (
     quiet_option,
     test_split_option,
     threads_option,
-    train_head_default,
     train_split_option,
     val_split_option,
 )
@@ -38,11 +37,11 @@ LIVE_NOTE = " (live backbone)"
 @takes_specs("train-head")
 def train_head(
     cache: Optional[Path] = cache_argument(),
-    mixer: str = typer.Option(train_head_default("mixer"), "--mixer", "-m", help=choice_help(
+    mixer: str = typer.Option(DEFAULT_MIXER, "--mixer", "-m", help=choice_help(
         "train-head", "--mixer", "How the head combines the cached states.")),
     out: Optional[Path] = typer.Option(
         None, "--out", "-o", help="Run folder.", show_default="a new folder beside the cache"),
-    train_split: str = train_split_option(train_head_default("split")),
+    train_split: str = train_split_option(TRAIN_SPLIT),
     val_split: Optional[str] = val_split_option(),
     test_split: Optional[str] = test_split_option(),
     head: HeadOptions = spec_options(HeadOptions),

@@ -1,8 +1,9 @@
 """The options several commands share, each declared once: its flags, its help and its default.
 
-A default is never written here: each is read from the library that owns it (a keyword default of
-the call the command makes, or the constant beside it), so ``--help`` shows what the library does
-when the option is left out. A list of values comes from :mod:`.choices`, read from its registry.
+A default is never written here: each is read from the library that owns it (the constant or options spec
+that the keyword defaults of the call the command makes read too), so ``--help`` shows what the library does
+when the option is left out, without importing the library's heavy modules. A list of values comes from
+:mod:`.choices`, read from its registry.
 """
 
 from __future__ import annotations
@@ -55,13 +56,6 @@ def allow_pickle_option():
 
 
 # --- training: train-head and sweep (the head's own settings are HeadOptions' fields) -------------------------------
-
-def train_head_default(name: str):
-    """The default of :func:`~layercache.heads.workflow.train_head`'s keyword ``name``."""
-    from ..heads.workflow import train_head
-
-    return keyword_default(train_head, name)
-
 
 def sweep_default(name: str):
     """The default of :func:`~layercache.heads.sweeps.sweep`'s keyword ``name``."""

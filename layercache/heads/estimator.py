@@ -65,7 +65,7 @@ from .data.finite import check_split_stats, split_state_stats
 from .data.source import pooled_note, resolve_source, resolve_tasks
 from .ensembles.members import FittedHead, check_seed_count, fit_seeds, member_ensemble, seed_ensemble
 from .ensembles.model import model_from_config
-from .head_options import HeadOptions
+from .head_options import DEFAULT_MIXER, HeadOptions
 from .network.model import HeadModel
 from .run_folders.persistence import (
     damaged,
@@ -163,7 +163,7 @@ class LayerHead(BaseEstimator):
     """
 
     # scikit-learn reads the parameters from __init__: HeadOptions' fields, in order (a test holds them equal)
-    def __init__(self, mixer: str = "adaptive", *, tasks=_D.tasks, layers=_D.layers, source=_D.source,
+    def __init__(self, mixer: str = DEFAULT_MIXER, *, tasks=_D.tasks, layers=_D.layers, source=_D.source,
                  mixer_options=_D.mixer_options, head_options=_D.head_options, share_mixer=_D.share_mixer,
                  loss_weights=_D.loss_weights, normalize=_D.normalize, metric=_D.metric, class_weight=_D.class_weight,
                  solver=_D.solver, C_grid=_D.C_grid, epochs=_D.epochs, batch_size=_D.batch_size, lr=_D.lr,

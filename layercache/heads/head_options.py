@@ -7,7 +7,8 @@ and ``tests/cli/test_spec_options.py`` holds the two to the same names, order an
 the values against the fields' constraints before it reads the cache; the command line's options are made from the
 flags. What each setting does is documented on :class:`~layercache.heads.LayerHead`.
 
-This module imports no torch: ``--help`` reads it.
+This module imports no torch: ``--help`` reads it, with the lists its options accept (:data:`NORMALIZATIONS`,
+:data:`SCHEDULES`, :data:`SOLVERS`), declared here and imported by the modules that run them.
 """
 
 from __future__ import annotations
@@ -19,6 +20,31 @@ from typing import Any
 from ..core.devices import DEFAULT_DEVICE, DEVICE_FLAG
 from ..core.layers import LayerSpec
 from ..core.option_specs import Flag, at_least, fraction, option_field, option_spec, positive
+
+DEFAULT_MIXER = "adaptive"
+"""The mixer of a head when none is named: ``LayerHead``, ``train_head`` and ``train-head --mixer``."""
+TRAIN_SPLIT = "train"
+"""The split a head (and a sweep) trains on unless told otherwise: ``train_head``, ``sweep``, ``--train-split``."""
+
+NORMALIZATIONS = ("auto", "none", "standardize", "layer_norm")
+"""Every way the states are normalised before mixing (``normalize``, ``--normalize``), what each does in
+:mod:`~layercache.heads.blocks.normalize`."""
+SCHEDULES = ("linear", "cosine", "constant", "plateau")
+"""Every learning-rate schedule after warmup (``schedule``, ``--schedule``), run by
+:class:`~layercache.heads.training.trainer.TrainConfig`."""
+SOLVERS: dict[str, str] = {
+    "auto": "lbfgs when the model is a linear head on fixed features (last or layer:<i>), else adamw",
+    "lbfgs": "full batch, the L2 strength C chosen on validation: L-BFGS (classification), ridge (regression)",
+    "adamw": "minibatch AdamW with early stopping on the validation metric",
+}
+"""Every way to fit a head, by name (what ``--solver`` offers), with what it does
+(:mod:`~layercache.heads.training.fitting` decides which one a model gets)."""
+
+
+def solver_names() -> tuple[str, ...]:
+    """The solvers' names, in registry order."""
+    return tuple(SOLVERS)
+
 
 METRIC_DEFAULT = ("accuracy (mcc when the train classes are imbalanced), span_f1 for IOB tags else macro_f1, "
                   "pearson for regression")

@@ -38,7 +38,7 @@ from ..errors import ConfigError
 from ..store.reader import TEST_NAMES, LayerCache, using_cache
 from .data.finite import check_split_stats
 from .estimator import LayerHead
-from .head_options import HeadOptions
+from .head_options import DEFAULT_MIXER, TRAIN_SPLIT, HeadOptions
 from .run_folders.persistence import unwritable, write_run
 from .run_folders.run_files import LayerWeights, RunFiles, RunMetrics, runs_root
 from .run_folders.run_folder import RunFolder, StagedRun, occupying, refuse_occupied
@@ -111,8 +111,8 @@ def check_run_folder(run: Path, overwrite: bool = False) -> None:
 
 
 @computes
-def train_head(cache: str | os.PathLike | LayerCache | None = None, mixer: str = "adaptive", *,
-               out: str | os.PathLike | None = None, split: str = "train", val_split: str | None = None,
+def train_head(cache: str | os.PathLike | LayerCache | None = None, mixer: str = DEFAULT_MIXER, *,
+               out: str | os.PathLike | None = None, split: str = TRAIN_SPLIT, val_split: str | None = None,
                test_split: str | None = None, overwrite: bool = False,
                estimator: Callable[..., LayerHead] = LayerHead, memory_budget: int | None = None,
                **params) -> TrainResult:

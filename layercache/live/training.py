@@ -26,6 +26,7 @@ from ..core.threads import computes
 from ..errors import ConfigError
 from ..extraction.forward import pool
 from ..heads.estimator import LayerHead
+from ..heads.head_options import DEFAULT_MIXER
 from ..heads.workflow import TrainResult, train_head
 from ..store.batches import CacheBatch
 from ..store.feature_source import parse_source
@@ -79,7 +80,7 @@ class LiveLayerHead(LayerHead):
 
 
 @computes
-def train_head_live(cache: str | os.PathLike | LayerCache | None = None, mixer: str = "adaptive", *,
+def train_head_live(cache: str | os.PathLike | LayerCache | None = None, mixer: str = DEFAULT_MIXER, *,
                     backbone: Backbone | None = None, allow_pickle: bool = False, **kwargs) -> TrainResult:
     """:func:`~layercache.heads.workflow.train_head` with the backbone in the loop (see the module docstring).
 

@@ -52,10 +52,10 @@ EXTEND_REGISTRIES = f"""
 import importlib, json, sys
 import typer.main
 from layercache.core import devices, tasks
-from layercache.heads.blocks import normalize
+from layercache.heads import head_options
 from layercache.heads.scoring import selection
 from layercache.heads.sweeps import sweep as sweeps
-from layercache.heads.training import fitting, trainer
+from layercache.heads.training import fitting
 from layercache.heads.mixers import registry as mixers
 from layercache.store import codecs, compression, feature_source, schema
 
@@ -63,7 +63,7 @@ codecs.CODECS.load()[{NEW!r}] = type("NewCodec", (codecs.StorageCodec,), {{"name
 for module, name in [(schema, "STORE_MODES"), (schema, "POOLING_MODES"), (feature_source, "POOLING_MODES"),
                      (schema, "PROJECTION_BASES"), (compression, "COMPRESSIONS"),
                      (devices, "FORWARD_DTYPE_NAMES"), (tasks, "TASK_KINDS"),
-                     (normalize, "NORMALIZATIONS"), (trainer, "SCHEDULES")]:
+                     (head_options, "NORMALIZATIONS"), (head_options, "SCHEDULES")]:
     setattr(module, name, (*getattr(module, name), {NEW!r}))
 mixers.MIXERS[{NEW!r}] = type("NewMixer", (), {{"spec_form": classmethod(lambda cls: {NEW!r})}})
 for table in (selection.SELECTION_METRICS, fitting.SOLVERS, sweeps.PICKS):

@@ -277,3 +277,18 @@ def test_the_readme_s_train_head_table_names_every_option_with_its_keyword_and_d
         if spec_flag is not None:
             _, keyword, default, _ = rows[spec_flag.name]
             assert keyword == f"`{spec_field.name}`" and default == f"`{field_default(spec_field)!r}`", spec_field.name
+
+
+def test_the_head_s_mixer_and_training_split_are_declared_once():
+    from layercache.heads import LayerHead
+    from layercache.heads.head_options import DEFAULT_MIXER, TRAIN_SPLIT
+    from layercache.heads.sweeps.sweep import sweep as library_sweep
+    from layercache.heads.workflow import train_head
+    from layercache.live.training import train_head_live
+
+    for function in (LayerHead, train_head, train_head_live):
+        assert inspect.signature(function).parameters["mixer"].default == DEFAULT_MIXER, function
+    for function in (train_head, library_sweep):
+        assert inspect.signature(function).parameters["split"].default == TRAIN_SPLIT, function
+    flags = _command_flags("train-head")
+    assert flags["--mixer"].default == DEFAULT_MIXER and flags["--train-split"].default == TRAIN_SPLIT

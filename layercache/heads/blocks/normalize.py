@@ -30,8 +30,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ...errors import ConfigError
+from ..head_options import NORMALIZATIONS as NORMALIZATIONS  # declared with the head's options (no torch there)
 
-NORMALIZATIONS = ("auto", "none", "standardize", "layer_norm")
 #: What ``auto`` resolves to is read from this: ``none`` means every layer output is already normed.
 POST_LN = "none"
 

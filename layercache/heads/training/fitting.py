@@ -25,22 +25,12 @@ from __future__ import annotations
 
 from ...core.option_names import option
 from ...errors import ConfigError
+from ..head_options import SOLVERS as SOLVERS  # declared with the head's options (no torch there), as its names
+from ..head_options import solver_names as solver_names
 from ..network.attention import SelfAttention
 from ..network.model import HeadModel
 from ..network.tasks import SequenceHead, TokenHead
 from .trainer import TrainHistory
-
-SOLVERS: dict[str, str] = {
-    "auto": "lbfgs when the model is a linear head on fixed features (last or layer:<i>), else adamw",
-    "lbfgs": "full batch, the L2 strength C chosen on validation: L-BFGS (classification), ridge (regression)",
-    "adamw": "minibatch AdamW with early stopping on the validation metric",
-}
-"""Every way to fit a head, by name (what ``--solver`` offers), with what it does."""
-
-
-def solver_names() -> tuple[str, ...]:
-    """The solvers' names, in registry order."""
-    return tuple(SOLVERS)
 
 
 def convex_obstacle(model: HeadModel) -> str | None:

@@ -24,13 +24,12 @@ from ...errors import ConfigError
 from ...progress import training_progress
 from ...store.feed import Feed
 from ..data.finite import DivergedError, NonFiniteOutputsError, check_loss, first_non_finite_input
+from ..head_options import SCHEDULES as SCHEDULES  # declared with the head's options (no torch there)
 from ..head_options import HeadOptions
 from ..network.model import HeadModel
 from ..scoring.evaluation import evaluate
 from ..scoring.selection import Selection, best_epoch, default_selection
 from .checkpoint import EpochCheckpoint, random_state, restore_random_state
-
-SCHEDULES = ("linear", "cosine", "constant", "plateau")
 
 
 @dataclass
