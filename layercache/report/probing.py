@@ -37,6 +37,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -124,7 +125,7 @@ def build_probe_report(cache: LayerCache, *, tasks: Sequence[str] | None = None,
     with timer("runs"):
         report.runs = [_run_summary(run) for run in run_paths]
     _add_token_depth(report, cache, eval_split, act_run, run_paths, step, timer)
-    _add_lenses(report, cache, eval_split, lens if tuned_lens else None, step, timer)
+    _add_lenses(report, cache, eval_split, replace(lens, seed=seed) if tuned_lens else None, step, timer)
     return report.clean()
 
 
@@ -229,8 +230,9 @@ def _add_token_depth(report: ProbeReport, cache: LayerCache, eval_split: str | N
 
 def _add_lenses(report: ProbeReport, cache: LayerCache, eval_split: str | None, lens: LensOptions | None,
                 step: Step, timer: Timer) -> None:
-    """For a decoder cache with lens weights: the logit lens per layer (``logit_lens``) and, with ``lens``, a tuned
-    lens and the linear shortcut fitted on the train split and scored beside it (``lenses``)."""
+    """For a decoder cache with lens weights: the logit lens per layer (``logit_lens``) and, with ``lens`` (seeded by
+    the report's seed), a tuned lens and the linear shortcut fitted on the train split and scored beside it
+    (``lenses``)."""
     if cache.manifest.model.kind != "decoder" or not cache.stores_tokens:
         return
     from ..depth.tuned_lens import LENS_NAMES, TunedLens, score_fitted
