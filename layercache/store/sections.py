@@ -5,39 +5,94 @@ files and the configuration hash over them do not depend on this module: a field
 ``null`` when it always was, and left out when older caches may lack it and ``null`` would not be
 a valid value (``omit_if_none``). :mod:`layercache.store.schema` validates the raw JSON before a
 section is built, so ``from_json`` only picks the known keys.
+
+:class:`JsonSection` is the base of these and of a run folder's files
+(:class:`~layercache.heads.run_folders.run_files.RunSection`): one field per JSON key, in the file's order.
 """
 
 from __future__ import annotations
 
 import copy
-import dataclasses
-from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from collections.abc import Mapping
+from dataclasses import Field, dataclass, field, fields
+from typing import Any, ClassVar, TypeVar
 
-_OMIT = {"omit_if_none": True}
+OMIT: dict[str, Any] = {"omit_if_none": True}
+"""Field metadata: the key is written only when the field is set (files written before it existed lack it)."""
+
+J = TypeVar("J", bound="JsonSection")
 
 
-class Section:
-    """Base of the manifest's typed sections: JSON in and out, the keys named as in the file."""
+class JsonSection:
+    """Base of the typed JSON sections of a cache's manifest and of a run folder's files: a dataclass whose fields
+    are the keys of a JSON object, in the order the file holds them.
+
+    :meth:`to_json` writes each field under its key (:attr:`json_names` where the key differs from the field), in
+    field order: a field whose metadata is :data:`OMIT` only when it is not None, a field marked
+    ``{"json": False}`` never, and a nested section (metadata ``{"section": cls}``) as its own JSON. Values are
+    deep copies both ways, so editing what one side returns leaves the other as it is.
+    :meth:`from_json` reads such an object back: a missing key reads as its field's default, and a key the
+    section does not know is dropped (:attr:`keeps_unknown` False: the manifest, validated by its schema) or kept
+    in an ``extra`` field, written back after the known keys (True: a run's files, which keep what a later
+    version or a hand edit added).
+    """
 
     json_names: ClassVar[dict[str, str]] = {}
-    """Attribute -> JSON key, where the key is not a valid attribute name (``class``)."""
+    """Field -> JSON key, where they differ (``class``, a key that is not a valid attribute name)."""
+    keeps_unknown: ClassVar[bool] = False
+    """Whether :meth:`from_json` keeps keys it does not know in :attr:`extra`, or drops them."""
+    extra: dict[str, Any]
+    """The keys read that the section does not know, as read: a field of the sections that keep them, written after
+    the known keys (absent from those that drop them)."""
+
+    @classmethod
+    def keyed_fields(cls) -> dict[str, Field[Any]]:
+        """``{JSON key: field}`` of every field the JSON object holds, in file order."""
+        return {cls.json_names.get(f.name, f.name): f for f in fields(cls)  # type: ignore[arg-type]
+                if f.metadata.get("json", True)}
+
+    @classmethod
+    def from_json(cls: type[J], data: Any) -> J:
+        """Build the section from its JSON object (anything but an object reads as an empty section; a missing key
+        as its field's default). A nested section reads its object; an optional one (default None) reads null as
+        None and keeps any other value as an unknown key, a required one reads it as an empty section."""
+        data = data if isinstance(data, Mapping) else {}
+        keyed = cls.keyed_fields()
+        known: dict[str, Any] = {}
+        unknown: dict[str, Any] = {}
+        for key, value in data.items():
+            f = keyed.get(key)
+            section = None if f is None else f.metadata.get("section")
+            if f is None:
+                unknown[key] = copy.deepcopy(value)
+            elif section is None:
+                known[f.name] = copy.deepcopy(value)
+            elif isinstance(value, Mapping) or f.default is not None:  # a required section reads anything else empty
+                known[f.name] = section.from_json(value)
+            elif value is None:
+                known[f.name] = None
+            else:  # not an object where an optional section is: kept as read, as a key it does not know
+                unknown[key] = copy.deepcopy(value)
+        if cls.keeps_unknown:
+            known["extra"] = unknown
+        return cls(**known)
 
     def to_json(self) -> dict[str, Any]:
-        """The section as the manifest stores it (a deep copy: editing it leaves the section as it is)."""
-        out = {}
-        for f in dataclasses.fields(self):
+        """The section as its file holds it: the known keys in field order, then the unknown ones kept as read."""
+        out: dict[str, Any] = {}
+        for key, f in self.keyed_fields().items():
             value = getattr(self, f.name)
             if value is None and f.metadata.get("omit_if_none"):
                 continue
-            out[self.json_names.get(f.name, f.name)] = copy.deepcopy(value)
+            out[key] = value.to_json() if isinstance(value, JsonSection) else copy.deepcopy(value)
+        if self.keeps_unknown:
+            out.update((k, copy.deepcopy(v)) for k, v in self.extra.items() if k not in out)
         return out
 
-    @classmethod
-    def from_json(cls, data: dict[str, Any]):
-        """Build the section from its JSON object (validated by the schema); unknown keys are dropped."""
-        keys = {cls.json_names.get(f.name, f.name): f.name for f in dataclasses.fields(cls)}
-        return cls(**{keys[k]: copy.deepcopy(v) for k, v in data.items() if k in keys})
+
+class Section(JsonSection):
+    """Base of the manifest's typed sections: JSON in and out, the keys named as in the file; keys the schema let
+    through but the section does not know are dropped."""
 
 
 @dataclass(kw_only=True)
@@ -46,7 +101,7 @@ class ModelSection(Section):
 
     name: str
     """What the user asked for: a hub id, a folder, or ``minilm``."""
-    source: str | None = field(default=None, metadata=_OMIT)
+    source: str | None = field(default=None, metadata=OMIT)
     """Where it was loaded from (the installed folder of a bundled alias)."""
     revision: str | None = None
     fingerprint: str
@@ -62,7 +117,7 @@ class ModelSection(Section):
     forward_dtype: str
     device: str
     """Where the forward ran (the input device of a split model)."""
-    placement: dict[str, int] | None = field(default=None, metadata=_OMIT)
+    placement: dict[str, int] | None = field(default=None, metadata=OMIT)
     """Modules per device when ``--device-map`` split the model (``{"cuda:0": 14, "disk": 3}``)."""
 
 
@@ -76,7 +131,7 @@ class TokenizerSection(Section):
     max_length: int
     pad_from: str | None = None
     """The special token padding was borrowed from, for a tokenizer without one (decoders)."""
-    padding_side: str | None = field(default=None, metadata=_OMIT)
+    padding_side: str | None = field(default=None, metadata=OMIT)
     stride: int | None = None
     """Overlap of the windows long texts were cut into (``--stride``); ``None``: truncated."""
 
@@ -89,7 +144,7 @@ class DatasetSection(Section):
     config: str | None = None
     fingerprint: str
     """Content hash of the rows read (text and labels)."""
-    columns: list[str] | None = field(default=None, metadata=_OMIT)
+    columns: list[str] | None = field(default=None, metadata=OMIT)
     text_columns: list[str]
     limit: int | None = None
     files: dict[str, str] | None = None
@@ -105,25 +160,25 @@ class StorageSection(Section):
     layers: list[int]
     """Indices of the kept states among the model's ``n_layers + 1`` (0 = embeddings)."""
     layer_names: list[str]
-    all_layer_names: list[str] | None = field(default=None, metadata=_OMIT)
+    all_layer_names: list[str] | None = field(default=None, metadata=OMIT)
     store: str
     """``tokens`` (every real token's states, and pooled vectors) or ``pooled``."""
     pooling: list[str]
     shard_bytes: int
-    final_norm: str | None = field(default=None, metadata=_OMIT)
-    mean_skip_first: bool | None = field(default=None, metadata=_OMIT)
+    final_norm: str | None = field(default=None, metadata=OMIT)
+    mean_skip_first: bool | None = field(default=None, metadata=OMIT)
     """Mean pooling left out each example's first token; absent in caches older than the option (false)."""
-    project: int | None = field(default=None, metadata=_OMIT)
+    project: int | None = field(default=None, metadata=OMIT)
     """K: every state stored as its coordinates in K principal directions (``--project K``,
     :mod:`layercache.store.projection`); absent: stored at the model's width."""
-    project_basis: str | None = field(default=None, metadata=_OMIT)
+    project_basis: str | None = field(default=None, metadata=OMIT)
     """How the ``--project K`` basis was fitted (``--project-basis``: ``pca`` or ``standardized``), written with
     ``project``; absent without a projection, and in caches older than the option (read as ``pca``)."""
-    pooled_dtype: str | None = field(default=None, metadata=_OMIT)
+    pooled_dtype: str | None = field(default=None, metadata=OMIT)
     """The on-disk dtype of the pooled vectors where it is not :attr:`dtype`: float16 beside int8 token states
     (:func:`~layercache.store.codecs.pooled_dtype_for`). Absent: :attr:`dtype` (and in caches written before it
     existed, an int8 cache's pooled vectors are int8 too)."""
-    compression: str | None = field(default=None, metadata=_OMIT)
+    compression: str | None = field(default=None, metadata=OMIT)
     """The lossless filter on every shard's state datasets (``--compression``, :mod:`layercache.store.compression`);
     recorded only when there is one, so absent (every cache written before the option) is ``none``."""
 
@@ -177,22 +232,22 @@ class ExtractionSection(Section):
     Everything here is optional in the file (older caches lack some of it).
     """
 
-    batch_tokens: int | None = field(default=None, metadata=_OMIT)
-    batch_size: int | None = field(default=None, metadata=_OMIT)
-    planner: str | None = field(default=None, metadata=_OMIT)
+    batch_tokens: int | None = field(default=None, metadata=OMIT)
+    batch_size: int | None = field(default=None, metadata=OMIT)
+    planner: str | None = field(default=None, metadata=OMIT)
     """The batch planner's name: a resume must cut the same batches."""
-    device: str | None = field(default=None, metadata=_OMIT)
-    forward_dtype: str | None = field(default=None, metadata=_OMIT)
-    storage_dtype_auto: str | None = field(default=None, metadata=_OMIT)
+    device: str | None = field(default=None, metadata=OMIT)
+    forward_dtype: str | None = field(default=None, metadata=OMIT)
+    storage_dtype_auto: str | None = field(default=None, metadata=OMIT)
     """Why ``--storage-dtype auto`` chose the stored dtype; absent when the user named one."""
-    fp16_overflow_by_split: dict[str, int] | None = field(default=None, metadata=_OMIT)
-    fp16_overflow: int | None = field(default=None, metadata=_OMIT)
+    fp16_overflow_by_split: dict[str, int] | None = field(default=None, metadata=OMIT)
+    fp16_overflow: int | None = field(default=None, metadata=OMIT)
     """State values clamped to ±65,504 over all splits."""
-    projection_variance: list[float] | None = field(default=None, metadata=_OMIT)
+    projection_variance: list[float] | None = field(default=None, metadata=OMIT)
     """Per kept state, the fraction of its variance the ``--project K`` directions keep (on the fitted sample)."""
-    projection_tokens: int | None = field(default=None, metadata=_OMIT)
+    projection_tokens: int | None = field(default=None, metadata=OMIT)
     """Tokens of the first split the projection was fitted on."""
-    quality: dict | None = field(default=None, metadata=_OMIT)
+    quality: dict | None = field(default=None, metadata=OMIT)
     """What the stored states cost in quality, measured after a lossy extraction on a labelled sample
     (:func:`layercache.planning.extract`): the choice, the sample, and per task the probes' (and the quick
     head's) loss in points against float32 states with its 95 % interval; absent when not measured."""

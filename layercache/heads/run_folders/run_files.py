@@ -24,11 +24,12 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterable, Mapping
-from dataclasses import Field, dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar
 
 from ...errors import ConfigError
+from ...store.sections import OMIT, JsonSection
 from .run_folder import CONFIG_FILE
 
 METRICS_FILE = "metrics.json"
@@ -55,58 +56,21 @@ def read_run_json(file: Path) -> Any:
                           "or train the head again.") from None
 
 
-OMIT = {"omit_if_none": True}
-"""Field metadata: the key is written only when set (runs written before it existed lack it)."""
-
-S = TypeVar("S", bound="RunSection")
-
-
 @dataclass(frozen=True)
-class RunSection:
-    """Base of a run file's typed sections: one field per key, in the order the file holds them (as the
-    manifest's sections, :mod:`layercache.store.sections`).
+class RunSection(JsonSection):
+    """Base of a run file's typed sections: one field per key, in the order the file holds them (a
+    :class:`~layercache.store.sections.JsonSection`, as the manifest's sections are).
 
     :meth:`to_json` writes each field under its key (:attr:`json_names` where the key differs from the
-    field): a field marked :data:`OMIT` only when it is set, a nested section as its own JSON, then any
-    key this version does not know (:attr:`extra`: a file edited by hand, or by a later version), as
-    read. :meth:`from_json` reads a file of any version back into the same fields, so a file written by
-    :meth:`to_json` reads back equal, and is written again byte for byte.
+    field): a field marked :data:`~layercache.store.sections.OMIT` only when it is set, a nested section as
+    its own JSON, then any key this version does not know (:attr:`extra`: a file edited by hand, or by a
+    later version), as read. :meth:`from_json` reads a file of any version back into the same fields, so a
+    file written by :meth:`to_json` reads back equal, and is written again byte for byte.
     """
 
-    json_names: ClassVar[dict[str, str]] = {}
-    """Field -> JSON key, where they differ."""
-    extra: dict = field(default_factory=dict, kw_only=True, repr=False)
+    keeps_unknown: ClassVar[bool] = True
+    extra: dict[str, Any] = field(default_factory=dict, kw_only=True, repr=False, metadata={"json": False})
     """Keys of the file this version does not know, as read; written after the known ones."""
-
-    @classmethod
-    def _keyed_fields(cls) -> dict[str, Field]:
-        """``{JSON key: field}`` of every field the file holds, in file order."""
-        return {cls.json_names.get(f.name, f.name): f for f in fields(cls)
-                if f.name != "extra" and f.metadata.get("json", True)}
-
-    @classmethod
-    def from_json(cls: type[S], data: Any) -> S:
-        """Read the section from its JSON object (anything but an object reads as an empty section; a missing
-        key as its field's default: older runs, or a file edited by hand). Values are kept as read."""
-        data = data if isinstance(data, Mapping) else {}
-        keyed = cls._keyed_fields()
-        known = {}
-        for key, value in data.items():
-            if key in keyed:
-                section = keyed[key].metadata.get("section")
-                known[keyed[key].name] = section.from_json(value) if section is not None else value
-        return cls(**known, extra={k: v for k, v in data.items() if k not in keyed})
-
-    def to_json(self) -> dict:
-        """The section as the file holds it: the keys this layercache writes, in its order, then :attr:`extra`."""
-        out = {}
-        for key, f in self._keyed_fields().items():
-            value = getattr(self, f.name)
-            if value is None and f.metadata.get("omit_if_none"):
-                continue
-            out[key] = value.to_json() if isinstance(value, RunSection) else value
-        out.update((k, v) for k, v in self.extra.items() if k not in out)
-        return out
 
 
 @dataclass(frozen=True)
