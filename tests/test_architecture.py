@@ -83,20 +83,37 @@ assert len(names) >= 10, names
     "from layercache.store.schema import STORE_MODES, POOLING_MODES, PROJECTION_BASES",
     "from layercache.report.report_options import ReportOptions",
     "import layercache.heads, layercache.report, layercache.store.codecs",
+    "from layercache.heads.mixers import mixer_names, mixer_spec_forms; mixer_names(); mixer_spec_forms()",
+    "from layercache.heads.head_options import NORMALIZATIONS, SCHEDULES, SOLVERS, DEFAULT_MIXER, TRAIN_SPLIT",
 ])
 def test_what_the_help_reads_of_the_library_loads_no_model_stack(statement):
-    # The storage dtypes with their widths, the options' declarations, the metric and source spellings: read by
-    # --help, so declared without torch (a codec names its torch dtype; torch loads when values are converted).
+    # The storage dtypes with their widths, the options' declarations, the metric and source spellings, the mixers'
+    # names and spec forms: read by --help, so declared without torch (a codec names its torch dtype; torch loads
+    # when values are converted; a mixer is declared by name in its registry, its module imported when it is built).
     assert loaded_after(statement, MODEL_STACKS) == []
 
 
 @pytest.mark.xfail(strict=True, reason=(
-    "the command line still reads defaults and choices from torch modules at import: cli/options.py "
-    "train_head_default (`from ..heads.workflow import train_head`, called by cli/heads.py --mixer and "
-    "--train-split) and sweep_default (`from ..heads import sweep`, called by cli/sweep.py); cli/choices.py "
-    "_mixers and _mixer_names (heads.mixers), _normalizations (heads.blocks.normalize), _schedules "
-    "(heads.training.trainer), _solvers (heads.training.fitting), _sweep_picks (heads.sweeps.sweep)"))
+    "the command line still reads the sweep's defaults and --pick choices from torch modules at import: "
+    "cli/options.py sweep_default (`from ..heads import sweep`, called by cli/sweep.py) and cli/choices.py "
+    "_sweep_picks (heads.sweeps.sweep)"))
 def test_the_command_lines_help_loads_no_model_stack():
     # `import layercache.cli` and every command's --help, in a fresh interpreter: no torch, transformers, h5py
     # or scikit-learn, so that --help and a refusal of bad input answer at once.
     assert loaded_after(EVERY_HELP, MODEL_STACKS) == []
+
+
+def test_a_mixer_class_cannot_contradict_what_the_registry_declares_of_it():
+    # --help lists the mixers from registry.DECLARED without importing them: a class that registers another spec
+    # form, or a mixer of a declared module left out of DECLARED, would make that list wrong, so it is refused.
+    from layercache.heads.mixers import MIXERS, LayerMixer, register_mixer
+
+    assert [MIXERS.spec_form(name) for name in MIXERS] == [cls.spec_form() for cls in MIXERS.values()]
+    moved = type("Scalar", (LayerMixer,), {"name": "scalar", "spec_argument": "<k>", "__module__": MIXERS[
+        "scalar"].__module__})
+    with pytest.raises(TypeError, match=r"'scalar' is declared as scalar in layercache.heads.mixers.scalar"):
+        register_mixer(moved)
+    stray = type("Stray", (LayerMixer,), {"name": "stray", "__module__": "layercache.heads.mixers.select"})
+    with pytest.raises(TypeError, match="declare it there too"):
+        register_mixer(stray)
+    assert "stray" not in MIXERS

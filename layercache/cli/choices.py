@@ -60,13 +60,13 @@ def _task_kinds() -> Sequence[str]:
 
 
 def _mixers() -> Sequence[str]:
-    from ..heads.mixers import mixer_spec_forms
+    from ..heads.mixers.registry import mixer_spec_forms
 
     return mixer_spec_forms()
 
 
 def _mixer_names() -> Sequence[str]:
-    from ..heads.mixers import mixer_names
+    from ..heads.mixers.registry import mixer_names
 
     return mixer_names()
 

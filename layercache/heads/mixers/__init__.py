@@ -26,54 +26,74 @@ Every mixer zeroes ``mixed`` at padded positions and never lets a padded token c
 one, whatever (finite) values the padding holds.
 """
 
-from layercache.heads.mixers.act import ACTMix
-from layercache.heads.mixers.adaptive import MATMUL_DTYPES, AdaptiveMix, sinusoidal_positions
-from layercache.heads.mixers.attention import AttentionMix
-from layercache.heads.mixers.base import (
-    LayerMixer,
-    MixOutput,
-    bare_layer_norm,
-    dequantized,
-    masked_mean,
-    mean_mask,
-    register_mixer,
-)
-from layercache.heads.mixers.gumbel import GumbelMix
-from layercache.heads.mixers.registry import (
-    MIXERS,
-    make_mixer,
-    mixer_from_config,
-    mixer_names,
-    mixer_spec_forms,
-    usage_labels,
-)
-from layercache.heads.mixers.scalar import ScalarMix
-from layercache.heads.mixers.select import LastLayer, SelectLayer
+from __future__ import annotations
 
-#: The name :func:`masked_mean` had when the mixers were one module.
-_masked_mean = masked_mean
+from typing import TYPE_CHECKING, Any
 
-__all__ = [
-    "MixOutput",
-    "dequantized",
-    "LayerMixer",
-    "SelectLayer",
-    "LastLayer",
-    "ScalarMix",
-    "AdaptiveMix",
-    "AttentionMix",
-    "GumbelMix",
-    "ACTMix",
-    "MIXERS",
-    "make_mixer",
-    "mixer_from_config",
-    "mixer_names",
-    "mixer_spec_forms",
-    "usage_labels",
-    "register_mixer",
-    "mean_mask",
-    "masked_mean",
-    "bare_layer_norm",
-    "sinusoidal_positions",
-    "MATMUL_DTYPES",
-]
+from layercache.core.lazy_exports import lazy_exports
+
+# public name -> the module that defines it, imported when first asked for: the registry (names, spec forms, building
+# one) loads no mixer module and no torch until a mixer is built
+_PUBLIC = {
+    "MixOutput": ".base",
+    "dequantized": ".base",
+    "LayerMixer": ".base",
+    "SelectLayer": ".select",
+    "LastLayer": ".select",
+    "ScalarMix": ".scalar",
+    "AdaptiveMix": ".adaptive",
+    "AttentionMix": ".attention",
+    "GumbelMix": ".gumbel",
+    "ACTMix": ".act",
+    "MIXERS": ".registry",
+    "make_mixer": ".registry",
+    "mixer_from_config": ".registry",
+    "mixer_names": ".registry",
+    "mixer_spec_forms": ".registry",
+    "usage_labels": ".registry",
+    "register_mixer": ".base",
+    "mean_mask": ".base",
+    "masked_mean": ".base",
+    "bare_layer_norm": ".base",
+    "sinusoidal_positions": ".adaptive",
+    "MATMUL_DTYPES": ".adaptive",
+}
+
+if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerly
+    from layercache.heads.mixers.act import ACTMix
+    from layercache.heads.mixers.adaptive import MATMUL_DTYPES, AdaptiveMix, sinusoidal_positions
+    from layercache.heads.mixers.attention import AttentionMix
+    from layercache.heads.mixers.base import (
+        LayerMixer,
+        MixOutput,
+        bare_layer_norm,
+        dequantized,
+        masked_mean,
+        mean_mask,
+        register_mixer,
+    )
+    from layercache.heads.mixers.gumbel import GumbelMix
+    from layercache.heads.mixers.registry import (
+        MIXERS,
+        make_mixer,
+        mixer_from_config,
+        mixer_names,
+        mixer_spec_forms,
+        usage_labels,
+    )
+    from layercache.heads.mixers.scalar import ScalarMix
+    from layercache.heads.mixers.select import LastLayer, SelectLayer
+
+_exported, __dir__ = lazy_exports(__name__, _PUBLIC)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "_masked_mean":  # the name masked_mean had when the mixers were one module
+        return _exported("masked_mean")
+    return _exported(name)
+
+
+__all__ = ["MixOutput", "dequantized", "LayerMixer", "SelectLayer", "LastLayer", "ScalarMix", "AdaptiveMix",
+           "AttentionMix", "GumbelMix", "ACTMix", "MIXERS", "make_mixer", "mixer_from_config", "mixer_names",
+           "mixer_spec_forms", "usage_labels", "register_mixer", "mean_mask", "masked_mean", "bare_layer_norm",
+           "sinusoidal_positions", "MATMUL_DTYPES"]

@@ -24,9 +24,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from layercache.core.registry import Registry
 from layercache.errors import ConfigError
 from layercache.heads.blocks.normalize import standardized
+from layercache.heads.mixers.registry import MIXERS, spec_form
 
 
 def dequantized(values: Tensor, scales: Tensor | None, dtype: torch.dtype) -> Tensor:
@@ -152,7 +152,7 @@ class LayerMixer(nn.Module):
     @classmethod
     def spec_form(cls) -> str:
         """How a spec for this mixer is written in lists of choices and messages: ``scalar``, ``layer:<i>``."""
-        return cls.name if cls.spec_argument is None else f"{cls.name}:{cls.spec_argument}"
+        return spec_form(cls.name, cls.spec_argument)
 
     @classmethod
     def spec_options(cls, spec: str, argument: str | None, options: dict) -> dict:
@@ -336,21 +336,13 @@ class LayerMixer(nn.Module):
 
 M = TypeVar("M", bound=type[LayerMixer])
 
-#: Mixer modules in the order their mixers are listed (choices, help, messages); a module not
-#: named here is listed after them.
-MODULE_ORDER = ("select", "scalar", "adaptive", "attention", "gumbel", "act")
-#: Modules of this package that hold no mixer.
-NOT_MIXERS = ("base", "registry")
-
-#: Every registered mixer class by name; :mod:`.registry` imports every module and orders them by module.
-MIXERS: Registry[type[LayerMixer]] = Registry("mixer", __package__, first=MODULE_ORDER, skip=NOT_MIXERS)
-
 
 def register_mixer(cls: M) -> M:
-    """Class decorator: list a :class:`LayerMixer` subclass in the registry under its ``name``.
+    """Class decorator: list a :class:`LayerMixer` subclass in the registry (:data:`~.registry.MIXERS`) under its
+    ``name``.
 
-    The registry imports every module of this package, so a new mixer is one new module whose
-    class carries this decorator.
+    The registry imports every module of this package that :data:`~.registry.DECLARED` does not name, so a new
+    mixer is one new module whose class carries this decorator (declaring it there lists it without an import).
     """
     if not (isinstance(cls, type) and issubclass(cls, LayerMixer)) or not cls.name:
         raise TypeError(f"only LayerMixer subclasses with a name can be registered, got {cls!r}")

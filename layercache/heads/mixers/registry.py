@@ -1,23 +1,129 @@
 """The registry of layer mixers: every mixer by name, and building one from a spec.
 
 Each mixer lives in its own module of this package and registers its class with
-:func:`~layercache.heads.mixers.base.register_mixer`; this module imports every module of the
-package, so adding a mixer is adding one file. :data:`MIXERS` lists them in the order of
-``base.MODULE_ORDER``, then any other module's in alphabetical order; the CLI takes its choices from
-:func:`mixer_names` and :func:`mixer_spec_forms`.
+:func:`~layercache.heads.mixers.base.register_mixer`. The mixers of this package are declared in :data:`DECLARED`
+(name -> its module and its spec's argument), so that their names and spec forms are read without importing a
+mixer module, nor torch: ``--help`` lists them. A declared mixer's module is imported when its class is first asked
+for (:func:`make_mixer` builds it); registering a class that contradicts its declaration is a ``TypeError``. A module
+of this package that declares nothing here is imported whenever the names are listed, so adding a mixer is still
+adding one file (declaring it keeps ``--help`` from importing it). :data:`MIXERS` lists the declared mixers in their
+order, then any other module's in alphabetical order; the CLI takes its choices from :func:`mixer_names` and
+:func:`mixer_spec_forms`.
+
+This module imports no torch.
 """
 
 from __future__ import annotations
 
+import importlib
 import inspect
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-from layercache.core.registry import Registry
+from layercache.core.registry import Registry, import_modules
 from layercache.errors import ConfigError
-from layercache.heads.mixers.base import MIXERS as _REGISTERED
-from layercache.heads.mixers.base import LayerMixer
 
-MIXERS: Registry[type[LayerMixer]] = _REGISTERED.load()
-"""Every mixer by name, in the order of ``base.MODULE_ORDER``, then any other module's alphabetically."""
+if TYPE_CHECKING:
+    from layercache.heads.mixers.base import LayerMixer
+
+
+@dataclass(frozen=True)
+class Declared:
+    """A mixer of this package as it is listed before its module is imported."""
+
+    module: str
+    """The module of this package that defines and registers it (``select``)."""
+    spec_argument: str | None = None
+    """Its :attr:`~layercache.heads.mixers.base.LayerMixer.spec_argument`: the placeholder of what its spec gives
+    after a colon (``<i>`` for ``layer:<i>``), None for a spec that is the name alone."""
+
+
+DECLARED: dict[str, Declared] = {
+    "last": Declared("select"),  # the baseline leads the list
+    "layer": Declared("select", "<i>"),
+    "scalar": Declared("scalar"),
+    "adaptive": Declared("adaptive"),
+    "attention": Declared("attention"),
+    "gumbel": Declared("gumbel"),
+    "act": Declared("act"),
+}
+"""The mixers of this package in the order they are listed (choices, help, messages, a sweep's candidates)."""
+NOT_MIXERS = ("base", "registry")
+"""Modules of this package that hold no mixer."""
+
+
+def spec_form(name: str, spec_argument: str | None) -> str:
+    """How a mixer's spec is written in lists of choices and messages: ``scalar``, ``layer:<i>``."""
+    return name if spec_argument is None else f"{name}:{spec_argument}"
+
+
+class MixerRegistry(Registry["type[LayerMixer]"]):
+    """Every mixer class by name (a mapping, in :data:`DECLARED`'s order, then any other module's alphabetically).
+
+    Listing the names (:meth:`names`, iterating, ``in``) and their spec forms (:meth:`spec_form`) imports no
+    declared mixer's module; reading a class (``MIXERS[name]``, ``values()``, ``items()``) imports its module.
+    """
+
+    def __init__(self, declared: Mapping[str, Declared]) -> None:
+        super().__init__("mixer", __name__.rpartition(".")[0],
+                         first=list(dict.fromkeys(d.module for d in declared.values())), skip=NOT_MIXERS)
+        self.declared = dict(declared)
+
+    def add(self, name: str, entry: Any) -> Any:
+        """List the class ``entry`` under ``name``; a ``TypeError`` if it contradicts the declaration of ``name``."""
+        known = self.declared.get(name)
+        if known is not None:
+            declared = (f"{self.package}.{known.module}", spec_form(name, known.spec_argument))
+            found = (entry.__module__, entry.spec_form())
+            if found != declared:
+                raise TypeError(f"the mixer {name!r} is declared as {declared[1]} in {declared[0]} "
+                                f"(registry.DECLARED), but {entry.__name__} is {found[1]} in {found[0]}")
+        elif entry.__module__ in {f"{self.package}.{module}" for module in self.first}:
+            raise TypeError(f"the mixer {name!r} ({entry.__name__}) is in {entry.__module__}, a module of "
+                            "registry.DECLARED: declare it there too, or the list of mixers would miss it")
+        return super().add(name, entry)
+
+    def names(self) -> list[str]:
+        """Every mixer's name, in order: the declared ones without importing their modules, then those any other
+        module of the package registers (imported now)."""
+        modules = [m.__name__ for m in import_modules(self.package, skip=(*self.first, *self.skip))]
+        rank = {name: i for i, name in enumerate(modules)}
+        others = [name for name in self._entries if name not in self.declared]
+        others.sort(key=lambda name: rank.get(getattr(self._entries[name], "__module__", ""), len(rank)))
+        return [*self.declared, *others]
+
+    def spec_form(self, name: str) -> str:
+        """How the spec of the mixer ``name`` is written (its declaration's, or its class's when undeclared)."""
+        known = self.declared.get(name)
+        if known is not None:
+            return spec_form(name, known.spec_argument)
+        return self[name].spec_form()
+
+    def __getitem__(self, name: str) -> type[LayerMixer]:
+        if name not in self._entries:
+            known = self.declared.get(name)
+            if known is not None:
+                importlib.import_module(f"{self.package}.{known.module}")  # registers it
+            else:
+                self.names()  # imports the modules that declare nothing here
+        return self._entries[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.names()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names())
+
+    def __len__(self) -> int:
+        return len(self.names())
+
+    def __repr__(self) -> str:
+        return f"Registry({self.kind!r}, {self.names()})"
+
+
+MIXERS: MixerRegistry = MixerRegistry(DECLARED)
+"""Every mixer by name, in :data:`DECLARED`'s order, then any other module's alphabetically."""
 
 
 def mixer_names() -> list[str]:
@@ -27,7 +133,7 @@ def mixer_names() -> list[str]:
 
 def mixer_spec_forms() -> list[str]:
     """How each mixer's spec is written, in registry order: ``last``, ``layer:<i>``, ``scalar`` ..."""
-    return [cls.spec_form() for cls in MIXERS.values()]
+    return [MIXERS.spec_form(name) for name in MIXERS.names()]
 
 
 def pooled_mixer_forms() -> list[str]:
@@ -50,7 +156,7 @@ def _spec_help() -> str:
     return ", ".join(mixer_spec_forms())
 
 
-def make_mixer(spec: str, n_states: int, dim: int, **options) -> LayerMixer:
+def make_mixer(spec: str, n_states: int, dim: int, **options: Any) -> LayerMixer:
     """Build the mixer named by ``spec`` for ``n_states`` cached states of width ``dim``.
 
     ``spec`` is a registry name (``last``, ``scalar``, ``adaptive``, ``attention``, ``gumbel``,
@@ -80,7 +186,7 @@ def make_mixer(spec: str, n_states: int, dim: int, **options) -> LayerMixer:
     return cls(n_states, dim, **options)
 
 
-def mixer_from_config(config: dict) -> LayerMixer:
+def mixer_from_config(config: dict[str, Any]) -> LayerMixer:
     """Rebuild a mixer (untrained) from :meth:`LayerMixer.get_config`; load its state dict next."""
     missing = {"spec", "n_states", "dim"} - set(config)
     if missing:
