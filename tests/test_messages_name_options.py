@@ -122,11 +122,12 @@ def _public_keywords() -> set[str]:
     from layercache.live.predict import predict_texts
     from layercache.live.verify import load_cache_backbone
     from layercache.planning.plan import plan_cache
+    from layercache.report.compare import CompareOptions
     from layercache.report.probing import build_probe_report, probe_report
 
     calls = (extract, plan_cache, DataSpec, StorageSpec, BatchSpec, load_backbone, use_threads, train_head,
              LayerHead, evaluate_run, sweep, train_head_live, verify_cache, load_cache_backbone, predict_texts,
-             probe_report, build_probe_report)
+             probe_report, build_probe_report, CompareOptions)
     return {name for call in calls for name in inspect.signature(call).parameters}
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from . import cache, live  # noqa: F401
 
 # isort: split
-from . import heads, plan, report, sweep  # noqa: F401
+from . import compare, heads, plan, report, sweep  # noqa: F401
 from .base import app, err_console, friendly, out_console
 from .parsing import parse_assignments, parse_size, parse_splits, split_list
 
