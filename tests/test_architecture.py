@@ -85,6 +85,7 @@ assert len(names) >= 10, names
     "import layercache.heads, layercache.report, layercache.store.codecs",
     "from layercache.heads.mixers import mixer_names, mixer_spec_forms; mixer_names(); mixer_spec_forms()",
     "from layercache.heads.head_options import NORMALIZATIONS, SCHEDULES, SOLVERS, DEFAULT_MIXER, TRAIN_SPLIT",
+    "from layercache.heads.sweeps.sweep_options import PICKS, SweepOptions",
 ])
 def test_what_the_help_reads_of_the_library_loads_no_model_stack(statement):
     # The storage dtypes with their widths, the options' declarations, the metric and source spellings, the mixers'
@@ -93,10 +94,6 @@ def test_what_the_help_reads_of_the_library_loads_no_model_stack(statement):
     assert loaded_after(statement, MODEL_STACKS) == []
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "the command line still reads the sweep's defaults and --pick choices from torch modules at import: "
-    "cli/options.py sweep_default (`from ..heads import sweep`, called by cli/sweep.py) and cli/choices.py "
-    "_sweep_picks (heads.sweeps.sweep)"))
 def test_the_command_lines_help_loads_no_model_stack():
     # `import layercache.cli` and every command's --help, in a fresh interpreter: no torch, transformers, h5py
     # or scikit-learn, so that --help and a refusal of bad input answer at once.

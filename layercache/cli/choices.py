@@ -102,7 +102,7 @@ def _sources() -> Sequence[str]:
 
 
 def _sweep_picks() -> Sequence[str]:
-    from ..heads.sweeps.sweep import PICKS
+    from ..heads.sweeps.sweep_options import PICKS
 
     return tuple(PICKS)
 

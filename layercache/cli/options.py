@@ -55,21 +55,7 @@ def allow_pickle_option():
     return typer.Option(False, "--allow-pickle", help=ALLOW_PICKLE_HELP)
 
 
-# --- training: train-head and sweep (the head's own settings are HeadOptions' fields) -------------------------------
-
-def sweep_default(name: str):
-    """The default of :func:`~layercache.heads.sweeps.sweep`'s keyword ``name``."""
-    from ..heads import sweep
-
-    return keyword_default(sweep, name)
-
-
-def keyword_default(function, name: str):
-    """The default of ``function``'s keyword ``name``, so that an option shows (and passes) the library's own."""
-    import inspect
-
-    return inspect.signature(function).parameters[name].default
-
+# --- training: train-head and sweep (the head's own settings are HeadOptions' fields, the sweep's SweepOptions') ------
 
 def train_split_option(default: str):
     """``--train-split``; ``default``: the training split of the call the command makes."""

@@ -3,36 +3,47 @@
 from __future__ import annotations
 
 import math
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Optional
 
 import typer
 from rich.console import Console
 
-from ..heads.head_options import HeadOptions
+from ..heads.head_options import TRAIN_SPLIT, HeadOptions
+from ..heads.sweeps.sweep_options import SweepOptions
 from ..report.tables import Column, print_fitted
 from . import base
 from .base import app, friendly
-from .choices import choice_help
 from .options import (
     cache_argument,
     memory_budget_option,
     overwrite_option,
     parse_memory_budget,
     quiet_option,
-    sweep_default,
     test_split_option,
     threads_option,
     train_split_option,
     val_split_option,
 )
 from .parsing import split_list
-from .spec_options import spec_options, takes_specs
+from .spec_options import field_option, spec_options, takes_specs
 from .threads import apply_threads
 
 SHARED = ("tasks", "metric", "class_weight", "epochs", "batch_size", "patience", "device")
 """The head's settings (:class:`~layercache.heads.head_options.HeadOptions`) ``sweep`` types and gives every candidate
 alike; the sweep chooses the others itself or leaves them at their defaults."""
+ALIASED = {"budget": "-b", "mixers": "-m"}
+"""The sweep's own settings (:class:`~layercache.heads.sweeps.sweep_options.SweepOptions`) typed with a one-letter
+alias too, which a spec's flag does not spell: typed as their own parameters (:func:`aliased_option`), the others
+through the spec."""
+
+
+def aliased_option(name: str):
+    """The option of the ``SweepOptions`` field ``name`` (its flag, help and default), answering to its alias too."""
+    option = field_option(SweepOptions, name, "sweep")
+    option.param_decls = (*option.param_decls, ALIASED[name])
+    return option
 
 
 @app.command("sweep")
@@ -40,39 +51,17 @@ alike; the sweep chooses the others itself or leaves them at their defaults."""
 @takes_specs("sweep")
 def sweep(
     cache: Optional[Path] = cache_argument(),
-    budget: str = typer.Option(
-        sweep_default("budget"), "--budget", "-b", help="Wall time for the whole sweep: 300s, 5m, 1h30m or plain "
-        "seconds. Candidates whose estimated cost no longer fits are not started."),
+    budget: str = aliased_option("budget"),
     out: Optional[Path] = typer.Option(
         None, "--out", "-o", help="Sweep folder: sweep.json and the winner's run folder best/.",
         show_default="a new <cache>.runs/sweep-<n> beside the cache"),
-    mixer: Optional[list[str]] = typer.Option(
-        None, "--mixer", "-m", help=choice_help(
-            "sweep", "--mixer", "Mixers to try (repeatable); layer is every single state.")),
-    grid: bool = typer.Option(
-        sweep_default("grid"), "--grid/--no-grid", help="Also try learning rates, widths and temperatures around each "
-        "mixer's defaults."),
-    seeds: int = typer.Option(
-        sweep_default("seeds"), "--seeds", help="Runs per candidate (a deterministic convex fit runs once)."),
-    seed: int = typer.Option(
-        sweep_default("seed"), "--seed", help="First seed; also seeds the validation slice when the cache has no "
-        "validation split."),
-    pick: str = typer.Option(sweep_default("pick"), "--pick", help=choice_help(
-        "sweep", "--pick", "What best/ keeps of the winner.",
-        "seeds: its seeds' runs averaged (a seed ensemble, steadier than any one seed); best-seed: its run with the "
-        "best validation score.")),
-    confidence: float = typer.Option(
-        sweep_default("confidence"), "--confidence", help="Share of paired bootstrap resamples of the validation "
-        "rows in which a grid variant must beat its mixer's default to be kept instead of it; 0 keeps whichever "
-        "candidate leads."),
-    ensemble: int = typer.Option(
-        sweep_default("ensemble"), "--ensemble", help="Also average the top K candidates (each as --pick keeps it) as "
-        "one head, written as ensemble/ beside best/; 0 = none."),
+    mixer: Optional[list[str]] = aliased_option("mixers"),
+    options: SweepOptions = spec_options(SweepOptions, skip=tuple(ALIASED)),
     head: HeadOptions = spec_options(
         HeadOptions, only=SHARED, epochs={"help": "Most epochs per run (early stopping may end sooner)."},
         metric={"help": "Validation metric that ranks the candidates (and selects each run's epoch).",
                 "after": "NAME for every task, or TASK=NAME per task (repeatable)."}),
-    train_split: str = train_split_option(sweep_default("split")),
+    train_split: str = train_split_option(TRAIN_SPLIT),
     val_split: Optional[str] = val_split_option(" (ranks the candidates)"),
     test_split: Optional[str] = test_split_option(),
     overwrite: bool = overwrite_option("sweep folder"),
@@ -88,11 +77,10 @@ def sweep(
     seconds = parse_duration(budget, "--budget")  # refused before the cache is opened
     memory = parse_memory_budget(memory_budget)
     shared = {name: getattr(head, name) for name in SHARED if name != "tasks"}  # every candidate's
+    own = replace(options, budget=seconds, mixers=split_list(mixer) or None)
     result = run_sweep(
-        cache, out=out, tasks=head.tasks, budget=seconds, seeds=seeds, seed=seed, pick=pick,
-        ensemble=ensemble, confidence=confidence,
-        mixers=split_list(mixer) or None, grid=grid, split=train_split, val_split=val_split, test_split=test_split,
-        overwrite=overwrite, progress=not quiet, memory_budget=memory, **shared)
+        cache, out=out, tasks=head.tasks, **asdict(own), split=train_split, val_split=val_split,
+        test_split=test_split, overwrite=overwrite, progress=not quiet, memory_budget=memory, **shared)
     render_leaderboard(result, base.out_console)
     base.out_console.print(f"Best run written: [bold]{result.best}[/]; leaderboard: {result.out / 'sweep.json'}",
                            soft_wrap=True)

@@ -279,6 +279,64 @@ def test_the_readme_s_train_head_table_names_every_option_with_its_keyword_and_d
             assert keyword == f"`{spec_field.name}`" and default == f"`{field_default(spec_field)!r}`", spec_field.name
 
 
+# --- the sweep's own settings: SweepOptions makes sweep's options and sweep()'s defaults ----------------------------
+
+def test_sweep_s_keywords_default_to_sweep_options_fields():
+    from layercache.heads.sweeps.sweep import sweep as library_sweep
+    from layercache.heads.sweeps.sweep_options import SweepOptions
+
+    parameters = inspect.signature(library_sweep).parameters
+    for spec_field in spec_fields(SweepOptions):
+        assert parameters[spec_field.name].default == field_default(spec_field), spec_field.name
+
+
+def test_every_sweep_option_is_an_option_of_sweep_with_its_default():
+    from layercache.heads.sweeps.sweep_options import SweepOptions
+
+    flags = _command_flags("sweep")
+    for spec_field in spec_fields(SweepOptions):
+        spec_flag = field_flag(spec_field)
+        assert spec_flag is not None and flags[spec_flag.spelling].default == field_default(spec_field), spec_field
+
+
+def test_untyped_and_typed_sweep_options_reach_sweep_s_keywords(monkeypatch):
+    from dataclasses import asdict
+
+    from layercache.heads.sweeps.sweep_options import SweepOptions
+
+    seen = _recorded(monkeypatch, "layercache.heads.sweeps.sweep.sweep")
+    invoke("sweep", "somewhere")
+    expected = asdict(SweepOptions()) | {"budget": 300.0}  # the budget typed 5m, read as seconds
+    assert {k: seen[k] for k in expected} == expected
+    seen.clear()
+    invoke("sweep", "somewhere", "-b", "90s", "-m", "last,scalar", "--no-grid", "--seeds", "2", "--seed", "4",
+           "--pick", "best-seed", "--confidence", "0.5", "--ensemble", "2")
+    assert {k: seen[k] for k in expected} == {"budget": 90.0, "mixers": ["last", "scalar"], "grid": False, "seeds": 2,
+                                              "seed": 4, "pick": "best-seed", "confidence": 0.5, "ensemble": 2}
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--confidence", "1.5"), "--confidence is a share of resamples from 0 (keep the leader) to under 1, got 1.5."),
+    (("--ensemble", "-1"), "--ensemble is the number of top candidates to combine (0 for none), got -1."),
+])
+def test_a_sweep_setting_out_of_range_is_refused_naming_its_flag_before_the_cache_is_opened(args, message):
+    from cli_support import assert_refused
+
+    assert_refused(invoke("sweep", "no/such/cache", *args), message)
+
+
+def test_the_library_sweep_refuses_a_setting_out_of_range_naming_its_keyword():
+    from layercache.errors import ConfigError
+    from layercache.heads.sweeps.sweep import sweep as library_sweep
+
+    with pytest.raises(ConfigError, match=r"^ensemble is the number of top candidates to combine \(0 for none\), "
+                                          r"got True\.$"):
+        library_sweep("no/such/cache", ensemble=True)
+    with pytest.raises(ConfigError, match=r"^confidence is a share of resamples from 0 \(keep the leader\) to "
+                                          r"under 1, got 1\.$"):
+        library_sweep("no/such/cache", confidence=1)
+
+
 def test_the_head_s_mixer_and_training_split_are_declared_once():
     from layercache.heads import LayerHead
     from layercache.heads.head_options import DEFAULT_MIXER, TRAIN_SPLIT

@@ -20,16 +20,12 @@ from ..scoring.bootstrap import RESAMPLES, paired_bootstrap
 from ..scoring.evaluation import PassResult
 from ..scoring.evaluation import score as score_predictions
 from ..workflow import write_trained_run
-from .records import VARIANT_CONFIDENCE, CandidateResult
+from .records import CandidateResult
+from .sweep_options import DEFAULT_PICK, VARIANT_CONFIDENCE
+from .sweep_options import PICKS as PICKS  # declared with the sweep's options (no torch there)
 
 EVAL_BATCH = 128
 """Examples per batch when scoring the test split (no gradients: larger batches are cheaper)."""
-PICKS = {
-    "seeds": "the winner's seeds averaged, a seed ensemble (one run when it had one seed or the convex fit)",
-    "best-seed": "the winner's one run with the best validation score",
-}
-"""What the sweep keeps of its winner as ``best/``, by name (``--pick``)."""
-DEFAULT_PICK = "seeds"
 
 
 @dataclass

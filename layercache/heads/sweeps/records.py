@@ -16,10 +16,7 @@ from ...core.confine import OwnedFolder
 from ...core.files import write_text_atomic
 from ...errors import ConfigError
 from ..run_folders.run_folder import SWEEP_FILE, unwritable_folder
-
-VARIANT_CONFIDENCE = 0.95
-"""A grid variant is kept over its mixer's default only when it scores above the default in at least this
-share of paired bootstrap resamples of the validation rows (see :mod:`.sweep`)."""
+from .sweep_options import VARIANT_CONFIDENCE as VARIANT_CONFIDENCE  # declared with the sweep's options
 
 
 @dataclass

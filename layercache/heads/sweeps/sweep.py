@@ -65,23 +65,22 @@ from ...store.reader import TEST_NAMES, LayerCache, using_cache
 from ..data.finite import DivergedError, check_split_stats
 from ..data.source import resolve_tasks
 from ..estimator import LayerHead
-from ..head_options import HeadOptions
+from ..head_options import TRAIN_SPLIT, HeadOptions
 from ..run_folders.run_folder import BEST_RUN, SWEEP_FILE
 from ..scoring.evaluation import evaluate
 from ..training.checkpoint import CheckpointFolder
 from ..workflow import check_run_folder, checkpoints_root, claim_run_folder
 from .budget import Costs
 from .candidates import LR_FACTORS, Candidate, candidate_grid
-from .ranking import DEFAULT_PICK, EVAL_BATCH, PICKS, Leaderboard, SeedRun
-from .records import VARIANT_CONFIDENCE, CandidateResult, SweepResult
+from .ranking import EVAL_BATCH, Leaderboard, SeedRun
+from .records import CandidateResult, SweepResult
+from .sweep_options import DEFAULT_BUDGET, DEFAULT_PICK, DEFAULT_SEEDS, PICKS, VARIANT_CONFIDENCE, SweepOptions
 
 __all__ = ["sweep", "Candidate", "candidate_grid", "CandidateResult", "SweepResult", "LR_FACTORS", "PICKS",
-           "DEFAULT_PICK", "VARIANT_CONFIDENCE", "EVAL_BATCH", "DEFAULT_BUDGET", "DEFAULT_SEEDS", "CHOSEN"]
+           "DEFAULT_PICK", "VARIANT_CONFIDENCE", "EVAL_BATCH", "DEFAULT_BUDGET", "DEFAULT_SEEDS", "CHOSEN",
+           "SweepOptions"]
 
-DEFAULT_BUDGET = "5m"
-"""The sweep's time budget unless told otherwise."""
-DEFAULT_SEEDS = 3
-"""Seeds per candidate (a deterministic convex fit runs once)."""
+_S = SweepOptions()  # the sweep's own settings as left out: their types, defaults and rules are declared there
 RESERVE_SHARE, RESERVE_MIN_S = 0.01, 0.5
 """The share of the budget (and its least seconds) kept back for the end of the sweep."""
 #: LayerHead settings the sweep chooses itself, refused among ``**params``.
@@ -91,12 +90,12 @@ CHOSEN = ("mixer", "mixer_options", "lr", "seed", "seeds", "val_seed", "progress
 # --- the sweep ---------------------------------------------------------------------------------
 @computes
 def sweep(cache: str | os.PathLike | LayerCache | None = None, *, out: str | os.PathLike | None = None,
-          tasks: str | list[str] | None = None, budget: str | float | None = DEFAULT_BUDGET,
-          seeds: int | Sequence[int] = DEFAULT_SEEDS, seed: int = 0, pick: str = DEFAULT_PICK, ensemble: int = 0,
-          confidence: float = VARIANT_CONFIDENCE,
-          mixers: Sequence[str] | None = None, grid: bool = True, candidates: Sequence[Candidate | str] | None = None,
-          split: str = "train", val_split: str | None = None, test_split: str | None = None, overwrite: bool = False,
-          progress: bool = True, memory_budget: int | None = None, **params) -> SweepResult:
+          tasks: str | list[str] | None = None, budget: str | float | None = _S.budget,
+          seeds: int | Sequence[int] = _S.seeds, seed: int = _S.seed, pick: str = _S.pick, ensemble: int = _S.ensemble,
+          confidence: float = _S.confidence, mixers: Sequence[str] | None = _S.mixers, grid: bool = _S.grid,
+          candidates: Sequence[Candidate | str] | None = None, split: str = TRAIN_SPLIT, val_split: str | None = None,
+          test_split: str | None = None, overwrite: bool = False, progress: bool = True,
+          memory_budget: int | None = None, **params) -> SweepResult:
     """Train candidate heads on a cache inside ``budget``, keep the validation winner as ``out/best``.
 
     Args:
@@ -133,11 +132,8 @@ def sweep(cache: str | os.PathLike | LayerCache | None = None, *, out: str | os.
     check_options(HeadOptions, params)  # every candidate's settings, refused before the cache is opened
     if pick not in PICKS:
         raise ConfigError(f"Unknown pick {pick!r}; choose one of {', '.join(PICKS)}.")
-    if isinstance(ensemble, bool) or not isinstance(ensemble, int) or ensemble < 0:
-        raise ConfigError(f"ensemble is the number of top candidates to combine (0 for none), got {ensemble!r}.")
-    if isinstance(confidence, bool) or not isinstance(confidence, (int, float)) or not 0 <= confidence < 1:
-        raise ConfigError(f"confidence is a share of resamples from 0 (keep the leader) to under 1, got "
-                          f"{confidence!r}; the default is {VARIANT_CONFIDENCE}.")
+    check_options(SweepOptions, {"budget": budget, "mixers": mixers, "grid": grid, "seeds": seeds, "seed": seed,
+                                 "pick": pick, "confidence": confidence, "ensemble": ensemble})  # the sweep's own rules
     seed_list = _seed_list(seeds, seed)
     with memory_limit(memory_budget), using_cache(cache) as handle:
         head_tasks = resolve_tasks(handle, tasks)
