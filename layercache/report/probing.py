@@ -125,7 +125,7 @@ def build_probe_report(cache: LayerCache, *, tasks: Sequence[str] | None = None,
     with timer("runs"):
         report.runs = [_run_summary(run) for run in run_paths]
     _add_token_depth(report, cache, eval_split, act_run, run_paths, step, timer)
-    _add_lenses(report, cache, eval_split, replace(lens, seed=seed) if tuned_lens else None, step, timer)
+    _add_lenses(report, cache, eval_split, replace(lens, seed=seed) if tuned_lens else None, max_train, step, timer)
     return report.clean()
 
 
@@ -229,10 +229,11 @@ def _add_token_depth(report: ProbeReport, cache: LayerCache, eval_split: str | N
 
 
 def _add_lenses(report: ProbeReport, cache: LayerCache, eval_split: str | None, lens: LensOptions | None,
-                step: Step, timer: Timer) -> None:
+                max_train: int | None, step: Step, timer: Timer) -> None:
     """For a decoder cache with lens weights: the logit lens per layer (``logit_lens``) and, with ``lens`` (seeded by
     the report's seed), a tuned lens and the linear shortcut fitted on the train split and scored beside it
-    (``lenses``)."""
+    (``lenses``): on the tokens of a seeded sample of at most ``max_train`` examples, as the probes are, unless the
+    lens is given its own ``max_tokens``."""
     if cache.manifest.model.kind != "decoder" or not cache.stores_tokens:
         return
     from ..depth.tuned_lens import LENS_NAMES, TunedLens, score_fitted
@@ -245,17 +246,23 @@ def _add_lenses(report: ProbeReport, cache: LayerCache, eval_split: str | None, 
         if why_not:
             report.notes.append(f"No tuned lens: {why_not}")
         else:
+            n_train = cache.num_examples("train")
+            rows = None
+            if lens.max_tokens is None and max_train is not None and n_train > max_train:  # the probes' sample size
+                rows = np.sort(np.random.default_rng(lens.seed).choice(n_train, max_train, replace=False))
             for objective in ("kl", "least_squares"):
                 name = LENS_NAMES[objective]
                 step(f"{name} lens: fitting on train")
                 with timer(f"{name} lens (fit)"):
                     try:
                         settings = {**vars(lens), "objective": objective, "progress": False}
-                        fitted.append(TunedLens(**settings).fit(cache, "train"))
+                        fitted.append(TunedLens(**settings).fit(cache, "train", rows=rows))
                     except CacheError as err:  # an older cache without its final norm and unembedding, say
                         report.notes.append(f"No tuned lens: {err}")
                         break
-                fits[name] = {"objective": objective, "train_split": "train", "train_tokens": fitted[-1].n_tokens_,
+                fits[name] = {"objective": objective, "train_split": "train",
+                              "train_examples": n_train if rows is None else len(rows),
+                              "train_tokens": fitted[-1].n_tokens_,
                               "loss_history": getattr(fitted[-1], "history_", None),
                               "settings": {k: v for k, v in settings.items() if k not in ("progress", "layers")}}
     step("logit lens" if not fitted else "lenses: scoring")

@@ -127,3 +127,20 @@ def test_tuned_lens_keywords_are_lens_options_fields_in_order_with_their_default
     assert [p.name for p in keywords] == [f.name for f in spec_fields(LensOptions)]
     assert all(p.default == field_default(f) for p, f in zip(keywords, spec_fields(LensOptions)))
     assert TunedLens().get_params() == asdict(LensOptions())
+
+
+def test_the_written_out_kl_gradient_is_autograds():
+    import torch.nn.functional as F
+
+    from layercache.depth.tuned_lens import _kl_backward
+
+    torch.manual_seed(0)
+    final_logp = F.log_softmax(torch.randn(5, 11) * 3, -1)
+    final_p = final_logp.exp()
+    a = torch.randn(5, 11, requires_grad=True)
+    b = a.detach().clone().requires_grad_()
+    expected = F.kl_div(F.log_softmax(a, -1), final_logp, reduction="batchmean", log_target=True)
+    expected.backward()
+    loss = _kl_backward(b, final_p, float(torch.special.xlogy(final_p, final_p).sum()))
+    assert loss == pytest.approx(float(expected.detach()), rel=1e-5)
+    torch.testing.assert_close(b.grad, a.grad, rtol=1e-5, atol=1e-7)
