@@ -58,7 +58,7 @@ def predict_places(runs: Sequence[str | os.PathLike], backbone: str | None = Non
         config = RunConfig.peek(run)
         if config is None:
             continue
-        cache = config.training_data.get("cache")
+        cache = config.data.cache if config.data is not None else None
         if isinstance(cache, str) and cache:
             places.append(_place(cache, f"the cache folder {cache} the run {run} was trained on"))
         if not backbone and isinstance(config.cache.model, str) and config.cache.model:

@@ -23,6 +23,7 @@ from layercache.heads.run_folders.run_files import (
     reported_metric,
     run_belongs_to,
 )
+from layercache.heads.run_folders.run_sections import FitRecord, SelectionRecord, TrainingData
 from layercache.heads.workflow import read_run
 
 CACHE = {"model": "tiny", "model_fingerprint": "fp", "tokenizer_fingerprint": "tfp", "hidden_size": 8,
@@ -140,6 +141,11 @@ def test_a_trained_runs_files_read_back_and_are_written_again_byte_for_byte(cach
                   "layer_names", "storage_dtype", "config_hash", "max_length", "stride"]
     assert list(files.config.cache.to_json()) == cache_keys
     assert files.config.cache == result.head.cache_info_ and files.config.cache.records_text_settings
+    # every key the head records in data, fit and selection is a field of its section (none left to extra)
+    nested = (files.config.data, files.config.fit, files.config.selection, files.metrics.data, files.metrics.fit,
+              files.metrics.selection_record)
+    assert all(section is not None and section.extra == {} for section in nested)
+    assert files.config.data == files.metrics.data and files.config.data.to_json() == result.head.data_
 
 
 #: A run as the first versions wrote it: no selection, fit or data in the config, no text settings in its cache,
@@ -181,3 +187,70 @@ def test_a_projected_runs_cache_and_unknown_keys_are_kept():
     weights = LayerWeights(layer_names=["a", "b"], mixer_weights={"shared": [0.5, 0.5], "gate": None})
     assert weights.to_json() == {"layer_names": ["a", "b"], "mixers": {"shared": [0.5, 0.5], "gate": None}, "usage": {}}
     assert weights.mixers == {"shared": [0.5, 0.5]} and LayerWeights.from_json(weights.to_json()) == weights
+
+
+# --- issue 39, part 3: the objects nested in a run's files are sections too ---------------------------------------
+#: A seed ensemble's config as LayerHead.save writes it: data, fit and selection with every key a run may hold.
+NESTED_CONFIG = {  # the keys in the order LayerHead.save writes them
+    "params": {"mixer": "scalar"}, "model": {}, "layer_names": ["a", "b"], "source": "pooled:mean",
+    "cache": RecordedCache.from_json(CACHE).to_json(),
+    "data": {"cache": "/caches/c", "train_split": "train", "validation": "validation", "n_train": 120,
+             "n_validation": 40, "normalize": "none", "mean_skip_first": False, "source_note": "read pooled",
+             "trained": "live", "live": {"backbone": "tiny", "forward_seconds": 0.5}, "members": ["seed 0", "seed 1"],
+             "seeds": [0, 1]},
+    "train": {"epochs": 2},
+    "selection": {"metric": {"topic": "mcc"}, "reason": {"topic": "asked"}, "score": "mcc",
+                  "weights": {"topic": 1.0}},
+    "fit": {"solver": "adamw", "members": ["seed 0", "seed 1"], "combine": "mean of class probabilities",
+            "seeds": [0, 1]},
+}
+CONVEX_FIT = {"solver": "lbfgs", "method": {"topic": "lbfgs"}, "C": {"topic": 0.1}, "C_grid": [0.1, 1.0]}
+NESTED_METRICS = {"mixer": "last", "normalize": "none", "fit": CONVEX_FIT, "train_seconds": 1.5,
+                  "data": NESTED_CONFIG["data"], "selection": METRICS["selection"], "warnings": [],
+                  "validation": METRICS["validation"], "history": {"epochs": []}, "test_split": "test",
+                  "test": METRICS["test"]}  # in the order write_trained_run writes them
+
+
+def test_nested_sections_read_back_equal_and_are_written_again_byte_for_byte(tmp_path):
+    run = _run(tmp_path / "run", config=NESTED_CONFIG, metrics=NESTED_METRICS)
+    files = RunFiles.read(run)
+    config = files.config
+    assert isinstance(config.data, TrainingData) and isinstance(config.fit, FitRecord)
+    assert isinstance(config.selection, SelectionRecord)
+    assert (config.data.validation, config.data.n_train, config.data.seeds) == ("validation", 120, [0, 1])
+    assert config.data.live == {"backbone": "tiny", "forward_seconds": 0.5} and config.data.trained == "live"
+    assert (config.fit.solver, config.fit.members, config.fit.c) == ("adamw", ["seed 0", "seed 1"], None)
+    assert config.selection.metric == {"topic": "mcc"} and config.selection.weights == {"topic": 1.0}
+    metrics = files.metrics
+    assert (metrics.fit.c, metrics.fit.c_grid, metrics.fit.method) == ({"topic": 0.1}, [0.1, 1.0], {"topic": "lbfgs"})
+    assert metrics.validated_on == "validation" and metrics.selection == {"topic": "mcc", "scope": "macro_f1"}
+    for name, section in (("config", config), ("metrics", metrics)):
+        assert _written(section.to_json()) == (run / f"{name}.json").read_text(), name
+        assert type(section).from_json(section.to_json()) == section
+    # What LayerHead.load and the command line read: the same objects as before they were typed.
+    assert config.training_data == NESTED_CONFIG["data"] and config.fitted_by == NESTED_CONFIG["fit"]
+    assert read_run(run)["config"] == NESTED_CONFIG
+    # The writers hand the head's plain objects (LayerHead.run_config, write_trained_run): the same section.
+    built = RunConfig(params={"mixer": "scalar"}, model={}, layer_names=["a", "b"], source="pooled:mean",
+                      cache=RecordedCache.from_json(CACHE), data=NESTED_CONFIG["data"], train={"epochs": 2},
+                      selection=NESTED_CONFIG["selection"], fit=NESTED_CONFIG["fit"])
+    assert built == config and _written(built.to_json()) == (run / "config.json").read_text()
+
+
+def test_older_runs_without_nested_keys_still_read():
+    """Runs written before a nested key existed (no normalize in data, no weights in selection, no fit at all) read
+    with those fields None, and are written back as they were; a value that is not an object is kept as read."""
+    older = {**{k: v for k, v in OLD_CONFIG.items() if k != "train"},
+             "data": {"cache": "/c", "train_split": "train", "validation": "validation", "n_train": 3,
+                      "n_validation": 2},
+             "train": OLD_CONFIG["train"], "selection": {"metric": {"topic": "accuracy"}}}
+    config = RunConfig.from_json(older)
+    assert config.data.normalize is None and config.data.mean_skip_first is None and config.data.n_train == 3
+    assert config.selection.weights is None and config.selection.reason is None and config.fit is None
+    assert config.fitted_by == {"solver": "adamw"} and config.training_data == older["data"]
+    assert _written(config.to_json()) == _written(older)
+    metrics = RunMetrics.from_json({**OLD_METRICS, "selection": {"metric": {"topic": "accuracy"}}})
+    assert metrics.fit is None and metrics.selection == {"topic": "accuracy"} and metrics.data.n_train is None
+    assert RunMetrics.from_json({"data": None}).data is None and RunMetrics.from_json({}).validated_on is None
+    edited = RunConfig.from_json({**older, "fit": "adamw"})
+    assert edited.fit is None and edited.extra == {"fit": "adamw"} and edited.to_json()["fit"] == "adamw"

@@ -173,6 +173,10 @@ DAMAGES = {
                              "'layer_names' is a str", "damaged"),
     "states count": (lambda run: _edit_config(run, lambda c: {**c, "layer_names": c["layer_names"][:-1]}),
                      "names 2 states", "damaged"),
+    "selection a string": (lambda run: _edit_config(run, lambda c: {**c, "selection": "accuracy"}),
+                           "'selection' is not an object", "damaged"),
+    "fit a list": (lambda run: _edit_config(run, lambda c: {**c, "fit": ["adamw"]}), "'fit' is not an object",
+                   "damaged"),
 }
 
 

@@ -3,7 +3,7 @@ drop keys they do not know (the schema validated them), a run file's keep them, 
 
 from __future__ import annotations
 
-from layercache.heads.run_folders.run_files import RunSection
+from layercache.heads.run_folders.run_sections import RunSection
 from layercache.store.sections import JsonSection, ModelSection, Section, TokenizerSection
 
 MODEL = {"name": "tiny", "revision": None, "fingerprint": "fp", "architecture": "BertModel", "model_type": "bert",

@@ -29,8 +29,9 @@ from ...core.tasks import TASK_KINDS, LabelTask
 from ...errors import ConfigError
 from ...store.feature_source import parse_source
 from ..scoring.selection import SELECTION_METRICS
-from .run_files import RunConfig, RunSection, load_json
+from .run_files import RunConfig, load_json
 from .run_folder import CONFIG_FILE, WEIGHTS_FILE, RunFolder, StagedRun
+from .run_sections import RunSection
 
 
 def write_run(path: str | os.PathLike | StagedRun, state: dict[str, Tensor], config: RunConfig,
@@ -99,6 +100,9 @@ def read_run_config(config_file: Path) -> RunConfig:
         raise damaged(config_file, "its 'cache.hidden_size' is not an integer")
     if not isinstance(config.get("data", {}), dict):
         raise damaged(config_file, "its 'data' is not an object")
+    for key in ("selection", "fit"):  # absent or null: a run saved before they were recorded
+        if config.get(key) is not None and not isinstance(config[key], dict):
+            raise damaged(config_file, f"its {key!r} is not an object")
     _check_tasks(config_file, config["model"], config["source"], config.get("selection"))
     return RunConfig.from_json(config)
 

@@ -9,12 +9,16 @@ keys::
     files.layer_weights.mixers             # {mixer key: weight per state}
     RunConfig.peek(run).cache.matches(m)   # trained on the cache whose manifest is m?
 
-Each file is one section (:class:`RunSection`): a field per key, in the file's order, written back by
-:meth:`~RunSection.to_json` with exactly the keys the file holds, so its one writer (``LayerHead.save``
-for the config, :func:`~..workflow.write_trained_run` for the metrics and layer weights) builds the
-section and writes what ``to_json`` gives: the same bytes as ever. A key older runs lack reads as None
-and is not written back, so every run folder written before still loads, and reads back as it is. A
-file a run does not have reads as an empty section.
+Each file is one section (:class:`~.run_sections.RunSection`): a field per key, in the file's order, written back
+by :meth:`~.run_sections.RunSection.to_json` with exactly the keys the file holds, so its one writer
+(``LayerHead.save`` for the config, :func:`~..workflow.write_trained_run` for the metrics and layer weights)
+builds the section and writes what ``to_json`` gives: the same bytes as ever. A key older runs lack reads as
+None and is not written back, so every run folder written before still loads, and reads back as it is. A
+file a run does not have reads as an empty section. The objects nested in them are sections too: the cache
+(:class:`RecordedCache`), what the head was trained on, how it was fitted and how it chose its epoch
+(:mod:`.run_sections`); the estimator's parameters, the model's config, the training settings and the history
+stay the objects their own classes read and write (``LayerHead``, ``HeadModel.from_config``, ``TrainConfig``,
+``TrainHistory``).
 Finding a cache's runs (:func:`find_runs`) and checking which cache a run came from
 (:func:`run_belongs_to`) live here too.
 """
@@ -29,8 +33,9 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from ...errors import ConfigError
-from ...store.sections import OMIT, JsonSection
+from ...store.sections import OMIT
 from .run_folder import CONFIG_FILE
+from .run_sections import FitRecord, RunSection, SelectionRecord, TrainingData, nested
 
 METRICS_FILE = "metrics.json"
 LAYER_WEIGHTS_FILE = "layer_weights.json"
@@ -54,23 +59,6 @@ def read_run_json(file: Path) -> Any:
     except (OSError, ValueError) as err:
         raise ConfigError(f"The run file {file} is not readable JSON ({err}); it is damaged: restore it "
                           "or train the head again.") from None
-
-
-@dataclass(frozen=True)
-class RunSection(JsonSection):
-    """Base of a run file's typed sections: one field per key, in the order the file holds them (a
-    :class:`~layercache.store.sections.JsonSection`, as the manifest's sections are).
-
-    :meth:`to_json` writes each field under its key (:attr:`json_names` where the key differs from the
-    field): a field marked :data:`~layercache.store.sections.OMIT` only when it is set, a nested section as
-    its own JSON, then any key this version does not know (:attr:`extra`: a file edited by hand, or by a
-    later version), as read. :meth:`from_json` reads a file of any version back into the same fields, so a
-    file written by :meth:`to_json` reads back equal, and is written again byte for byte.
-    """
-
-    keeps_unknown: ClassVar[bool] = True
-    extra: dict[str, Any] = field(default_factory=dict, kw_only=True, repr=False, metadata={"json": False})
-    """Keys of the file this version does not know, as read; written after the known ones."""
 
 
 @dataclass(frozen=True)
@@ -139,13 +127,13 @@ class RunConfig(RunSection):
     source: str | None = field(default=None, metadata=OMIT)
     """What the head reads: ``tokens`` or ``pooled:<mode>``."""
     cache: RecordedCache = field(default_factory=RecordedCache, metadata={"section": RecordedCache})
-    data: dict | None = field(default=None, metadata=OMIT)
+    data: TrainingData | None = nested(TrainingData)
     """What the head was trained on (splits, sizes, normalisation); None for a run that did not record it."""
     train: dict | None = field(default=None, metadata=OMIT)
     """The training settings (:class:`~..training.trainer.TrainConfig`'s fields)."""
-    selection: dict | None = field(default=None, metadata=OMIT)
+    selection: SelectionRecord | None = nested(SelectionRecord)
     """The selection the run chose its epoch by, or None for a run saved before selection metrics existed."""
-    fit: dict | None = field(default=None, metadata=OMIT)
+    fit: FitRecord | None = nested(FitRecord)
     """How the weights were fitted; None for a run saved before the convex fit (:attr:`fitted_by`)."""
 
     @property
@@ -154,14 +142,16 @@ class RunConfig(RunSection):
         return self.params.get("mixer") if isinstance(self.params, Mapping) else None
 
     @property
-    def training_data(self) -> dict:
-        """:attr:`data`, or an empty object for a run that did not record it."""
-        return dict(self.data) if isinstance(self.data, Mapping) else {}
+    def training_data(self) -> dict[str, Any]:
+        """:attr:`data` as its JSON object, or an empty object for a run that did not record it: what
+        ``LayerHead.load`` sets the head's ``data_`` to."""
+        return self.data.to_json() if self.data is not None else {}
 
     @property
-    def fitted_by(self) -> dict:
-        """:attr:`fit`; runs saved before the convex fit trained by AdamW (``{"solver": "adamw"}``)."""
-        return self.fit if self.fit is not None else {"solver": "adamw"}
+    def fitted_by(self) -> dict[str, Any]:
+        """:attr:`fit` as its JSON object; runs saved before the convex fit trained by AdamW (``{"solver": "adamw"}``):
+        what ``LayerHead.load`` sets the head's ``fit_`` to."""
+        return self.fit.to_json() if self.fit is not None else {"solver": "adamw"}
 
     @classmethod
     def peek(cls, run: str | os.PathLike) -> "RunConfig | None":
@@ -185,13 +175,13 @@ class RunMetrics(RunSection):
     """The mixer the run trained."""
     normalize: str | None = field(default=None, metadata=OMIT)
     """How the states were normalised before mixing."""
-    fit: dict | None = field(default=None, metadata=OMIT)
+    fit: FitRecord | None = nested(FitRecord)
     """How the weights were fitted (the config's ``fit``)."""
     train_seconds: float | None = field(default=None, metadata=OMIT)
     """Wall time of the fit."""
-    data: dict | None = field(default=None, metadata=OMIT)
+    data: TrainingData | None = nested(TrainingData)
     """What the run trained and validated on: the cache, splits and sizes."""
-    selection_record: dict | None = field(default=None, metadata=OMIT)
+    selection_record: SelectionRecord | None = nested(SelectionRecord)
     """The selection the run chose its epoch by, as recorded (``selection``: metric, reason, score, weights);
     :attr:`selection` is its metric per task."""
     warnings: list[str] | None = field(default=None, metadata=OMIT)
@@ -208,7 +198,7 @@ class RunMetrics(RunSection):
     @property
     def validated_on(self) -> str | None:
         """The validation data in words: a split, or the seeded slice of the training split."""
-        return self.data.get("validation") if isinstance(self.data, Mapping) else None
+        return self.data.validation if self.data is not None else None
 
     @property
     def scored_on(self) -> str:
@@ -222,8 +212,8 @@ class RunMetrics(RunSection):
     @property
     def selection(self) -> dict[str, str]:
         """``{task: metric}`` the run selected its epoch on (empty for a run that did not record it)."""
-        record = self.selection_record if isinstance(self.selection_record, Mapping) else {}
-        return dict(record.get("metric") or {})
+        record = self.selection_record
+        return dict(record.metric or {}) if record is not None else {}
 
     def scores(self) -> dict[str, dict]:
         """``{task: {"metric", "value"}}``: each scored task's reported metric (:data:`REPORTED_METRICS`)."""

@@ -38,6 +38,7 @@ import numpy as np
 from ...core.option_names import option
 from ...core.tasks import LabelTask
 from ...errors import ConfigError
+from ...store.sections import JsonSection
 
 #: A sequence task's training classes are imbalanced (and selected on ``mcc`` by default) when the
 #: most frequent class has at least this many times the examples of the least frequent one.
@@ -215,8 +216,11 @@ class Selection:
                 "weights": dict(self.weights)}
 
     @classmethod
-    def from_json(cls, data: Mapping) -> "Selection":
-        """Rebuild from :meth:`to_json`."""
+    def from_json(cls, data: Mapping | JsonSection) -> "Selection":
+        """Rebuild from :meth:`to_json`, or from the section of a run's files that holds it
+        (:class:`~..run_folders.run_sections.SelectionRecord`)."""
+        if isinstance(data, JsonSection):
+            data = data.to_json()
         return cls(dict(data["metric"]), {k: float(v) for k, v in data["weights"].items()},
                    dict(data.get("reason", {})))
 
