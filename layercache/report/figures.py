@@ -403,32 +403,27 @@ def figure_logit_lens(report: ProbeReport):
     return fig
 
 
-LENS_STYLES = {"logit": ("o-", 0), "tuned": ("s-", 1), "linear": ("^--", 2)}
-"""Each lens's marker and colour in the lens figure."""
+LENS_STYLES = {"logit": ("o-", 0), "tuned": ("s-", 1), "linear": ("^--", 2)}  # each lens's marker and colour
 
 
 def figure_lenses(report: ProbeReport):
     """The logit lens, the tuned lens and the linear shortcut per layer: KL to the final layer, next-token bits."""
-    lenses = report.lenses
-    if lenses is None:
+    if report.lenses is None:
         return None
-    plt = _plt()
-    scores = lenses["scores"]
+    scores = report.lenses["scores"]
     names = next(iter(scores.values()))["layer_names"]
-    fig, (kl_ax, bits_ax) = plt.subplots(1, 2, figsize=(9.5, 3.6), layout="constrained")
+    fig, (kl_ax, bits_ax) = _plt().subplots(1, 2, figsize=(9.5, 3.6), layout="constrained")
     for name, s in scores.items():
         marker, color = LENS_STYLES.get(name, ("o-", 3))
-        kl = _values(s["kl"])
-        # the last layer's KL is 0 by definition: a log axis shows the others
-        kl_ax.plot(range(len(names) - 1), kl[:-1], marker, color=_color(color), label=f"{name} lens")
+        # the last layer's KL is 0 by definition: the log axis shows the others
+        kl_ax.plot(range(len(names) - 1), _values(s["kl"])[:-1], marker, color=_color(color), label=f"{name} lens")
         bits_ax.plot(range(len(names)), _values(s["cross_entropy_bits"]), marker, color=_color(color))
-    kl_ax.set_yscale("log")
-    kl_ax.set_ylabel("KL(final || layer), nats")
-    bits_ax.set_ylabel("next-token cross-entropy, bits")
-    kl_ax.set_title("distance to the model's output", fontsize=9)
-    bits_ax.set_title("next-token prediction", fontsize=9)
-    _layer_axis(kl_ax, names[:-1])
-    _layer_axis(bits_ax, names)
+    kl_ax.set(yscale="log", ylabel="KL(final || layer), nats")
+    bits_ax.set(ylabel="next-token cross-entropy, bits")
+    for ax, title, shown in ((kl_ax, "distance to the model's output", names[:-1]),
+                             (bits_ax, "next-token prediction", names)):
+        ax.set_title(title, fontsize=9)
+        _layer_axis(ax, shown)
     handles, labels = kl_ax.get_legend_handles_labels()
     _legend_below(fig, handles, labels, ncol=len(scores))
     return fig
