@@ -10,6 +10,7 @@ import errno
 import functools
 import logging
 import os
+import sys
 from contextlib import contextmanager
 
 import typer
@@ -163,10 +164,12 @@ def _setup_logging() -> None:
         logger.addHandler(RichHandler(console=err_console, show_time=False, show_path=False, markup=False))
         logger.setLevel(logging.INFO)
         logger.propagate = False
-    try:  # the library's own weight-loading bars would clutter ours
+    # transformers' own weight-loading bars and notices would clutter ours: told by its environment variables before
+    # it loads (importing it here cost every command, a refusal too, seconds of start-up), or directly when it has
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    if "transformers" in sys.modules:
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()
         hf_logging.set_verbosity_error()
-    except ImportError:
-        pass

@@ -113,7 +113,7 @@ def probe_report(n_layers: int = 13) -> SimpleNamespace:
                        "cumulative": {"expected_layer": 4.21, "expected_layer_of_mix": 3.9},
                        "prediction_depth": {"mean": 2.1}}
     return SimpleNamespace(layer_names=names, tasks=tasks, meta={"eval_split": "test"}, token_depth=None,
-                           logit_lens=None, notes=[])
+                           logit_lens=None, lenses=None, notes=[])
 
 
 def test_probe_summary_keeps_every_layer_name_and_score_at_80_columns():

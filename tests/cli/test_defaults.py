@@ -60,7 +60,7 @@ def test_extraction_specs_default_to_extracts_keywords(spec):
 def test_train_head_options_default_to_the_heads_keywords():
     library = {**keywords(LayerHead), **keywords(train_head)}
     cli = cli_defaults("train-head")
-    assert cli.pop("separate_mixers") is (not library["share_mixer"])
+    assert cli.pop("share_mixer") is (not library["share_mixer"])  # --separate-mixers: typed False, read as True
     assert cli.pop("train_split") == library["split"]
     shared = {name: value for name, value in cli.items() if name in library}
     assert shared == {name: library[name] for name in shared}
