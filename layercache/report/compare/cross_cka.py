@@ -8,9 +8,11 @@ either side (a projection to K principal directions changes it only by what the 
 
 :func:`cross_cka` computes the whole (L_a, L_b) matrix. Each pair's numerator is either ``||Y^T X||_F^2`` from the
 (d, e) feature products or ``<K_X, K_Y>_F`` from the (n, n) example Grams (the same value); it takes whichever
-costs fewer operations for these shapes, in float64. The Grams of the model with fewer states are kept (``L n^2``
-float64 values: 2,000 examples x 13 states is 416 MB), and only while they fit half the memory budget
-(:func:`~layercache.core.memory.current_budget`); beyond it the feature products are used, whatever they cost.
+costs fewer operations for these shapes (:func:`grams_pay`), in float64. The Grams are kept (``L n^2`` float64 values
+a model: 2,000 examples x 13 states is 416 MB) only while they fit half the memory budget
+(:func:`~layercache.core.memory.current_budget`); beyond it the feature products are used, whatever they cost. A
+comparison of several models computes each model's Grams once for all its pairs (:func:`unit_grams`,
+:func:`cka_of_grams`).
 """
 
 from __future__ import annotations
@@ -40,41 +42,50 @@ def cross_cka(A: np.ndarray, B: np.ndarray) -> np.ndarray:
                           f"{A.shape} and {B.shape}.")
     if A.shape[0] < 2:
         raise ConfigError(f"CKA needs at least 2 examples to centre the states, got {A.shape[0]}.")
-    if A.shape[1] < B.shape[1]:  # the Grams of the side with fewer states are the ones kept
-        return np.ascontiguousarray(_cross(B, A).T)
-    return _cross(A, B)
-
-
-def _cross(A: np.ndarray, B: np.ndarray) -> np.ndarray:
-    n, La, d = A.shape
-    Lb, e = B.shape[1:]
-    gram_cost = n * n * (La * d + Lb * e + La * Lb)
-    feature_cost = La * Lb * n * d * e + n * (La * d * d + Lb * e * e)
-    grams_fit = Lb * n * n * 8 <= current_budget() // 2
-    cross, norm_a, norm_b = (_by_grams if grams_fit and gram_cost < feature_cost else _by_features)(A, B)
+    if grams_pay(A.shape, B.shape) and grams_fit(A.shape[0], A.shape[1] + B.shape[1]):
+        return cka_of_grams(unit_grams(A), unit_grams(B))
+    cross, norm_a, norm_b = _by_features(A, B)
     denom = np.outer(norm_a, norm_b)  # (La, Lb)
     with np.errstate(divide="ignore", invalid="ignore"):
         matrix: np.ndarray = np.where(denom > 0, cross / np.where(denom > 0, denom, 1.0), np.nan)
     return matrix
 
 
-def _by_grams(A: np.ndarray, B: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(La, Lb) <K_i, M_j>_F and the norms ||K_i||_F, ||M_j||_F of the centred (n, n) example Grams."""
-    grams_b = np.stack([_gram(B[:, j]) for j in range(B.shape[1])]).reshape(B.shape[1], -1)  # (Lb, n*n)
-    norm_b = np.linalg.norm(grams_b, axis=1)  # (Lb,)
-    cross = np.empty((A.shape[1], B.shape[1]))
-    norm_a = np.empty(A.shape[1])
-    for i in range(A.shape[1]):
-        K = _gram(A[:, i]).reshape(-1)  # (n*n,)
-        norm_a[i] = np.linalg.norm(K)
-        cross[i] = grams_b @ K
-    return cross, norm_a, norm_b
+def grams_pay(shape_a: tuple[int, ...], shape_b: tuple[int, ...]) -> bool:
+    """Whether the (n, n) Grams of states shaped (n, L_a, d) and (n, L_b, e) cost fewer operations than the
+    feature products."""
+    n, La, d = shape_a
+    Lb, e = shape_b[1:]
+    gram_cost = n * n * (La * d + Lb * e + La * Lb)
+    feature_cost = La * Lb * n * d * e + n * (La * d * d + Lb * e * e)
+    return gram_cost < feature_cost
 
 
-def _gram(X: np.ndarray) -> np.ndarray:
-    X = _centred(X)
-    gram: np.ndarray = X @ X.T  # (n, n)
-    return gram
+def grams_fit(n: int, states: int) -> bool:
+    """Whether ``states`` (n, n) float64 Grams fit half the memory budget."""
+    return states * n * n * 8 <= current_budget() // 2
+
+
+def unit_grams(states: np.ndarray) -> np.ndarray:
+    """(L, n * n) float64: each state's centred (n, n) example Gram over its Frobenius norm (zeros for a state
+    constant over the examples), so that CKA of two states is the dot product of their rows."""
+    n, L = states.shape[:2]
+    out = np.zeros((L, n * n))
+    for i in range(L):
+        X = _centred(states[:, i])  # (n, d)
+        K = (X @ X.T).reshape(-1)  # (n * n,)
+        norm = float(np.linalg.norm(K))
+        if norm > 0:
+            out[i] = K / norm
+    return out
+
+
+def cka_of_grams(grams_a: np.ndarray, grams_b: np.ndarray) -> np.ndarray:
+    """(L_a, L_b) CKA from two models' :func:`unit_grams`: NaN where a state was constant."""
+    matrix: np.ndarray = grams_a @ grams_b.T
+    matrix[~grams_a.any(axis=1)] = np.nan
+    matrix[:, ~grams_b.any(axis=1)] = np.nan
+    return matrix
 
 
 def _by_features(A: np.ndarray, B: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

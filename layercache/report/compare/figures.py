@@ -43,6 +43,17 @@ def _color(comparison: Comparison, label: str) -> str:
     return COLORS[comparison.labels.index(label) % len(COLORS)]
 
 
+MARKERS = ("o", "s", "D", "v", "P", "X", "^", "*")
+
+
+def _style(comparison: Comparison, label: str) -> dict[str, Any]:
+    """A model's line: its colour, its own marker, and a width that narrows model by model, so that two models
+    with the same scores (a cache and its int8 twin) both show, one line inside the other."""
+    k = comparison.labels.index(label)
+    return {"color": _color(comparison, label), "marker": MARKERS[k % len(MARKERS)],
+            "lw": max(4.4 - 1.1 * k, 1.0), "markersize": max(7.0 - 1.0 * k, 3.0)}
+
+
 PANELS_PER_ROW = 2
 """Task panels side by side: two, so that each stays readable in the page's width."""
 
@@ -67,7 +78,7 @@ def _task_axes(comparison: Comparison, tasks: list[str]) -> tuple[Any, list[Any]
 def _legend(fig: Any, comparison: Comparison, extra: list[tuple[Any, str]]) -> None:
     from matplotlib.lines import Line2D
 
-    handles = [Line2D([], [], color=_color(comparison, label), marker="o", markersize=4) for label in comparison.labels]
+    handles = [Line2D([], [], **_style(comparison, label)) for label in comparison.labels]
     labels = list(comparison.labels)
     for handle, text in extra:
         handles.append(handle)
@@ -88,9 +99,10 @@ def figure_scores(comparison: Comparison) -> Any:
         entry = comparison.tasks[task]
         for label, model in entry["models"].items():
             depth, color = _values(comparison.model(label)["relative_depth"]), _color(comparison, label)
+            style = _style(comparison, label)
             probe, summary = model["probe"], model["summary"]
             scores = _values(probe["eval"] if probe.get("eval") is not None else probe["validation"])
-            ax.plot(depth, scores, "o-", color=color, markersize=3.5, lw=1.4)
+            ax.plot(depth, scores, **style)
             ax.plot([summary["best_depth"]], [scores[summary["best_index"]]], "*", color=color, markersize=13,
                     markeredgecolor="black", markeredgewidth=0.5)
             control = model.get("control")
@@ -125,7 +137,7 @@ def figure_selectivity(comparison: Comparison) -> Any:
         for label, model in comparison.tasks[task]["models"].items():
             if "control" in model:
                 ax.plot(_values(comparison.model(label)["relative_depth"]), _values(model["control"]["selectivity"]),
-                        "o-", color=_color(comparison, label), markersize=3.5, lw=1.4)
+                        **_style(comparison, label))
         ax.axhline(0, color="grey", lw=0.8)
         ax.set_title(task, fontsize=9)
         ax.set_ylabel("selectivity (task - control)", fontsize=8)

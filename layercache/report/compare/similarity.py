@@ -24,7 +24,7 @@ from ...core.option_names import option
 from ...errors import ConfigError
 from ...probes.features import first_subtokens
 from ...store.reader import LayerCache
-from .cross_cka import best_matches, cross_cka
+from .cross_cka import best_matches, cka_of_grams, cross_cka, grams_fit, grams_pay, unit_grams
 from .examples import SharedExamples
 
 Step = Callable[[str], None]
@@ -101,9 +101,20 @@ def cka_pairs(caches: Sequence[LayerCache], labels: Sequence[str], shared: Share
         raise ConfigError(f"CKA needs at least 2 examples (words) of split {split!r} that every cache holds, and "
                           f"there are {n}; choose another {option('eval_split')}.")
     pairs = []
+    grams: dict[int, np.ndarray] = {}  # each model's Grams, computed once for all its pairs when they all fit
+    keep = grams_fit(n, sum(states.shape[1] for states in read))
+
+    def unit(k: int) -> np.ndarray:
+        if k not in grams:
+            grams[k] = unit_grams(read[k])
+        return grams[k]
+
     for a, b in combinations(range(len(caches)), 2):
         step(f"CKA: {labels[a]} against {labels[b]}")
-        matrix = cross_cka(read[a], read[b])  # (L_a, L_b)
+        if keep and grams_pay(read[a].shape, read[b].shape):
+            matrix = cka_of_grams(unit(a), unit(b))  # (L_a, L_b)
+        else:
+            matrix = cross_cka(read[a], read[b])
         pairs.append({"a": labels[a], "b": labels[b], "split": split, "states": states, "n": n,
                       "rows": caches[a].layer_names, "columns": caches[b].layer_names, "cka": matrix,
                       "best_match_of_rows": best_matches(matrix), "best_match_of_columns": best_matches(matrix.T)})

@@ -66,16 +66,17 @@ def cka_rows(comparison: Comparison) -> list[list[str]]:
 
 
 def layer_rows(comparison: Comparison, task: str) -> list[list[str]]:
-    """Per model of ``task``: its scores by state, embeddings first (the best in bold markup)."""
+    """Per model of ``task``: its scores by state, embeddings first (``emb:0.924 1:0.915``; the best, chosen on
+    validation, in bold markup)."""
     rows = []
     for label, model in comparison.tasks[task]["models"].items():
         probe = model["probe"]
         scores = probe["eval"] if probe.get("eval") is not None else probe["validation"]
         best = model["summary"]["best_index"]
         names = comparison.model(label)["layer_names"]
-        cells = [f"{short(n)} {'[bold]' if i == best else ''}{fmt(v)}{'[/]' if i == best else ''}"
+        cells = [f"{short(n)}:{'[bold]' if i == best else ''}{fmt(v)}{'[/]' if i == best else ''}"  # wraps between
                  for i, (n, v) in enumerate(zip(names, scores))]
-        rows.append([label, "  ".join(cells)])
+        rows.append([label, " ".join(cells)])
     return rows
 
 
@@ -90,7 +91,7 @@ def render_comparison_summary(comparison: Comparison, console: Console) -> None:
     """Print the scores of every task and model, the CKA of every pair and the notes, fitted to the console."""
     split = comparison.meta["eval_split"] or "validation"
     for task, entry in comparison.tasks.items():
-        print_fitted(console, [Column("model", key=True), Column("score by state, embeddings first", wrap=True)],
+        print_fitted(console, [Column("model", key=True), Column("score by state (emb: embeddings)", wrap=True)],
                      layer_rows(comparison, task), title=f"{task} ({entry['metric']} on {split})",
                      title_justify="left")
     if comparison.tasks:

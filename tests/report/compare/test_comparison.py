@@ -8,6 +8,7 @@ import json
 import numpy as np
 import pytest
 
+import layercache as lc
 from layercache import LayerCache
 from layercache.depth import linear_cka
 from layercache.probes import LinearProbes
@@ -127,3 +128,11 @@ def test_given_names(caches):
 
 def test_compared_order_is_the_fixture_order(compared, caches):
     assert [m["cache"] for m in compared.models] == [str(caches[name]) for name in COMPARED]
+
+
+def test_a_cache_without_pooled_means_gives_the_mean_of_its_token_states(caches, tiny_models, tmp_path):
+    unpooled = lc.extract(str(tiny_models["bert"]), "builtin", tmp_path / "unpooled", limit=60, pooling=[],
+                          progress=False).path
+    comparison = compare_caches([caches["bert"], unpooled], tasks=[], progress=False)
+    assert comparison.models[1]["pooling"] == []
+    np.testing.assert_allclose(np.diag(comparison.similarity[0]["cka"]), 1, atol=1e-5)  # the same means

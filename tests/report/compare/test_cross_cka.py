@@ -29,21 +29,22 @@ def _states(n, L, d, seed):
 def test_every_entry_is_the_pairs_linear_cka(n, monkeypatch):
     A, B = _states(n, 4, 24, 0), _states(n, 3, 40, 1)
     used = []
-    for name in ("_by_grams", "_by_features"):
+    for name in ("unit_grams", "_by_features"):
         original = getattr(module, name)
         monkeypatch.setattr(module, name, lambda *a, _o=original, _n=name: used.append(_n) or _o(*a))
     matrix = cross_cka(A, B)
     assert matrix.shape == (4, 3)
     np.testing.assert_allclose(matrix, _pairwise(A, B), atol=1e-10)
-    assert used == ["_by_grams" if n == 12 else "_by_features"]
-    np.testing.assert_allclose(cross_cka(B, A), matrix.T, atol=1e-10)  # the side with fewer states is kept
+    assert used == (["unit_grams", "unit_grams"] if n == 12 else ["_by_features"])
+    np.testing.assert_allclose(cross_cka(B, A), matrix.T, atol=1e-10)
 
 
 def test_grams_beyond_the_memory_budget_give_way_to_the_feature_products(monkeypatch):
     A, B = _states(10, 3, 50, 2), _states(10, 2, 60, 3)
     expected = _pairwise(A, B)
-    monkeypatch.setattr(module, "current_budget", lambda: 1000)  # the Grams (2 x 10 x 10 x 8 bytes) do not fit
-    monkeypatch.setattr(module, "_by_grams", lambda *a: pytest.fail("the Grams were kept beyond the budget"))
+    assert module.grams_pay(A.shape, B.shape)
+    monkeypatch.setattr(module, "current_budget", lambda: 1000)  # the Grams (5 x 10 x 10 x 8 bytes) do not fit
+    monkeypatch.setattr(module, "unit_grams", lambda *a: pytest.fail("the Grams were kept beyond the budget"))
     np.testing.assert_allclose(cross_cka(A, B), expected, atol=1e-10)
 
 
@@ -57,6 +58,10 @@ def test_a_state_and_its_rotation_match_and_a_constant_state_is_nan():
     assert matrix[0, 0] == pytest.approx(1.0) and matrix[0, 1] < 0.5
     assert np.isnan(matrix[1]).all()
     assert module.best_matches(matrix) == [0, None]
+    by_grams = module.cka_of_grams(module.unit_grams(A), module.unit_grams(B))  # the way several models share
+    np.testing.assert_allclose(by_grams, matrix, atol=1e-10)
+    transposed = module.cka_of_grams(module.unit_grams(B), module.unit_grams(A))
+    assert np.isnan(by_grams[1]).all() and np.isnan(transposed[:, 1]).all()
 
 
 def test_refusals():
