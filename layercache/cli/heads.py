@@ -95,15 +95,13 @@ def eval_run(
 ):
     """Score a saved run on a split of a cache (refuses a cache from another backbone)."""
     apply_threads(threads)
-    from ..heads.run_folders.run_files import LayerWeights
     from ..heads.workflow import evaluate_run
     from ..report.heads import render_layer_weights, render_metrics
 
     result = evaluate_run(run, cache, split)
     if as_json:
-        base.out_console.print_json(json.dumps(result, default=float))
+        base.out_console.print_json(json.dumps(result.to_json(), default=float))
         return
-    render_metrics({split: result["metrics"]}, base.out_console, title=f"{run} on {result['cache']}",
-                   primary=result["primary"])
-    render_layer_weights(LayerWeights(layer_names=result["layer_names"], mixer_weights=result["layer_weights"],
-                                      usage=result["usage"]), base.out_console)
+    render_metrics({split: result.metrics}, base.out_console, title=f"{run} on {result.cache}",
+                   primary=result.primary)
+    render_layer_weights(result.weights(), base.out_console)

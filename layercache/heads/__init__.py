@@ -21,6 +21,7 @@ _PUBLIC = {
     "train_model": ".training.trainer",
     "train_head": ".workflow",
     "evaluate_run": ".workflow",
+    "RunEvaluation": ".workflow",
     "read_run": ".workflow",
     "MIXERS": ".mixers",
     "LayerMixer": ".mixers",
@@ -53,10 +54,10 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerl
     from .sweeps.sweep import Candidate, CandidateResult, SweepResult, candidate_grid, sweep
     from .token_usage import per_token_usage
     from .training.trainer import TrainConfig, TrainHistory, train_model
-    from .workflow import TrainResult, evaluate_run, read_run, train_head
+    from .workflow import RunEvaluation, TrainResult, evaluate_run, read_run, train_head
 
 __getattr__, __dir__ = lazy_exports(__name__, _PUBLIC)
-__all__ = ["LayerHead", "HeadModel", "TrainConfig", "TrainHistory", "TrainResult", "train_model",
+__all__ = ["LayerHead", "HeadModel", "TrainConfig", "TrainHistory", "TrainResult", "RunEvaluation", "train_model",
            "train_head", "evaluate_run", "read_run", "MIXERS", "LayerMixer", "MixOutput", "make_mixer",
            "mixer_from_config", "mixer_names", "per_token_usage", "SELECTION_METRICS", "sweep",
            "SweepResult", "CandidateResult", "Candidate", "candidate_grid", "EnsembleModel",

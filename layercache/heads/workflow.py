@@ -25,7 +25,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..core.files import write_file_atomic
@@ -192,15 +192,41 @@ def write_trained_run(run: str | os.PathLike | StagedRun, head: LayerHead, cache
 
 
 @computes
+@dataclass(frozen=True)
+class RunEvaluation:
+    """A saved run scored on a split of a cache (:func:`evaluate_run`)."""
+
+    split: str
+    cache: str
+    """The cache scored on."""
+    metrics: dict[str, dict]
+    """task -> metric -> value."""
+    usage: dict
+    """A mixer's per-example (or per-token) layer usage, by mixer key (empty for mixers without one)."""
+    layer_names: list[str]
+    layer_weights: dict[str, list[float] | None]
+    """mixer key -> its weight per state (``LayerHead.layer_weights``)."""
+    primary: dict[str, str]
+    """task -> the metric the run selected its epoch on."""
+
+    def weights(self) -> LayerWeights:
+        """The layer weights as the run folder's typed section (what ``render_layer_weights`` draws)."""
+        return LayerWeights(layer_names=self.layer_names, mixer_weights=self.layer_weights, usage=self.usage)
+
+    def to_json(self) -> dict:
+        """The evaluation as JSON data (``layercache eval --json``)."""
+        return asdict(self)
+
+
 def evaluate_run(run: str | os.PathLike, cache: str | os.PathLike | LayerCache | None = None,
-                 split: str = "test") -> dict:
+                 split: str = "test") -> RunEvaluation:
     """Score a saved run on a split of a cache (refusing a cache from another backbone)."""
     head = LayerHead.load(run)
     with using_cache(cache) as handle:
         metrics, result = head.evaluate(handle, split)
-        return {"split": split, "cache": str(handle.path), "metrics": metrics, "usage": result.usage,
-                "layer_names": head.layer_names_, "layer_weights": head.layer_weights(),
-                "primary": dict(head.selection_.metrics)}
+        return RunEvaluation(split=split, cache=str(handle.path), metrics=metrics, usage=result.usage,
+                             layer_names=head.layer_names_, layer_weights=head.layer_weights(),
+                             primary=dict(head.selection_.metrics))
 
 
 def read_run(run: str | os.PathLike) -> dict:

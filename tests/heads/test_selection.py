@@ -169,7 +169,7 @@ def test_imbalanced_classes_select_on_mcc_by_default_and_the_run_says_so(imbalan
     assert metrics["history"]["metric"] == {"label": "mcc"}
     loaded = LayerHead.load(tmp_path / "run")
     assert loaded.selection_ == result.head.selection_
-    assert evaluate_run(tmp_path / "run", imbalanced, "train")["primary"] == {"label": "mcc"}
+    assert evaluate_run(tmp_path / "run", imbalanced, "train").primary == {"label": "mcc"}
     asked = LayerHead("last", metric="accuracy", **FAST).fit(imbalanced)
     assert asked.selection_.metrics == {"label": "accuracy"} and asked.selection_.reasons == {"label": "asked"}
 
