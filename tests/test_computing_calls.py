@@ -23,13 +23,13 @@ def computing_calls() -> dict[str, object]:
     from layercache.live.training import LiveLayerHead
     from layercache.planning.plan import plan_cache
     from layercache.probes import selectivity
-    from layercache.report.compare import compare_caches
+    from layercache.report.compare import compare_caches, cross_cka
     from layercache.report.probing import build_probe_report, probe_report
 
     calls = {f.__name__: f for f in (
         extract, plan_cache, train_head, evaluate_run, sweep, train_model, per_token_usage, selectivity,
         probe_report, build_probe_report, logit_lens, layer_logits, lens_logits, verify_cache, parity,
-        train_head_live, predict_texts, compare_caches)}
+        train_head_live, predict_texts, compare_caches, cross_cka)}
     for name in ("fit", "predict", "score", "evaluate", "from_seeds", "from_members"):
         calls[f"LayerHead.{name}"] = getattr(LayerHead, name)
     calls["LiveLayerHead.fit"] = LiveLayerHead.fit

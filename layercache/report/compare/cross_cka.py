@@ -8,28 +8,31 @@ either side (a projection to K principal directions changes it only by what the 
 
 :func:`cross_cka` computes the whole (L_a, L_b) matrix. Each pair's numerator is either ``||Y^T X||_F^2`` from the
 (d, e) feature products or ``<K_X, K_Y>_F`` from the (n, n) example Grams (the same value); it takes whichever
-costs fewer operations for these shapes (:func:`grams_pay`), in float64. The Grams are kept (``L n^2`` float64 values
-a model: 2,000 examples x 13 states is 416 MB) only while they fit half the memory budget
-(:func:`~layercache.core.memory.current_budget`); beyond it the feature products are used, whatever they cost. A
-comparison of several models computes each model's Grams once for all its pairs (:func:`unit_grams`,
+costs fewer operations for these shapes (:func:`grams_pay`). It computes in float64 with torch, on the threads the
+library's thread policy chooses (numpy's BLAS would take every core, and stall on a shared machine). The Grams are
+kept (``L n^2`` float64 values a model: 2,000 examples x 13 states is 416 MB) only while they fit half the memory
+budget (:func:`~layercache.core.memory.current_budget`); beyond it the feature products are used, whatever they
+cost. A comparison of several models computes each model's Grams once for all its pairs (:func:`unit_grams`,
 :func:`cka_of_grams`).
 """
 
 from __future__ import annotations
 
 import numpy as np
+import torch
 
 from ...core.memory import current_budget
+from ...core.threads import computes
 from ...errors import ConfigError
 
 
-def _centred(X: np.ndarray) -> np.ndarray:
-    """``X`` (n, d) as float64, each column's mean subtracted."""
-    X = np.asarray(X, np.float64)
-    centred: np.ndarray = X - X.mean(axis=0, keepdims=True)
-    return centred
+def _centred(X: np.ndarray) -> torch.Tensor:
+    """``X`` (n, d) as a float64 tensor, each column's mean subtracted."""
+    T = torch.as_tensor(np.asarray(X), dtype=torch.float64)
+    return T - T.mean(dim=0, keepdim=True)
 
 
+@computes  # type: ignore[untyped-decorator]
 def cross_cka(A: np.ndarray, B: np.ndarray) -> np.ndarray:
     """(L_a, L_b) float64 linear CKA between every state of ``A`` (n, L_a, d) and every state of ``B`` (n, L_b, e).
 
@@ -70,19 +73,19 @@ def unit_grams(states: np.ndarray) -> np.ndarray:
     """(L, n * n) float64: each state's centred (n, n) example Gram over its Frobenius norm (zeros for a state
     constant over the examples), so that CKA of two states is the dot product of their rows."""
     n, L = states.shape[:2]
-    out = np.zeros((L, n * n))
+    out = torch.zeros((L, n * n), dtype=torch.float64)
     for i in range(L):
         X = _centred(states[:, i])  # (n, d)
         K = (X @ X.T).reshape(-1)  # (n * n,)
-        norm = float(np.linalg.norm(K))
+        norm = float(torch.linalg.vector_norm(K))
         if norm > 0:
             out[i] = K / norm
-    return out
+    return out.numpy()
 
 
 def cka_of_grams(grams_a: np.ndarray, grams_b: np.ndarray) -> np.ndarray:
     """(L_a, L_b) CKA from two models' :func:`unit_grams`: NaN where a state was constant."""
-    matrix: np.ndarray = grams_a @ grams_b.T
+    matrix: np.ndarray = (torch.from_numpy(grams_a) @ torch.from_numpy(grams_b).T).numpy()
     matrix[~grams_a.any(axis=1)] = np.nan
     matrix[:, ~grams_b.any(axis=1)] = np.nan
     return matrix
@@ -91,14 +94,14 @@ def cka_of_grams(grams_a: np.ndarray, grams_b: np.ndarray) -> np.ndarray:
 def _by_features(A: np.ndarray, B: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(La, Lb) ||Y_j^T X_i||_F^2 and the norms ||X_i^T X_i||_F, ||Y_j^T Y_j||_F from the centred features."""
     centred_b = [_centred(B[:, j]) for j in range(B.shape[1])]  # Lb x (n, e)
-    norm_b = np.array([np.linalg.norm(Y.T @ Y) for Y in centred_b])
+    norm_b = np.array([float(torch.linalg.matrix_norm(Y.T @ Y)) for Y in centred_b])
     cross = np.empty((A.shape[1], B.shape[1]))
     norm_a = np.empty(A.shape[1])
     for i in range(A.shape[1]):
         X = _centred(A[:, i])  # (n, d)
-        norm_a[i] = np.linalg.norm(X.T @ X)
+        norm_a[i] = float(torch.linalg.matrix_norm(X.T @ X))
         for j, Y in enumerate(centred_b):
-            cross[i, j] = np.linalg.norm(Y.T @ X) ** 2
+            cross[i, j] = float(torch.linalg.matrix_norm(Y.T @ X)) ** 2
     return cross, norm_a, norm_b
 
 
