@@ -60,17 +60,18 @@ def train_head(
                           "or leave --allow-pickle out (a head on stored states loads no model).")
     budget = parse_memory_budget(memory_budget)  # refused before anything is read
     apply_threads(threads)
-    if live:
-        from ..live.training import train_head_live as run_train_head
-    else:
-        from ..heads.workflow import train_head as run_train_head
     from ..report.heads import render_layer_weights, render_metrics
 
-    result = run_train_head(
-        cache, mixer, out=out, split=train_split, val_split=val_split, test_split=test_split, overwrite=overwrite,
-        memory_budget=budget, **asdict(replace(head, progress=not quiet)),
-        **({"allow_pickle": allow_pickle} if live else {}),
-    )
+    run = {"out": out, "split": train_split, "val_split": val_split, "test_split": test_split, "overwrite": overwrite,
+           "memory_budget": budget, **asdict(replace(head, progress=not quiet))}
+    if live:
+        from ..live.training import train_head_live
+
+        result = train_head_live(cache, mixer, allow_pickle=allow_pickle, **run)
+    else:
+        from ..heads.workflow import train_head as train_from_cache
+
+        result = train_from_cache(cache, mixer, **run)
     m = result.files.metrics  # what metrics.json holds, as its typed section
     shown = {"validation": m.validation or {}}
     if m.test is not None:

@@ -46,12 +46,17 @@ import math
 import os
 import threading
 import time
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ParamSpec, TypeVar
 
 from ..errors import ConfigError
 from .option_names import flag, option
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 IDLE_SAMPLE_S = 0.1
 """Seconds over which idle time is sampled: long enough to span several scheduler slices."""
@@ -256,7 +261,7 @@ def computing_threads(threads: int | str | None = "auto"):
                 _restore = None
 
 
-def computes(function):
+def computes(function: Callable[P, R]) -> Callable[P, R]:
     """Decorate a public call that computes with torch: it runs under :func:`computing_threads` (``auto``).
 
     One policy for every entry point of the library (a head's ``fit``, a probe's ``score``, ``extract`` ...),
@@ -266,9 +271,9 @@ def computes(function):
         raise TypeError(f"{function.__qualname__} is a generator: its work runs outside the call @computes wraps")
 
     @functools.wraps(function)
-    def call(*args, **kwargs):
+    def call(*args: P.args, **kwargs: P.kwargs) -> R:
         with computing_threads():
             return function(*args, **kwargs)
 
-    call.computes = True  # what tests/core/test_threads.py checks on every public computing call
+    call.computes = True  # type: ignore[attr-defined]  # what tests/core/test_threads.py checks on every public computing call
     return call

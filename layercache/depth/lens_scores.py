@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -79,7 +80,7 @@ class LensScores:
         total = int(self.depth_counts.sum())
         return float(np.arange(len(self.depth_counts)) @ self.depth_counts / total) if total else math.nan
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         """The scores as plain JSON values (``report.json``)."""
         return {"lens": self.lens, "split": self.split, "layer_names": list(self.layer_names),
                 "kl": self.kl.tolist(), "cross_entropy_bits": self.cross_entropy.tolist(),

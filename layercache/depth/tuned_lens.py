@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -37,6 +38,7 @@ from sklearn.base import BaseEstimator
 
 from ..core.devices import resolve_device
 from ..core.files import write_file_atomic, write_text_atomic
+from ..core.layers import LayerSpec
 from ..core.memory import current_budget
 from ..core.option_names import option
 from ..core.option_specs import check_options
@@ -53,6 +55,8 @@ from .lens_tokens import LOGIT_BUFFERS, LensInputs, checked_rows, lens_inputs, t
 LENS_NAMES = {"kl": "tuned", "least_squares": "linear"}
 """The name each objective's lens has in scores and reports."""
 CONFIG_FILE, TENSORS_FILE = "config.json", "lens.safetensors"
+Rows = Sequence[int] | np.ndarray | None
+"""Cache rows of a split (None: all, or a lens's own sample)."""
 _D = LensOptions()  # the settings as left out: their types, defaults and rules are declared there
 
 
@@ -91,9 +95,10 @@ class TunedLens(BaseEstimator):
     """
 
     # scikit-learn reads the parameters from __init__: LensOptions' fields, in order (a test holds them equal)
-    def __init__(self, layers=_D.layers, *, objective=_D.objective, epochs=_D.epochs, lr=_D.lr,
-                 batch_tokens=_D.batch_tokens, max_tokens=_D.max_tokens, ridge=_D.ridge, seed=_D.seed,
-                 device=_D.device, progress=_D.progress) -> None:
+    def __init__(self, layers: LayerSpec | Sequence[LayerSpec] | None = _D.layers, *, objective: str = _D.objective,
+                 epochs: int = _D.epochs, lr: float = _D.lr, batch_tokens: int = _D.batch_tokens,
+                 max_tokens: int | None = _D.max_tokens, ridge: float = _D.ridge, seed: int = _D.seed,
+                 device: str = _D.device, progress: bool = _D.progress) -> None:
         self.layers = layers
         self.objective = objective
         self.epochs = epochs
@@ -107,7 +112,7 @@ class TunedLens(BaseEstimator):
 
     # --- fitting ------------------------------------------------------------------------
     @computes
-    def fit(self, cache: LayerCache, split: str = "train", *, rows=None) -> TunedLens:
+    def fit(self, cache: LayerCache, split: str = "train", *, rows: Rows = None) -> TunedLens:
         """Fit a translator for every state asked for but ``layer_L`` on the tokens of ``split`` (``rows``: cache
         rows, default a sample of ``max_tokens``, else all)."""
         check_options(LensOptions, self.get_params())
@@ -132,7 +137,7 @@ class TunedLens(BaseEstimator):
         self.n_tokens_ = int(cache.lengths(split)[rows].sum())
         return self
 
-    def _training_rows(self, cache: LayerCache, split: str, rows) -> np.ndarray:
+    def _training_rows(self, cache: LayerCache, split: str, rows: Rows) -> np.ndarray:
         """The rows fitted on: ``rows``, or a seeded sample of about ``max_tokens`` tokens, or all."""
         if rows is not None or self.max_tokens is None:
             return checked_rows(cache, split, rows)
@@ -229,14 +234,14 @@ class TunedLens(BaseEstimator):
         return LensMap(lambda p, h: self.translate(p, h) if p in self.positions_ else h, self.normed_output_)
 
     @computes
-    def score(self, cache: LayerCache, split: str | None = None, *, rows=None,
+    def score(self, cache: LayerCache, split: str | None = None, *, rows: Rows = None,
               chunk_bytes: int | None = None) -> dict[str, LensScores]:
         """Scores of the logit lens and this lens per layer on ``split`` (default the validation split, else the
         first), read in one pass: ``{"logit": ..., "tuned" | "linear": ...}`` (:class:`~.lens_scores.LensScores`)."""
         return score_fitted(cache, split, [self], rows=rows, chunk_bytes=chunk_bytes)
 
     # --- saving -----------------------------------------------------------------------------
-    def save_pretrained(self, path: str | os.PathLike) -> Path:
+    def save_pretrained(self, path: str | os.PathLike[str]) -> Path:
         """Write ``lens.safetensors`` (the translators) and ``config.json`` (settings, the cache's model, the states
         translated) into the folder ``path``."""
         self.check_fitted()
@@ -252,7 +257,7 @@ class TunedLens(BaseEstimator):
         return folder
 
     @classmethod
-    def from_pretrained(cls, path: str | os.PathLike) -> TunedLens:
+    def from_pretrained(cls, path: str | os.PathLike[str]) -> TunedLens:
         """A lens written by :meth:`save_pretrained`: the same translators, scoring only caches of its model."""
         folder = Path(path)
         try:
@@ -279,7 +284,7 @@ class TunedLens(BaseEstimator):
 
 
 @computes
-def score_fitted(cache: LayerCache, split: str | None, lenses: list[TunedLens], *, rows=None,
+def score_fitted(cache: LayerCache, split: str | None, lenses: list[TunedLens], *, rows: Rows = None,
                  chunk_bytes: int | None = None) -> dict[str, LensScores]:
     """The logit lens and every fitted lens of ``lenses`` (a tuned lens and a linear shortcut, say: named by their
     objective) scored per layer on ``split`` of ``cache`` in one pass; each lens is checked against the cache."""
@@ -298,7 +303,7 @@ def score_fitted(cache: LayerCache, split: str | None, lenses: list[TunedLens], 
     return score_lenses(cache, split, inputs, maps, rows=rows, chunk_bytes=chunk)
 
 
-def _tuned_inputs(cache: LayerCache, layers) -> LensInputs:
+def _tuned_inputs(cache: LayerCache, layers: LayerSpec | Sequence[LayerSpec] | None) -> LensInputs:
     """:func:`~.lens_tokens.lens_inputs` for a tuned lens, which also refuses a projected cache (its states lost the
     directions a translator would read)."""
     inputs = lens_inputs(cache, layers, analysis="The tuned lens")
@@ -322,7 +327,7 @@ def _kl_backward(logits: torch.Tensor, final_p: torch.Tensor, final_sum: float) 
         lse = torch.logsumexp(logits, -1, keepdim=True)  # (b, 1)
         loss = (final_sum - float((final_p * logits).sum()) + float(lse.sum())) / b
         grad = (logits - lse).exp_().sub_(final_p).div_(b)  # (b, V)
-    logits.backward(grad)
+    logits.backward(grad)  # type: ignore[no-untyped-call]
     return loss
 
 

@@ -191,7 +191,6 @@ def write_trained_run(run: str | os.PathLike | StagedRun, head: LayerHead, cache
     return TrainResult(run=run.final, head=head, files=files)
 
 
-@computes
 @dataclass(frozen=True)
 class RunEvaluation:
     """A saved run scored on a split of a cache (:func:`evaluate_run`)."""
@@ -218,6 +217,7 @@ class RunEvaluation:
         return asdict(self)
 
 
+@computes
 def evaluate_run(run: str | os.PathLike, cache: str | os.PathLike | LayerCache | None = None,
                  split: str = "test") -> RunEvaluation:
     """Score a saved run on a split of a cache (refusing a cache from another backbone)."""

@@ -73,7 +73,7 @@ class ParityResult:
 
 @computes
 def parity(run: str | os.PathLike, cache: str | os.PathLike | LayerCache | None = None, split: str = "test", *,
-           rows: Sequence[int] | None = None, backbone: Backbone | None = None, device: str = "auto",
+           rows: Sequence[int] | np.ndarray | None = None, backbone: Backbone | None = None, device: str = "auto",
            batch_size: int = 32, allow_pickle: bool = False) -> ParityResult:
     """Agreement of ``run``'s predictions on ``split`` of ``cache``: from the stored states vs the live bundle.
 

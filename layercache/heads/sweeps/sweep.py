@@ -90,7 +90,7 @@ CHOSEN = ("mixer", "mixer_options", "lr", "seed", "seeds", "val_seed", "progress
 # --- the sweep ---------------------------------------------------------------------------------
 @computes
 def sweep(cache: str | os.PathLike | LayerCache | None = None, *, out: str | os.PathLike | None = None,
-          tasks: str | list[str] | None = None, budget: str | float | None = _S.budget,
+          tasks: str | Sequence[str] | None = None, budget: str | float | None = _S.budget,
           seeds: int | Sequence[int] = _S.seeds, seed: int = _S.seed, pick: str = _S.pick, ensemble: int = _S.ensemble,
           confidence: float = _S.confidence, mixers: Sequence[str] | None = _S.mixers, grid: bool = _S.grid,
           candidates: Sequence[Candidate | str] | None = None, split: str = TRAIN_SPLIT, val_split: str | None = None,

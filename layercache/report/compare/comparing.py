@@ -46,7 +46,7 @@ from .similarity import count_steps as cka_steps
 CacheLike = str | os.PathLike[str] | LayerCache
 
 
-@computes  # type: ignore[untyped-decorator]
+@computes
 def compare_caches(caches: Sequence[CacheLike], *, options: CompareOptions | None = None, progress: bool = True,
                    memory_budget: int | None = None, **keywords: Any) -> Comparison:
     """Compare the models of ``caches`` (folders or open caches, at least two) over the same examples.

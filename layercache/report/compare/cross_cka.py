@@ -32,7 +32,7 @@ def _centred(X: np.ndarray) -> torch.Tensor:
     return T - T.mean(dim=0, keepdim=True)
 
 
-@computes  # type: ignore[untyped-decorator]
+@computes
 def cross_cka(A: np.ndarray, B: np.ndarray) -> np.ndarray:
     """(L_a, L_b) float64 linear CKA between every state of ``A`` (n, L_a, d) and every state of ``B`` (n, L_b, e).
 
