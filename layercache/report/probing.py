@@ -47,6 +47,7 @@ import torch
 
 from ..core.memory import memory_limit
 from ..core.option_names import call, option
+from ..core.option_specs import check_options
 from ..core.threads import computes
 from ..core.version import __version__
 from ..depth import LensOptions, expected_layer, layer_similarity
@@ -347,6 +348,8 @@ def probe_report(cache: str | os.PathLike | LayerCache | None = None, out: str |
 
     spec = report_options(options, keywords, "probe_report")
     check_max_train(spec.max_train)
+    if spec.tuned_lens:  # its settings refused now, not after the probes' minutes
+        check_options(LensOptions, vars(lens or DEFAULT_LENS))
     with memory_limit(memory_budget), using_cache(cache) as handle:
         folder = Path(out) if out is not None else handle.path.parent / f"{handle.path.name}.report"
         if folder.exists() and not folder.is_dir():

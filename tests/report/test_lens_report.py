@@ -65,3 +65,11 @@ def test_the_command_takes_the_lens_options(decoder_cache, tmp_path, monkeypatch
     assert seen["lens"] == LensOptions(epochs=5, max_tokens=300) and seen["options"].tuned_lens is False
     help_text = invoke("probe-report", "--help").output
     assert "--lens-epochs" in help_text and "--lens-objective" not in help_text and "--tuned-lens" in help_text
+
+
+def test_a_lens_setting_out_of_range_is_refused_before_any_probe(decoder_cache, tmp_path):
+    from cli_support import assert_refused
+
+    result = invoke("probe-report", str(decoder_cache), "--out", str(tmp_path / "r"), "--lens-epochs", "0")
+    assert_refused(result, "--lens-epochs must be at least 1 (a whole number), got 0.")
+    assert not (tmp_path / "r").exists()
