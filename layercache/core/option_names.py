@@ -28,8 +28,7 @@ import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-
-from .option_specs import DECLARED_FLAGS
+from dataclasses import dataclass
 
 _depth = 0
 """How many :func:`speaking_to_command_line` blocks are open (a command may run another's code)."""
@@ -41,7 +40,30 @@ FLAGS: dict[str, str] = {
     "quality_examples": "--quality-sample",
 }
 """Keyword -> flag, for the command options outside a spec whose flag is not the keyword with dashes (a spec's own
-are its :class:`~layercache.core.option_specs.Flag`'s, :data:`~layercache.core.option_specs.DECLARED_FLAGS`)."""
+are declared from its :class:`~layercache.core.option_specs.Flag`'s into :data:`DECLARED_FLAGS`)."""
+
+
+@dataclass(frozen=True)
+class DeclaredFlag:
+    """How the command line spells a library keyword that an options spec declares."""
+
+    spelling: str
+    """The flag: ``--train-act`` (of ``--train-act/--no-train-act``)."""
+    negated: bool = False
+    """The flag turns the keyword off: ``--separate-mixers`` is ``share_mixer=False``."""
+
+
+DECLARED_FLAGS: dict[str, DeclaredFlag] = {}
+"""Library keyword -> its flag, for every keyword an options spec declares (``layercache.core.option_specs``
+fills it): what :func:`flag` names."""
+
+
+def declare_flag(keyword: str, declared: DeclaredFlag, owner: str) -> None:
+    """Record how the command line spells ``keyword`` (``owner``: the spec field declaring it, for the refusal): a
+    second spelling of one keyword is refused, since a message could name only one."""
+    known = DECLARED_FLAGS.setdefault(keyword, declared)
+    if known != declared:
+        raise TypeError(f"{owner} spells {keyword}'s flag {declared.spelling}, another spec {known.spelling}")
 
 
 @contextmanager

@@ -18,6 +18,7 @@ from dataclasses import MISSING, Field, dataclass, field, fields
 from typing import Any, TypeVar
 
 from ..errors import ConfigError
+from .option_names import DeclaredFlag, command_line, declare_flag
 
 T = TypeVar("T")
 
@@ -100,11 +101,6 @@ def option_field(default: Any, flag: Flag | None = None, *, keyword: str | None 
     return field(default=default, metadata={FLAG: flag, "keyword": keyword, "check": check})
 
 
-DECLARED_FLAGS: dict[str, Flag] = {}
-"""Library keyword -> its flag, for every spec made by :func:`option_spec` (what a message names,
-:func:`layercache.core.option_names.flag`)."""
-
-
 def option_spec(spec: type[T] | None = None, *, shared: bool = True) -> Any:
     """Register the flags of the options dataclass ``spec`` by keyword (a class decorator, above
     ``@dataclass(frozen=True)``), so that a message names the flag of any declared option (``--shard-size`` for
@@ -119,19 +115,14 @@ def option_spec(spec: type[T] | None = None, *, shared: bool = True) -> Any:
         spec_flag = field_flag(spec_field)
         if spec_flag is None or spec_flag.argument:
             continue
-        keyword = field_keyword(spec_field)
-        known = DECLARED_FLAGS.setdefault(keyword, spec_flag)
-        if (known.spelling, known.negated) != (spec_flag.spelling, spec_flag.negated):
-            raise TypeError(f"{spec.__name__}.{spec_field.name} spells {keyword}'s flag {spec_flag.spelling}, "
-                            f"another spec {known.spelling}")
+        declare_flag(field_keyword(spec_field), DeclaredFlag(spec_flag.spelling, spec_flag.negated),
+                     f"{spec.__name__}.{spec_field.name}")
     return spec
 
 
 def check_options(spec: type, values: Mapping[str, Any]) -> None:
     """Refuse, in one sentence naming the option, the first of ``values`` (by field name; fields left out are not
     checked) that breaks its field's :class:`Constraint`."""
-    from .option_names import command_line
-
     for spec_field in spec_fields(spec):
         constraint: Constraint | None = spec_field.metadata.get("check")
         if constraint is None or spec_field.name not in values:
