@@ -104,7 +104,7 @@ def build_comparison(caches: Sequence[LayerCache], spec: CompareOptions, progres
 
 def _at_least_two(caches: Sequence[CacheLike]) -> list[CacheLike]:
     if isinstance(caches, (str, os.PathLike, LayerCache)) or len(caches) < 2:
-        raise ConfigError("A comparison needs at least two caches (of the same examples); pass a list of them.")
+        raise ConfigError("A comparison needs at least two caches of the same examples; give two or more.")
     return list(caches)
 
 
