@@ -32,7 +32,7 @@ def test_compare_prints_the_summary_and_writes_both_files(caches, tmp_path):
     assert list(data["tasks"]) == ["sentiment", "negation_scope"] and [m["label"] for m in data["models"]] == [
         "enc", "dec"]
     assert "cumulative" not in data["tasks"]["sentiment"]["models"]["enc"]
-    assert data["meta"]["cka"] == {"states": "words", "asked": 100, "split": "test", "n": 100}
+    assert data["meta"]["cka"] == {"states": "words", "estimator": "debiased", "asked": 100, "split": "test", "n": 100}
     assert (out / "report.html").stat().st_size > 20_000
 
 
@@ -52,6 +52,8 @@ def test_compare_refusals(caches, tmp_path):
                    "--cka-examples must be at least 2")
     assert_refused(invoke("compare", caches["bert"], caches["llama-bpe"], "--cka-states", "all", "--quiet"),
                    "--cka-states must be one of auto, mean, words")
+    assert_refused(invoke("compare", caches["bert"], caches["llama-bpe"], "--cka-estimator", "biased", "--quiet"),
+                   "--cka-estimator must be one of debiased, plain")
     assert_refused(invoke("compare", caches["bert"], caches["llama-bpe"], "--max-train", "1", "--quiet"),
                    "--max-train takes a number")
     (tmp_path / "file").write_text("x")

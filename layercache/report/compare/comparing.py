@@ -7,11 +7,12 @@
 The caches must hold the same examples (:mod:`.examples`: the same dataset, splits, rows and labels; refused in
 one sentence naming what differs). For every task they all hold, each model is probed as its probe report probes
 it (:mod:`.scores`): the linear probe of every state with its control task and selectivity, and the cumulative
-probes whose gains give the expected layer, all placed on one axis of relative depth. For every pair of models,
-linear CKA between each state of one and each state of the other on one seeded sample of the same examples
-(:mod:`.similarity`). The caches may differ in everything else: width, depth, storage (int8, a projection), the
-model's family (encoder or decoder), token states or pooled vectors only (a token task is then not probed on the
-pooled cache, and is refused if asked for).
+probes whose gains give the expected layer, all placed on one axis of relative depth. Every model's probes read its
+cache in the shared order (:mod:`.shared_order`), so they fit, validate and score on the same examples. For every
+pair of models, linear CKA (debiased by default, :mod:`.cross_cka`) between each state of one and each state of
+the other on one seeded sample of the same examples (:mod:`.similarity`). The caches may differ in everything
+else: width, depth, storage (int8, a projection), the model's family (encoder or decoder), token states or pooled
+vectors only (a token task is then not probed on the pooled cache, and is refused if asked for).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from .examples import shared_examples
 from .model import Comparison
 from .options import CompareOptions, compare_options
 from .scores import can_probe, model_task, relative_depth, task_steps
+from .shared_order import shared_order
 from .similarity import cka_pairs, cka_states
 from .similarity import count_steps as cka_steps
 
@@ -54,11 +56,13 @@ def compare_caches(caches: Sequence[CacheLike], *, options: CompareOptions | Non
     Args:
         caches: the caches, in the order tables and figures show them.
         options: a :class:`~.options.CompareOptions`, or its fields as keywords (``tasks``, ``eval_split``,
-            ``names``, ``cumulative``, ``cka_states``, ``cka_examples``, ``seed``, ``max_train``): the tasks to
-            compare (default: every task all the caches hold; a token task only where every cache has token
-            states), the split scores and CKA are on (default: test, else validation), a name for each cache, the
-            cumulative probes (each model's expected layer), what CKA compares (``mean`` vectors or ``words``) on
-            how many examples, the seed of every sample, slice and control task, and the probes' training sample.
+            ``names``, ``cumulative``, ``cka_states``, ``cka_estimator``, ``cka_examples``, ``seed``, ``max_train``):
+            the tasks to compare (default: every task all the caches hold; a token task only where every cache has
+            token states), the split scores and CKA are on (default: test, else validation), a name for each cache,
+            the cumulative probes (each model's expected layer), what CKA compares (``mean`` vectors or ``words``),
+            how it is estimated (``debiased``, the default, or ``plain``) and on how many examples, the seed of
+            every sample, slice and control task, and the probes' training sample (the same examples for every
+            model).
         progress: show a progress bar over the parts.
         memory_budget: bytes the reads may hold (:func:`~layercache.core.memory.memory_budget`; None: half the
             memory available).
@@ -84,18 +88,25 @@ def build_comparison(caches: Sequence[LayerCache], spec: CompareOptions, progres
         "dataset": first.manifest.dataset.name, "dataset_config": first.manifest.dataset.config,
         "splits": shared.sizes, "eval_split": eval_split, "validation": first.validation_split(exclude="train"),
         "seed": spec.seed, "max_train": spec.max_train, "cumulative": spec.cumulative,
-        "cka": {"states": states, "asked": spec.cka_examples, "split": cka_split},
+        "cka": {"states": states, "estimator": spec.cka_estimator, "asked": spec.cka_examples, "split": cka_split},
         "threads": torch.get_num_threads(),
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"), "layercache_version": __version__,
     }, models=[model_entry(cache, label) for cache, label in zip(caches, labels)], notes=notes)
     total = sum(task_steps(task, eval_split, spec.cumulative) for task in tasks for cache in caches
                 if can_probe(cache, task) is None) + cka_steps(len(caches), states)
-    with steps_progress(progress, total, "compare") as step:
+    with steps_progress(progress, total, "compare") as step, ExitStack() as views:
+        ordered: Sequence[LayerCache] = caches
+        if tasks:  # every model's probes draw in one order, so they fit on the same examples (shared_order)
+            ordered, dropped = shared_order(caches, shared, words=any(t.kind == "token" for t in tasks))
+            for view, cache in zip(ordered, caches):
+                if view is not cache:
+                    views.callback(view.close)
+            comparison.meta["words_not_kept_by_all"] = dropped
         for task in tasks:
-            comparison.tasks[task.name] = _task(caches, labels, task, eval_split, spec, step, comparison.timings)
+            comparison.tasks[task.name] = _task(ordered, labels, task, eval_split, spec, step, comparison.timings)
         t0 = time.perf_counter()
         comparison.similarity = cka_pairs(caches, labels, shared, cka_split, states, spec.cka_examples, spec.seed,
-                                          step)
+                                          step, debiased=spec.cka_estimator == "debiased")
         comparison.timings["CKA"] = time.perf_counter() - t0
     comparison.meta["cka"]["n"] = comparison.similarity[0]["n"]
     comparison.notes += sample_notes(comparison)
@@ -200,17 +211,14 @@ def chosen_tasks(caches: Sequence[LayerCache], labels: Sequence[str],
 
 
 def sample_notes(comparison: Comparison) -> list[str]:
-    """Notes on what the models were not probed on alike: a task a model could not probe, a training sample or a
-    validation slice each cache draws in its own row order (equally large, not the same examples)."""
+    """Notes on what the models were not probed on alike: a task a model could not probe, and the words of token
+    tasks left out of every model's probes because one model's truncation cut them off."""
     notes = [f"{task} is not probed on {label}: {reason}." for task, entry in comparison.tasks.items()
              for label, reason in entry["skipped"].items()]
-    partial = sorted({task for task, entry in comparison.tasks.items() for model in entry["models"].values()
-                      if model["probe"]["n_train"] < model["probe"]["n_train_available"]})
-    if partial:
-        notes.append(f"The probes of {', '.join(partial)} were fitted on a seeded sample of the training examples "
-                     f"(words) per model ({option('max_train', comparison.meta['max_train'])}); each cache draws it "
-                     "in its own row order, so the models' samples are equally large but not the same examples.")
-    if comparison.tasks and comparison.meta["validation"] is None:
-        notes.append("The caches have no validation split, so each model chose its probes' C on a seeded slice of "
-                     "train drawn in its cache's own row order: equally large, not the same examples.")
+    dropped = {split: n for split, n in comparison.meta.get("words_not_kept_by_all", {}).items() if n}
+    words = [task for task, entry in comparison.tasks.items() if entry["kind"] == "token"]
+    if dropped and words:
+        counts = ", ".join(f"{n:,} of {split}" for split, n in sorted(dropped.items()))
+        notes.append(f"Words some model's truncation cut off ({counts}) are left out of every model's probes of "
+                     f"{', '.join(words)}, so that all of them fit and score on the same words.")
     return notes

@@ -21,7 +21,7 @@ import numpy as np
 from ...core.plotting import pyplot
 from ..figures import COLORS, render_png
 from .model import Comparison
-from .summary import cka_about, short
+from .summary import cka_about, cka_name, short
 
 
 @dataclass(frozen=True)
@@ -152,8 +152,9 @@ def figure_cka(comparison: Comparison, index: int) -> Any:
     rows, cols = matrix.shape
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(min(2.2 + 0.42 * cols, 12), min(1.8 + 0.36 * rows, 12)), layout="constrained")
+    # One scale for every pair; a debiased value below 0 (unrelated states) shows as 0, its number says it.
     image = ax.imshow(matrix, vmin=0, vmax=1, cmap="viridis", aspect="auto", origin="lower")
-    fig.colorbar(image, ax=ax, label="linear CKA", shrink=0.9)
+    fig.colorbar(image, ax=ax, label=cka_name(comparison), shrink=0.9)
     ax.set_xticks(range(cols), [short(n) for n in pair["columns"]], fontsize=7, rotation=90 if cols > 16 else 0)
     ax.set_yticks(range(rows), [short(n) for n in pair["rows"]], fontsize=7)
     ax.set_xlabel(f"{pair['b']} (state)")
@@ -193,7 +194,8 @@ def comparison_figures(comparison: Comparison) -> list[tuple[ComparisonFigure, b
     for index, pair in enumerate(comparison.similarity):
         specs.append(ComparisonFigure(
             f"cka-{index}", f"{pair['a']} × {pair['b']}",
-            f"Linear CKA between every state of {pair['a']} (rows) and of {pair['b']} (columns), on the same "
+            f"{cka_name(comparison, capital=True)} between every state of {pair['a']} (rows) and of {pair['b']} "
+            "(columns), on the same "
             f"seeded {cka_about(comparison)}; a white frame marks each row's most similar column. 1: the same "
             "geometry up to a rotation and a scale.", _cka_figure(index)))
     out = []

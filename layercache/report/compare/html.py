@@ -14,7 +14,7 @@ import numpy as np
 from ..html import STYLE, _e, _figure, _num, _table
 from .figures import comparison_figures
 from .model import Comparison
-from .summary import CKA_HEADER, SCORE_HEADER, cka_about, cka_rows, score_rows
+from .summary import CKA_HEADER, SCORE_HEADER, cka_about, cka_name, cka_rows, score_rows
 
 SIDE_BY_SIDE = """
 .side { display: flex; flex-wrap: wrap; gap: 0 2em; align-items: flex-start; }
@@ -62,8 +62,9 @@ def _meta(comparison: Comparison) -> str:
         f"a seeded sample of at most {meta['max_train']:,} training examples (words)"
     return (f'<p class="meta">Data: {_e(meta["dataset"] or "files")} · splits: {_e(splits)} · scores on '
             f'<b>{_e(meta["eval_split"] or "validation")}</b>, C chosen on '
-            f'{_e(meta["validation"] or "a slice of train")}, probes fitted on {_e(sample)} · CKA on '
-            f'{_e(cka_about(comparison))} · seed {meta["seed"]} · '
+            f'{_e(meta["validation"] or "a slice of train")}, probes fitted on {_e(sample)}, the same for every '
+            'model · '
+            f'{_e(cka_name(comparison))} on {_e(cka_about(comparison))} · seed {meta["seed"]} · '
             f'layercache {_e(meta["layercache_version"])}, {_e(meta["created_at"])}</p>')
 
 
@@ -95,7 +96,7 @@ def render_comparison_html(comparison: Comparison) -> str:
             out.append("</div>")
             for label, reason in entry["skipped"].items():
                 out.append(f'<p class="note">{_e(label)}: not probed ({_e(reason)}).</p>')
-    out.append("<h2>Linear CKA across models</h2>")
+    out.append(f"<h2>{_e(cka_name(comparison, capital=True))} across models</h2>")
     out.append(_table(CKA_HEADER, [[_e(c) for c in row] for row in cka_rows(comparison)]))
     out += ['<div class="side">', *[html for key, html in figures.items() if key.startswith("cka-")], "</div>"]
     if comparison.notes:

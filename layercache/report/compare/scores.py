@@ -4,7 +4,9 @@ The probes are the probe report's own (:mod:`layercache.report.probe_parts`): ``
 of every state (its ``C`` chosen on validation), the control task's probes and their selectivity, and the
 prediction depth; ``cumulative_section`` the probes on the mix of layers ``0..l`` whose gains give the expected
 layer ``E_Delta`` (Tenney et al. 2019) and the full mix's ``E_s``. So a model's numbers here are its numbers in its
-own probe report with the same seed and training sample.
+own probe report with the same seed and training sample. The comparison hands them each cache read in the shared
+order (:mod:`.shared_order`), so every model's sample is the same examples; where a sample or a validation slice is
+drawn, that is another draw than the probe report's over the cache's own row order.
 
 Models of different depths meet on one axis: the relative depth of a state is its layer over the model's number
 of layers (0 = embeddings, 1 = last layer; a cache that kept some layers only places each where it is in the

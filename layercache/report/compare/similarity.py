@@ -24,7 +24,7 @@ from ...core.option_names import option
 from ...errors import ConfigError
 from ...probes.features import first_subtokens
 from ...store.reader import LayerCache
-from .cross_cka import best_matches, cka_of_grams, cross_cka, grams_fit, grams_pay, unit_grams
+from .cross_cka import best_matches, cka_of_grams, cross_cka, grams_fit, grams_pay, least_examples, unit_grams
 from .examples import SharedExamples
 
 Step = Callable[[str], None]
@@ -93,20 +93,21 @@ def read_states(caches: Sequence[LayerCache], shared: SharedExamples, split: str
 
 
 def cka_pairs(caches: Sequence[LayerCache], labels: Sequence[str], shared: SharedExamples, split: str, states: str,
-              size: int, seed: int, step: Step) -> list[dict[str, Any]]:
-    """For every pair of caches (in the order given), the (L_a, L_b) CKA between their states and each state's best
-    match, on one seeded sample of ``size`` examples (words) of ``split``."""
+              size: int, seed: int, step: Step, *, debiased: bool = True) -> list[dict[str, Any]]:
+    """For every pair of caches (in the order given), the (L_a, L_b) CKA (``debiased`` or plain) between their
+    states and each state's best match, on one seeded sample of ``size`` examples (words) of ``split``."""
     read, n = read_states(caches, shared, split, states, size, seed, step)
-    if n < 2:
-        raise ConfigError(f"CKA needs at least 2 examples (words) of split {split!r} that every cache holds, and "
-                          f"there are {n}; choose another {option('eval_split')}.")
+    least = least_examples(debiased)
+    if n < least:
+        raise ConfigError(f"CKA needs at least {least} examples (words) of split {split!r} that every cache holds, "
+                          f"and there are {n}; choose another {option('eval_split')}.")
     pairs = []
     grams: dict[int, np.ndarray] = {}  # each model's Grams, computed once for all its pairs when they all fit
     keep = grams_fit(n, sum(states.shape[1] for states in read))
 
     def unit(k: int) -> np.ndarray:
         if k not in grams:
-            grams[k] = unit_grams(read[k])
+            grams[k] = unit_grams(read[k], debiased)
         return grams[k]
 
     for a, b in combinations(range(len(caches)), 2):
@@ -114,7 +115,7 @@ def cka_pairs(caches: Sequence[LayerCache], labels: Sequence[str], shared: Share
         if keep and grams_pay(read[a].shape, read[b].shape):
             matrix = cka_of_grams(unit(a), unit(b))  # (L_a, L_b)
         else:
-            matrix = cross_cka(read[a], read[b])
+            matrix = cross_cka(read[a], read[b], debiased=debiased)
         pairs.append({"a": labels[a], "b": labels[b], "split": split, "states": states, "n": n,
                       "rows": caches[a].layer_names, "columns": caches[b].layer_names, "cka": matrix,
                       "best_match_of_rows": best_matches(matrix), "best_match_of_columns": best_matches(matrix.T)})

@@ -80,6 +80,13 @@ def layer_rows(comparison: Comparison, task: str) -> list[list[str]]:
     return rows
 
 
+def cka_name(comparison: Comparison, capital: bool = False) -> str:
+    """The estimator the comparison's CKA used, in words: ``debiased linear CKA`` or ``linear CKA`` (a comparison
+    saved before the choice existed used the plain one); ``capital``: its first letter upper case."""
+    name = "debiased linear CKA" if comparison.meta["cka"].get("estimator") == "debiased" else "linear CKA"
+    return name[0].upper() + name[1:] if capital else name
+
+
 def cka_about(comparison: Comparison) -> str:
     """What the CKA is on, in words: ``1,000 mean vectors of test``, ``2,000 word states of test``."""
     cka = comparison.meta["cka"]
@@ -100,7 +107,7 @@ def render_comparison_summary(comparison: Comparison, console: Console) -> None:
         print_fitted(console, columns, score_rows(comparison), title="best and expected layers (depth: 0 = "
                      "embeddings, 1 = last layer)", title_justify="left")
     columns = [Column(h, key=h == "models", justify="left" if h == "models" else "right") for h in CKA_HEADER]
-    print_fitted(console, columns, cka_rows(comparison), title=f"linear CKA across models ({cka_about(comparison)})",
-                 title_justify="left")
+    print_fitted(console, columns, cka_rows(comparison),
+                 title=f"{cka_name(comparison)} across models ({cka_about(comparison)})", title_justify="left")
     for note in comparison.notes:
         console.print(f"[yellow]{note}[/]", highlight=False)

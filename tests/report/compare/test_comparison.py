@@ -34,8 +34,9 @@ def test_every_model_every_task_and_every_pair(compared):
         matrix = np.asarray(pair["cka"], np.float64)
         assert matrix.shape == (len(compared.model(pair["a"])["layer_names"]),
                                 len(compared.model(pair["b"])["layer_names"]))
-        assert np.all((matrix >= -1e-9) & (matrix <= 1 + 1e-9))
-    assert compared.meta["cka"] == {"states": "mean", "asked": 2000, "split": "test", "n": 60}
+        assert np.all((matrix >= -1 - 1e-9) & (matrix <= 1 + 1e-9))  # debiased: unrelated states near 0
+    assert compared.meta["cka"] == {"states": "mean", "estimator": "debiased", "asked": 2000, "split": "test",
+                                    "n": 60}
 
 
 def test_a_models_scores_are_its_own_probes(compared, caches):
@@ -73,7 +74,8 @@ def test_the_same_examples_line_up_by_source_row(caches):
         b = bpe.pooled("test", "mean", rows=rows_b)
         expected = [[linear_cka(a[:, i], b[:, j]) for j in range(b.shape[1])] for i in range(a.shape[1])]
     comparison = compare_caches([caches["bert"], caches["llama-bpe"]], tasks=["sentiment"], cumulative=False,
-                                progress=False)
+                                cka_estimator="plain", progress=False)
+    assert comparison.meta["cka"]["estimator"] == "plain"
     np.testing.assert_allclose(comparison.similarity[0]["cka"], expected, atol=1e-9)
     misaligned = [[linear_cka(a[:, i], b[::-1, j]) for j in range(b.shape[1])] for i in range(a.shape[1])]
     assert not np.allclose(comparison.similarity[0]["cka"], misaligned, atol=1e-3)  # the check can fail

@@ -69,3 +69,68 @@ def test_refusals():
         cross_cka(np.zeros((5, 2, 3)), np.zeros((6, 2, 3)))
     with pytest.raises(ConfigError, match="at least 2 examples"):
         cross_cka(np.zeros((1, 2, 3)), np.zeros((1, 2, 3)))
+
+
+def _unbiased_hsic(K, L):
+    """Song et al. (2012)'s unbiased HSIC of two (n, n) Grams, term by term as the paper writes it."""
+    n = K.shape[0]
+    K, L = K.copy(), L.copy()
+    np.fill_diagonal(K, 0)
+    np.fill_diagonal(L, 0)
+    one = np.ones(n)
+    return (np.trace(K @ L) + (one @ K @ one) * (one @ L @ one) / ((n - 1) * (n - 2))
+            - 2 / (n - 2) * (one @ K @ L @ one)) / (n * (n - 3))
+
+
+def _debiased_reference(X, Y):
+    """Debiased linear CKA of (n, d) and (n, e) from the unbiased HSIC of their uncentred linear Grams."""
+    K, L = X @ X.T, Y @ Y.T
+    return _unbiased_hsic(K, L) / np.sqrt(_unbiased_hsic(K, K) * _unbiased_hsic(L, L))
+
+
+def _both_ways(A, B, monkeypatch):
+    """cross_cka(debiased=True) by the Grams and by the feature products (the budget forbidding the Grams)."""
+    by_grams = cross_cka(A, B, debiased=True)
+    with monkeypatch.context() as mp:
+        mp.setattr(module, "current_budget", lambda: 0)
+        by_features = cross_cka(A, B, debiased=True)
+    return by_grams, by_features
+
+
+def test_debiased_cka_reads_unrelated_states_near_zero_where_plain_cka_reads_high(monkeypatch):
+    """50 examples of two independent random states 2,000 wide: plain CKA far above 0, the debiased one near 0."""
+    rng = np.random.default_rng(5)
+    A, B = rng.standard_normal((50, 1, 2000)), rng.standard_normal((50, 1, 2000))
+    plain = cross_cka(A, B)[0, 0]
+    assert plain > 0.9  # the bias: the Grams of wide random states are all close to the identity
+    for debiased in _both_ways(A, B, monkeypatch):
+        assert abs(debiased[0, 0]) < 0.05, debiased
+
+
+def test_debiased_cka_matches_the_unbiased_hsic_written_out(monkeypatch):
+    A, B = _states(20, 3, 24, 6), _states(20, 2, 40, 7)
+    expected = np.array([[_debiased_reference(A[:, i].astype(np.float64), B[:, j].astype(np.float64))
+                          for j in range(B.shape[1])] for i in range(A.shape[1])])
+    for matrix in _both_ways(A, B, monkeypatch):
+        np.testing.assert_allclose(matrix, expected, atol=1e-9)
+    wide = _states(400, 2, 24, 8), _states(400, 2, 30, 9)  # more examples than widths: the feature products
+    expected = np.array([[_debiased_reference(wide[0][:, i].astype(np.float64), wide[1][:, j].astype(np.float64))
+                          for j in range(2)] for i in range(2)])
+    np.testing.assert_allclose(cross_cka(*wide, debiased=True), expected, atol=1e-9)
+
+
+def test_both_estimators_read_one_for_the_same_states_and_ignore_rotations_and_scales(monkeypatch):
+    rng = np.random.default_rng(10)
+    X = rng.standard_normal((30, 60))  # fewer examples than width
+    Q, _ = np.linalg.qr(rng.standard_normal((60, 60)))
+    A = X[:, None]
+    for B in (X[:, None], (7.5 * X @ Q)[:, None]):
+        assert cross_cka(A, B)[0, 0] == pytest.approx(1.0)
+        for matrix in _both_ways(A, B, monkeypatch):
+            assert matrix[0, 0] == pytest.approx(1.0)
+    Y = rng.standard_normal((30, 1, 20)) + X[:, None, :20]  # a related state: the same value either side
+    for matrix in _both_ways(A, Y, monkeypatch):
+        turned = _both_ways((0.3 * X @ Q)[:, None], Y, monkeypatch)
+        np.testing.assert_allclose(turned, [matrix, matrix], atol=1e-9)
+    with pytest.raises(ConfigError, match="at least 4 examples"):
+        cross_cka(np.ones((3, 1, 2)), np.ones((3, 1, 2)), debiased=True)

@@ -53,4 +53,14 @@ def test_the_console_summary_fits_80_columns(compared):
     assert_readable(text)  # no value cut to fit, no table line over 80 columns
     for label in compared.labels:
         assert text.count(label) >= len(compared.tasks) + 1  # a row per task, and in the CKA table
-    assert "negation_scope (accuracy on test)" in text and "linear CKA across models (60 mean vectors of test)" in text
+    assert "negation_scope (accuracy on test)" in text
+    assert "debiased linear CKA across models (60 mean vectors of test)" in text  # which estimator
+
+
+def test_the_page_and_the_data_say_which_cka_estimator(compared, saved):
+    page = saved.html.read_text()
+    assert "<h2>Debiased linear CKA across models</h2>" in page and "debiased linear CKA on 60 mean vectors" in page
+    assert "the same for every model" in page
+    import json
+
+    assert json.loads(saved.json.read_text())["meta"]["cka"]["estimator"] == "debiased"

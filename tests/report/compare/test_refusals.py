@@ -56,6 +56,8 @@ def test_settings(caches, no_probes):
     _refused(both, "Give each of the 2 caches its own name", names=["a", "a"])
     _refused(both, "cka_examples must be at least 2", cka_examples=1)
     _refused(both, "cka_states must be one of auto, mean, words", cka_states="tokens")
+    _refused(both, "cka_estimator must be one of debiased, plain", cka_estimator="biased")
+    _refused(both, "Debiased CKA needs at least 4 examples", cka_examples=3)
     _refused(both, "max_train", max_train=0)
     with pytest.raises(TypeError, match="unexpected keyword argument 'mdl'"):
         compare_caches(both, mdl=False)
