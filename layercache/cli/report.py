@@ -24,7 +24,8 @@ def probe_report(
     out: Optional[Path] = typer.Option(
         None, "--out", "-o", help="Report folder.", show_default="<cache>.report beside the cache"),
     options: ReportOptions = spec_options(ReportOptions),
-    lens: LensOptions = spec_options(LensOptions, only=("epochs", "lr", "batch_tokens", "max_tokens")),
+    lens: LensOptions = spec_options(LensOptions,
+                                     only=("epochs", "lr", "batch_tokens", "max_tokens", "logits_dtype")),
     memory_budget: Optional[str] = memory_budget_option(),
     threads: str = threads_option(),
     quiet: bool = quiet_option(),

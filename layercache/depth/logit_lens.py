@@ -13,7 +13,8 @@ if the remaining blocks were skipped. Per layer, over the tokens of a split:
 The final norm and the unembedding come from the cache (``lens.safetensors``, written at extraction
 for decoders, :mod:`layercache.store.lens`), never from a model. A ``layer_L`` stored after the
 final norm (``final_norm: applied``) goes straight to the unembedding. Logits are computed in
-float32, a block of tokens at a time, so memory stays bounded (``chunk_bytes``) for any vocabulary.
+float32 (or their matmul in bfloat16: ``logits_dtype``) on ``device``, a block of tokens at a time, so memory stays
+bounded (``chunk_bytes``) for any vocabulary.
 
     lens = logit_lens(cache, "validation")
     lens.accuracy        # (S,) per kept state, the last equals the model's next-token accuracy
@@ -27,12 +28,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..core.devices import DEFAULT_DEVICE, resolve_device
 from ..core.layers import LayerSpec
+from ..core.option_specs import check_options
 from ..core.threads import computes
 from ..errors import ConfigError
 from ..store.reader import LayerCache
+from .lens_options import LensOptions
 from .lens_scores import DEFAULT_CHUNK_BYTES, lens_logits, score_lenses
 from .lens_tokens import lens_inputs, model_space
+
+_D = LensOptions()  # the logits dtype's default is declared there
 
 __all__ = ["LogitLens", "logit_lens", "layer_logits", "lens_logits", "DEFAULT_CHUNK_BYTES"]
 
@@ -76,7 +82,8 @@ def layer_logits(cache: LayerCache, split: str, rows: Sequence[int], layer: Laye
 
 @computes
 def logit_lens(cache: LayerCache, split: str | None = None, *, layers: LayerSpec | Sequence[LayerSpec] | None = None,
-               rows: Sequence[int] | None = None, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> LogitLens:
+               rows: Sequence[int] | None = None, chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+               device: str = DEFAULT_DEVICE, logits_dtype: str = _D.logits_dtype) -> LogitLens:
     """Score every kept state (or ``layers``) of a decoder cache with the logit lens on ``split``.
 
     Args:
@@ -87,14 +94,19 @@ def logit_lens(cache: LayerCache, split: str | None = None, *, layers: LayerSpec
         rows: which examples (cache rows) to read, default all; a random subset keeps a large
             split cheap.
         chunk_bytes: float32 bytes of states, and of logits, held at once.
+        device: where the logits are computed: ``auto`` (a GPU when torch sees one), ``cpu`` or ``cuda[:N]``.
+        logits_dtype: the logits' matmul in ``float32`` or ``bfloat16`` (the softmax and the KL in float32; see
+            :data:`~.lens_options.LOGITS_DTYPES`).
 
     Refuses an encoder cache, a cache without lens weights or token states, and one that does not
     keep ``layer_L``.
     """
     if chunk_bytes < 1:
         raise ConfigError(f"chunk_bytes must be positive, got {chunk_bytes}.")
+    check_options(LensOptions, {"logits_dtype": logits_dtype})
+    target = resolve_device(device)  # refused before the cache is read
     split = cache.report_split(split, fallback=cache.splits[0])
     scores = score_lenses(cache, split, lens_inputs(cache, layers), {"logit": None}, rows=rows,
-                          chunk_bytes=chunk_bytes)["logit"]
+                          chunk_bytes=chunk_bytes, device=target, logits_dtype=logits_dtype)["logit"]
     return LogitLens(split=split, layer_names=scores.layer_names, accuracy=scores.accuracy, kl=scores.kl,
                      agreement=scores.agreement, n_tokens=scores.n_tokens, n_predictions=scores.n_predictions)

@@ -27,7 +27,7 @@ import json
 import math
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -46,10 +46,9 @@ from ..core.threads import computes
 from ..core.version import __version__
 from ..errors import ConfigError
 from ..progress import training_progress
-from ..store.lens import LensWeights
 from ..store.reader import LayerCache
 from .lens_options import LensOptions
-from .lens_scores import DEFAULT_CHUNK_BYTES, LensMap, LensScores, lens_logits, score_lenses
+from .lens_scores import DEFAULT_CHUNK_BYTES, LensMap, LensScores, lens_logits, on_device, score_lenses
 from .lens_tokens import LOGIT_BUFFERS, LensInputs, checked_rows, lens_inputs, token_blocks
 
 LENS_NAMES = {"kl": "tuned", "least_squares": "linear"}
@@ -90,7 +89,9 @@ class TunedLens(BaseEstimator):
         max_tokens: train on a seeded sample of examples with at most about this many tokens (None: every one).
         ridge: the least-squares fit's L2 strength, relative to the mean squared state (``least_squares``).
         seed: the sample, the minibatches' order and the initialisation's.
-        device: ``auto``, ``cpu`` or ``cuda[:N]``.
+        device: ``auto``, ``cpu`` or ``cuda[:N]``: where the translators are fitted and the lenses scored.
+        logits_dtype: the logits' matmul in ``float32`` or ``bfloat16`` (fit and scores; the softmax and the KL sum
+            in float32: see :data:`~.lens_options.LOGITS_DTYPES`).
         progress: show a progress bar.
     """
 
@@ -98,7 +99,7 @@ class TunedLens(BaseEstimator):
     def __init__(self, layers: LayerSpec | Sequence[LayerSpec] | None = _D.layers, *, objective: str = _D.objective,
                  epochs: int = _D.epochs, lr: float = _D.lr, batch_tokens: int = _D.batch_tokens,
                  max_tokens: int | None = _D.max_tokens, ridge: float = _D.ridge, seed: int = _D.seed,
-                 device: str = _D.device, progress: bool = _D.progress) -> None:
+                 device: str = _D.device, logits_dtype: str = _D.logits_dtype, progress: bool = _D.progress) -> None:
         self.layers = layers
         self.objective = objective
         self.epochs = epochs
@@ -108,6 +109,7 @@ class TunedLens(BaseEstimator):
         self.ridge = ridge
         self.seed = seed
         self.device = device
+        self.logits_dtype = logits_dtype
         self.progress = progress
 
     # --- fitting ------------------------------------------------------------------------
@@ -116,12 +118,12 @@ class TunedLens(BaseEstimator):
         """Fit a translator for every state asked for but ``layer_L`` on the tokens of ``split`` (``rows``: cache
         rows, default a sample of ``max_tokens``, else all)."""
         check_options(LensOptions, self.get_params())
+        device = resolve_device(self.device)  # refused before the cache is read
         inputs = _tuned_inputs(cache, self.layers)
         split = str(cache.report_split(split, fallback=cache.splits[0]))
         rows = self._training_rows(cache, split, rows)
         translated = [p for p in inputs.positions if p != inputs.final_position]
         D = cache.manifest.model.hidden_size
-        device = resolve_device(self.device)
         torch.manual_seed(self.seed)
         self.weight_ = torch.zeros(len(translated), D, D)  # (T, D, D): A_l, zero = the identity map
         self.bias_ = torch.zeros(len(translated), D)  # (T, D)
@@ -148,7 +150,7 @@ class TunedLens(BaseEstimator):
     def _fit_kl(self, cache: LayerCache, split: str, rows: np.ndarray, inputs: LensInputs,
                 device: torch.device) -> list[float]:
         """Adam on each translator's ``KL(p_L || p_l)``; returns each epoch's mean loss (summed over the layers)."""
-        lens = _on_device(inputs.lens, device)
+        lens = on_device(inputs.lens, device, self.logits_dtype)
         weight = self.weight_.to(device).requires_grad_()
         bias = self.bias_.to(device).requires_grad_()
         optimizer = torch.optim.Adam([weight, bias], lr=self.lr)
@@ -165,14 +167,16 @@ class TunedLens(BaseEstimator):
                                              block_tokens=self.batch_tokens):  # (b, R, D)
                     block = block.to(device)
                     with torch.no_grad():  # the model's own distribution p_L, once for every layer
-                        final_logp = F.log_softmax(lens_logits(block[:, final_at], lens, normed=lens.normed_last), -1)
+                        final_logp = F.log_softmax(lens_logits(block[:, final_at], lens, normed=lens.normed_last,
+                                                               logits_dtype=self.logits_dtype), -1)  # (b, V)
                         final_p = final_logp.exp()  # (b, V)
                         final_sum = float(torch.special.xlogy(final_p, final_p).sum())  # sum of p log p
                     optimizer.zero_grad(set_to_none=True)
                     loss_sum = 0.0
                     for t, p in enumerate(self.positions_):  # one graph per layer: the logits of one are alive
                         h = block[:, inputs.at(p)]  # (b, D)
-                        logits = lens_logits(h + h @ weight[t].T + bias[t], lens)  # (b, V)
+                        logits = lens_logits(_affine(h, weight[t], bias[t]), lens,
+                                             logits_dtype=self.logits_dtype)  # (b, V) float32
                         loss_sum += _kl_backward(logits, final_p, final_sum)
                     optimizer.step()
                     total, count = total + loss_sum * len(block), count + len(block)
@@ -211,8 +215,7 @@ class TunedLens(BaseEstimator):
     def translate(self, position: int, states: torch.Tensor) -> torch.Tensor:
         """States ``(n, D)`` of kept state ``position`` through its translator: ``h + A h + b``."""
         t = self.positions_.index(position)
-        weight, bias = self.weight_[t].to(states.device), self.bias_[t].to(states.device)
-        return states + states @ weight.T + bias
+        return _affine(states, self.weight_[t].to(states.device), self.bias_[t].to(states.device))
 
     def check_cache(self, cache: LayerCache) -> None:
         """Refuse a cache of another model, or one without the states this lens translates."""
@@ -228,16 +231,20 @@ class TunedLens(BaseEstimator):
             raise ConfigError(f"The cache {cache.path} does not keep {missing[0]}, which this lens reads; score it on "
                               "a cache that keeps every state the lens was fitted on.")
 
-    def lens_map(self) -> LensMap:
-        """What this lens does to a state before the unembedding, for :func:`~.lens_scores.score_lenses`."""
+    def lens_map(self, device: torch.device | None = None) -> LensMap:
+        """What this lens does to a state before the unembedding, for :func:`~.lens_scores.score_lenses`, with its
+        translators on ``device`` (default the CPU): moved once, not once a block."""
         self.check_fitted()
-        return LensMap(lambda p, h: self.translate(p, h) if p in self.positions_ else h, self.normed_output_)
+        weight, bias = self.weight_.to(device), self.bias_.to(device)  # (T, D, D), (T, D)
+        at = {p: t for t, p in enumerate(self.positions_)}
+        return LensMap(lambda p, h: _affine(h, weight[at[p]], bias[at[p]]) if p in at else h, self.normed_output_)
 
     @computes
     def score(self, cache: LayerCache, split: str | None = None, *, rows: Rows = None,
               chunk_bytes: int | None = None) -> dict[str, LensScores]:
         """Scores of the logit lens and this lens per layer on ``split`` (default the validation split, else the
-        first), read in one pass: ``{"logit": ..., "tuned" | "linear": ...}`` (:class:`~.lens_scores.LensScores`)."""
+        first), read in one pass on this lens's ``device``, its logits' matmul in its ``logits_dtype``:
+        ``{"logit": ..., "tuned" | "linear": ...}`` (:class:`~.lens_scores.LensScores`)."""
         return score_fitted(cache, split, [self], rows=rows, chunk_bytes=chunk_bytes)
 
     # --- saving -----------------------------------------------------------------------------
@@ -287,11 +294,20 @@ class TunedLens(BaseEstimator):
 def score_fitted(cache: LayerCache, split: str | None, lenses: list[TunedLens], *, rows: Rows = None,
                  chunk_bytes: int | None = None) -> dict[str, LensScores]:
     """The logit lens and every fitted lens of ``lenses`` (a tuned lens and a linear shortcut, say: named by their
-    objective) scored per layer on ``split`` of ``cache`` in one pass; each lens is checked against the cache."""
+    objective) scored per layer on ``split`` of ``cache`` in one pass, on the lenses' ``device`` with their
+    ``logits_dtype`` (the defaults' with no lens: the logit lens alone); each lens is checked against the cache."""
     names = [LENS_NAMES[lens.objective] for lens in lenses]
     if len(set(names)) < len(names):
         raise ConfigError("Score lenses of different objectives together (one tuned, one linear); score two lenses "
                           "of one objective in two calls.")
+    for lens in lenses:
+        check_options(LensOptions, lens.get_params())
+    settings = {(lens.device, lens.logits_dtype) for lens in lenses} or {(_D.device, _D.logits_dtype)}
+    if len(settings) > 1:
+        raise ConfigError("Score lenses of one device and logits dtype together (they are scored in one pass); give "
+                          "each lens the same device and logits_dtype.")
+    ((device_name, logits_dtype),) = settings
+    device = resolve_device(device_name)
     for lens in lenses:
         lens.check_cache(cache)
     layers = sorted({name for lens in lenses for name in lens.identity_.layer_names}, key=cache.layer_names.index)
@@ -299,8 +315,10 @@ def score_fitted(cache: LayerCache, split: str | None, lenses: list[TunedLens], 
     inputs = _tuned_inputs(cache, layers) if lenses else lens_inputs(cache)
     split = str(cache.report_split(split, fallback=cache.splits[0]))
     chunk = chunk_bytes or min(DEFAULT_CHUNK_BYTES, max(1 << 20, current_budget() // 4))
-    maps: dict[str, LensMap | None] = {"logit": None, **{n: lens.lens_map() for n, lens in zip(names, lenses)}}
-    return score_lenses(cache, split, inputs, maps, rows=rows, chunk_bytes=chunk)
+    maps: dict[str, LensMap | None] = {"logit": None,
+                                       **{n: lens.lens_map(device) for n, lens in zip(names, lenses)}}
+    return score_lenses(cache, split, inputs, maps, rows=rows, chunk_bytes=chunk, device=device,
+                        logits_dtype=logits_dtype)
 
 
 def _tuned_inputs(cache: LayerCache, layers: LayerSpec | Sequence[LayerSpec] | None) -> LensInputs:
@@ -331,15 +349,9 @@ def _kl_backward(logits: torch.Tensor, final_p: torch.Tensor, final_sum: float) 
     return loss
 
 
-def _on_device(lens: LensWeights, device: torch.device) -> LensWeights:
-    """The lens weights with their tensors on ``device``."""
-    if device.type == "cpu":
-        return lens
-    norm = lens.norm
-    moved = replace(norm, **{k: getattr(norm, k).to(device) for k in ("weight", "bias")
-                             if getattr(norm, k) is not None})
-    bias = None if lens.unembedding_bias is None else lens.unembedding_bias.to(device)
-    return replace(lens, norm=moved, unembedding=lens.unembedding.to(device), unembedding_bias=bias)
+def _affine(states: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """A translator on states ``(n, D)``: ``h + A h + b`` (``weight`` A (D, D), ``bias`` b (D,))."""
+    return states + states @ weight.T + bias
 
 
 def _chunk_bytes(vocab_size: int, block_tokens: int) -> int:

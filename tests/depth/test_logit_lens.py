@@ -57,20 +57,24 @@ def make_causal_lm(folder: Path, kind: str) -> Path:
     return folder
 
 
+def causal_lm_caches(root: Path, kinds: tuple[str, ...], texts: int, batch_size: int) -> dict[str, Path]:
+    """Per kind: a float32 cache of ``texts`` texts of different lengths, the last a single token."""
+    data = root / "texts.tsv"
+    rows = [f"the lamp {'is good' if i % 2 else 'is not good'} today {'and the keys are bad ' * (i % 4)}"
+            for i in range(texts - 1)] + ["a"]
+    data.write_text("text\tlabel\n" + "".join(f"{t}\t{'pos' if i % 2 else 'neg'}\n" for i, t in enumerate(rows)))
+    caches = {}
+    for kind in kinds:
+        folder = make_causal_lm(root / kind, kind)
+        caches[kind] = lc.extract(str(folder), str(data), root / f"cache-{kind}", storage_dtype="float32",
+                                  batch_size=batch_size, progress=False).path
+    return caches
+
+
 @pytest.fixture(scope="module")
 def causal_caches(tmp_path_factory) -> dict[str, Path]:
     """Per kind: a float32 cache of 13 texts of different lengths (one a single token)."""
-    root = tmp_path_factory.mktemp("causal")
-    data = root / "texts.tsv"
-    rows = [f"the lamp {'is good' if i % 2 else 'is not good'} today {'and the keys are bad ' * (i % 4)}"
-            for i in range(12)] + ["a"]
-    data.write_text("text\tlabel\n" + "".join(f"{t}\t{'pos' if i % 2 else 'neg'}\n" for i, t in enumerate(rows)))
-    caches = {}
-    for kind in CAUSAL_KINDS:
-        folder = make_causal_lm(root / kind, kind)
-        caches[kind] = lc.extract(str(folder), str(data), root / f"cache-{kind}", storage_dtype="float32",
-                                  batch_size=4, progress=False).path
-    return caches
+    return causal_lm_caches(tmp_path_factory.mktemp("causal"), CAUSAL_KINDS, texts=13, batch_size=4)
 
 
 def model_of(cache: lc.LayerCache):

@@ -14,24 +14,6 @@ from layercache.depth.lens_scores import prediction_depths
 from layercache.depth.tuned_lens import TunedLens
 from layercache.errors import CacheError, ConfigError
 
-from .test_logit_lens import make_causal_lm
-
-
-@pytest.fixture(scope="module")
-def decoder_caches(tmp_path_factory) -> dict[str, Path]:
-    """A float32 cache of 41 texts per decoder kind (GPT-2: LayerNorm, tied head; Llama: RMSNorm, own head)."""
-    root = tmp_path_factory.mktemp("tuned")
-    data = root / "texts.tsv"
-    rows = [f"the lamp {'is good' if i % 2 else 'is not good'} today {'and the keys are bad ' * (i % 4)}"
-            for i in range(40)] + ["a"]
-    data.write_text("text\tlabel\n" + "".join(f"{t}\t{'pos' if i % 2 else 'neg'}\n" for i, t in enumerate(rows)))
-    caches = {}
-    for kind in ("gpt2", "llama"):
-        folder = make_causal_lm(root / kind, kind)
-        caches[kind] = lc.extract(str(folder), str(data), root / f"cache-{kind}", storage_dtype="float32",
-                                  batch_size=8, progress=False).path
-    return caches
-
 
 @pytest.mark.parametrize("kind", ["gpt2", "llama"])
 def test_the_tuned_lens_starts_as_the_logit_lens_and_fits_closer_to_the_final_layer(decoder_caches, kind):

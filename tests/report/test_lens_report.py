@@ -73,3 +73,21 @@ def test_a_lens_setting_out_of_range_is_refused_before_any_probe(decoder_cache, 
     result = invoke("probe-report", str(decoder_cache), "--out", str(tmp_path / "r"), "--lens-epochs", "0")
     assert_refused(result, "--lens-epochs must be at least 1 (a whole number), got 0.")
     assert not (tmp_path / "r").exists()
+
+
+def test_the_command_takes_the_lens_logits_dtype_and_refuses_another(decoder_cache, tmp_path, monkeypatch):
+    from cli_support import assert_refused
+
+    assert "--lens-logits-dtype" in invoke("probe-report", "--help").output
+    result = invoke("probe-report", str(decoder_cache), "--out", str(tmp_path / "r"), "--lens-logits-dtype", "float16")
+    assert_refused(result, "--lens-logits-dtype must be one of float32, bfloat16, got 'float16'.")
+    assert not (tmp_path / "r").exists()
+    seen = {}
+
+    def record(cache, out, **kwargs):
+        seen.update(kwargs)
+        raise SystemExit(0)
+
+    monkeypatch.setattr("layercache.report.probing.probe_report", record)
+    invoke("probe-report", str(decoder_cache), "--lens-logits-dtype", "bfloat16")
+    assert seen["lens"] == LensOptions(logits_dtype="bfloat16")
