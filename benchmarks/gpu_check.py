@@ -12,7 +12,14 @@ MiniLM over the first ``--examples`` SST-2 training sentences (or the built-in d
    manifest records;
 3. reads: one shuffled epoch of the feed of a float16 and an int8 cache, read and dequantised where the head
    trains (``LayerHead(device="cuda")``, 1 epoch, the default adaptive head), median of ``--reps``, and the
-   head's validation score on both.
+   head's validation score on both;
+4. the tuned lens on the device: a random decoder of SmolLM-135M's shape (30 x 576, vocabulary 49,152, over 16,384
+   tokens; a 3 x 64 one of 2,048 over 256 in ``--quick`` or without a GPU, as ``benchmarks/lens.py --quick`` times it:
+   ``LENS_SHAPES``), one epoch of the KL fit (``TunedLens(device=...)``) with float32 logits and with bfloat16
+   logits, each against its matmul bound at the device's measured rate on the logits' two shapes in its dtype
+   (``benchmarks/lens.py``'s accounting); then the two lenses scored in float32 on those tokens, and the float32 lens
+   with bfloat16 logits: the largest per-layer difference of KL of each from the float32 lens's float32 scores,
+   which fails beyond ``LENS_KL_TOLERANCE``.
 
     python benchmarks/gpu_check.py                 # on a machine with a GPU: about 2 minutes
     python benchmarks/gpu_check.py --quick         # 64 sentences; without a GPU every step runs on the CPU
@@ -46,6 +53,13 @@ from _common import (  # noqa: E402
 MODEL = "minilm"
 MAX_RELATIVE = 1e-3
 """Largest GPU-against-CPU difference of a float32 state, relative to the state's largest value, accepted."""
+LENS_SHAPES = {"full": (30, 576, 49152, 16384, 1024), "quick": (3, 64, 2048, 256, 64)}
+"""The lens step's random decoder and fit: (layers, width, vocabulary, tokens, tokens per minibatch); ``full`` on a
+GPU (tokens and minibatches larger than the CPU benchmark's, so that a GPU's kernels are not all launch cost)."""
+LENS_KL_TOLERANCE = 1e-3
+"""nats: the largest per-layer KL difference between bfloat16 and float32 logits accepted, in scoring or in the fit
+(measured on CPU, at most 5.4e-4 on the tiny decoders of tests/depth/test_lens_devices.py and 1.9e-5 on the GPT-2 of
+benchmarks/lens.py; see benchmarks/README.md, Tuned lens)."""
 
 
 def extract(out: Path, files: dict, limit: int, **options):
@@ -64,6 +78,38 @@ def states(path: Path, split: str = "train"):
     with lc.LayerCache.open(path) as cache:
         return np.concatenate(cache.tokens(split, rows=list(range(cache.num_examples(split))))), \
             cache.manifest.model.placement
+
+
+def lens_step(data: Path, folder: Path, device: str, *, quick: bool) -> tuple[dict, list[str]]:
+    """Step 4 (see the module): the lens's figures, and its failures."""
+    import numpy as np
+    from lens import matmul_rates, random_decoder_cache, timed_fit
+
+    layers, width, vocab, tokens, batch = LENS_SHAPES["full" if device == "cuda" and not quick else "quick"]
+    cache, extract_s = random_decoder_cache(data, folder, layers, width, vocab, tokens, device=device)
+    checks: dict = {"lens_shape": f"{layers} x {width}, vocabulary {vocab}", "lens_extract_s": extract_s}
+    lenses = {}
+    for dtype in ("float32", "bfloat16"):
+        rates = matmul_rates(batch, width, vocab, device=device, dtype=dtype)
+        lenses[dtype], fit = timed_fit(cache, rates, tokens=tokens, batch_tokens=batch, device=device,
+                                       logits_dtype=dtype)
+        checks.update({f"lens_{dtype}_fit_s": fit["fit_s"], f"lens_{dtype}_bound_s": fit["bound_s"],
+                       f"lens_{dtype}_bound_ratio": fit["bound_ratio"],
+                       f"lens_{dtype}_forward_gflops": rates["forward"],
+                       f"lens_{dtype}_backward_gflops": rates["backward"]})
+    checks["lens_tokens"] = lenses["float32"].n_tokens_
+    exact = lenses["float32"].score(cache, "train")["tuned"].kl  # (S,) the reference: float32 fit, float32 scores
+    fitted_bf16 = lenses["bfloat16"].set_params(logits_dtype="float32").score(cache, "train")["tuned"].kl
+    scored_bf16 = lenses["float32"].set_params(logits_dtype="bfloat16").score(cache, "train")["tuned"].kl
+    checks["lens_mean_kl"] = float(np.mean(exact[:-1]))
+    checks["lens_bf16_fit_kl_max_diff"] = float(np.abs(fitted_bf16 - exact).max())
+    checks["lens_bf16_score_kl_max_diff"] = float(np.abs(scored_bf16 - exact).max())
+    said = {"lens_bf16_fit_kl_max_diff": "a lens fitted with bfloat16 logits has a KL {:.2e} nats from the float32 "
+                                         "lens's at a layer",
+            "lens_bf16_score_kl_max_diff": "bfloat16 logits move the float32 lens's KL by {:.2e} nats at a layer"}
+    failures = [f"{sentence.format(checks[key])} (tolerance {LENS_KL_TOLERANCE:.0e})" for key, sentence in said.items()
+                if not checks[key] <= LENS_KL_TOLERANCE]
+    return checks, failures
 
 
 def main(argv=None) -> int:
@@ -129,6 +175,10 @@ def main(argv=None) -> int:
         for name in epochs:
             results["checks"][f"{name}_head_epoch_s"] = statistics.median(epochs[name])
             results["checks"][f"{name}_validation_score"] = scores[name]
+        # 4. the tuned lens's fit and scores on the device, float32 and bfloat16 logits
+        lens_checks, lens_failures = lens_step(args.data, work / "lens", gpu, quick=args.quick)
+        results["checks"].update(lens_checks)
+        failures += lens_failures
     results["figures"] = {k: float(v) for k, v in results["checks"].items() if isinstance(v, (int, float, bool))}
     results["failures"] = failures
     results["meta"].update(total_s=round(time.perf_counter() - started, 1), loadavg_end=loadavg())

@@ -14,10 +14,13 @@ timing does not depend on the weights) over ``--speed-tokens`` tokens: the time 
 (``batch_tokens`` 256) against its matmul bound. Per token and translated layer the fit computes the logits
 (``2 D V`` FLOPs) and, backward, the gradient of the states (``2 D V``; the unembedding is frozen), and per token the
 final distribution once (``2 D V``); the bound is those FLOPs at the rate this machine reaches on the same two
-matmul shapes, measured in the same run. Target: within 2x of the bound.
+matmul shapes, measured in the same run. Target: within 2x of the bound. With ``--bf16`` (and always in ``--quick``)
+the same epoch again with bfloat16 logits (``logits_dtype="bfloat16"``), against the bfloat16 matmuls' bound: a GPU's
+setting (``gpu_check.py`` measures it there), slower than float32 on a CPU without bfloat16 units.
 
     python benchmarks/lens.py                  # both parts, about 10 minutes
     python benchmarks/lens.py --only speed
+    python benchmarks/lens.py --only speed --bf16   # and one epoch with bfloat16 logits
     python benchmarks/lens.py --quick          # tiny shapes, seconds: asserts the mechanics, not the figures
 
 Writes JSON (``benchmarks/results/lens.json``) with ``meta`` (commit, machine) and the headline ``figures``.
@@ -154,61 +157,100 @@ def curve(data: Path, folder: Path, settings: dict) -> dict:
             "scores": {name: s.to_json() for name, s in scores.items()}}
 
 
-def matmul_rates(tokens: int, width: int, vocab: int, repeats: int = 5) -> dict:
-    """GFLOP/s of this machine on the fit's two matmul shapes, float32: states (b, D) x unembedding^T (D, V), and
+def matmul_rates(tokens: int, width: int, vocab: int, repeats: int = 5, *, device: str = "cpu",
+                 dtype: str = "float32") -> dict:
+    """GFLOP/s of ``device`` on the fit's two matmul shapes in ``dtype``: states (b, D) x unembedding^T (D, V), and
     the backward's (b, V) x (V, D); best of ``repeats``."""
     import torch
 
-    h, w, g = torch.randn(tokens, width), torch.randn(vocab, width), torch.randn(tokens, vocab)
+    kind = getattr(torch, dtype)
+    h, w, g = (torch.randn(*shape, device=device).to(kind) for shape in ((tokens, width), (vocab, width),
+                                                                         (tokens, vocab)))
     rates = {}
     for name, run in (("forward", lambda: h @ w.T), ("backward", lambda: g @ w)):
         run()
         best = math.inf
         for _ in range(repeats):
+            synchronize(device)
             t0 = time.perf_counter()
             run()
+            synchronize(device)
             best = min(best, time.perf_counter() - t0)
         rates[name] = 2 * tokens * width * vocab / best / 1e9
     return rates
 
 
-def speed(data: Path, folder: Path, settings: dict) -> dict:
-    """One epoch of the KL fit on a random decoder of the given shape, against its matmul bound."""
+def synchronize(device: str) -> None:
+    """Wait for ``device``'s queued work (a GPU's kernels run asynchronously), so that a clock around it is true."""
+    import torch
+
+    if device.startswith("cuda"):
+        torch.cuda.synchronize(device)
+
+
+def random_decoder_cache(data: Path, folder: Path, layers: int, width: int, vocab: int, tokens: int, *,
+                         device: str = "auto"):
+    """A Llama-shaped decoder with random weights (the fit's time does not depend on them), saved into ``folder``, and
+    its cache of about ``tokens`` tokens of AG News test headlines extracted on ``device``: (cache, seconds)."""
     import torch
     import transformers
 
     from layercache import LayerCache, extract
-    from layercache.depth import TunedLens
 
-    L, D, V = settings["speed_layers"], settings["speed_width"], settings["speed_vocab"]
     model_dir = folder / "random-decoder"
     model_dir.mkdir(parents=True, exist_ok=True)
     make_tokenizer(texts(data)[:2000], 1024, model_dir)  # ids below 1,024: any vocabulary reads them
     torch.manual_seed(0)
-    config = transformers.LlamaConfig(vocab_size=V, hidden_size=D, num_hidden_layers=L, intermediate_size=D * 8 // 3,
-                                      num_attention_heads=max(1, D // 64), num_key_value_heads=max(1, D // 192),
-                                      max_position_embeddings=256, tie_word_embeddings=True)
+    config = transformers.LlamaConfig(vocab_size=vocab, hidden_size=width, num_hidden_layers=layers,
+                                      intermediate_size=width * 8 // 3, num_attention_heads=max(1, width // 64),
+                                      num_key_value_heads=max(1, width // 192), max_position_embeddings=256,
+                                      tie_word_embeddings=True)
     transformers.LlamaForCausalLM(config).save_pretrained(model_dir)
     lines = [line.split("\t")[0] for line in (data / "agnews/test.tsv").read_text().splitlines()]
     text_file = folder / "speed.tsv"
-    words = settings["speed_tokens"] // 40 + 1  # about 40 tokens a headline
+    words = tokens // 40 + 1  # about 40 tokens a headline
     text_file.write_text("text\n" + "".join(f"{t.replace(chr(9), ' ')}\n" for t in lines[:words]))
     t0 = time.perf_counter()
-    extract(str(model_dir), str(text_file), out=folder / "random-cache", no_labels=True, progress=False)
-    extract_s = time.perf_counter() - t0
-    cache = LayerCache.open(folder / "random-cache")
-    rates = matmul_rates(BATCH_TOKENS, D, V)
-    lens = TunedLens(epochs=1, batch_tokens=BATCH_TOKENS, max_tokens=settings["speed_tokens"], progress=False)
+    extract(str(model_dir), str(text_file), out=folder / "random-cache", no_labels=True, progress=False,
+            device=device, overwrite=True)
+    return LayerCache.open(folder / "random-cache"), time.perf_counter() - t0
+
+
+def timed_fit(cache, rates: dict, *, tokens: int, batch_tokens: int = BATCH_TOKENS, device: str = "cpu",
+              logits_dtype: str = "float32") -> tuple:
+    """One epoch of the KL fit on ``tokens`` tokens of ``cache``, against its matmul bound at ``rates`` (GFLOP/s of
+    the two shapes, :func:`matmul_rates`): (the fitted lens, its figures).
+
+    Per token and translated layer the fit computes the logits (``2 D V`` FLOPs) and, backward, the gradient of the
+    states (``2 D V``; the unembedding is frozen), and per token the final distribution once (``2 D V``)."""
+    from layercache.depth import TunedLens
+
+    D, V = cache.manifest.model.hidden_size, cache.lens_weights().vocab_size
+    lens = TunedLens(epochs=1, batch_tokens=batch_tokens, max_tokens=tokens, device=device,
+                     logits_dtype=logits_dtype, progress=False)
     t0 = time.perf_counter()
-    lens.fit(cache, "train")
+    lens.fit(cache, "train")  # the translators come back to the CPU at the end: the device has finished
     fit_s = time.perf_counter() - t0
-    tokens, translated = lens.n_tokens_, len(lens.positions_)
-    flops_forward = 2 * D * V * tokens * (translated + 1)  # each layer's logits, and the final distribution's
-    flops_backward = 2 * D * V * tokens * translated  # each layer's state gradient
+    fitted_tokens, translated = lens.n_tokens_, len(lens.positions_)
+    flops_forward = 2 * D * V * fitted_tokens * (translated + 1)  # each layer's logits, and the final distribution's
+    flops_backward = 2 * D * V * fitted_tokens * translated  # each layer's state gradient
     bound_s = flops_forward / (rates["forward"] * 1e9) + flops_backward / (rates["backward"] * 1e9)
-    return {"shape": {"layers": L, "width": D, "vocab": V}, "tokens": tokens, "translated": translated,
-            "extract_s": extract_s, "fit_s": fit_s, "matmul_gflops": rates,
-            "bound_s": bound_s, "bound_ratio": fit_s / bound_s, "tflop": (flops_forward + flops_backward) / 1e12}
+    return lens, {"tokens": fitted_tokens, "translated": translated, "fit_s": fit_s, "matmul_gflops": rates,
+                  "bound_s": bound_s, "bound_ratio": fit_s / bound_s,
+                  "tflop": (flops_forward + flops_backward) / 1e12}
+
+
+def speed(data: Path, folder: Path, settings: dict, bf16: bool = False) -> dict:
+    """One epoch of the KL fit on a random decoder of the given shape, against its matmul bound (``bf16``: beside it,
+    one with bfloat16 logits, against the bfloat16 matmuls' bound)."""
+    L, D, V = settings["speed_layers"], settings["speed_width"], settings["speed_vocab"]
+    cache, extract_s = random_decoder_cache(data, folder, L, D, V, settings["speed_tokens"])
+    _, fit = timed_fit(cache, matmul_rates(BATCH_TOKENS, D, V), tokens=settings["speed_tokens"])
+    out = {"shape": {"layers": L, "width": D, "vocab": V}, "extract_s": extract_s, **fit}
+    if bf16:
+        _, out["bfloat16"] = timed_fit(cache, matmul_rates(BATCH_TOKENS, D, V, dtype="bfloat16"),
+                                       tokens=settings["speed_tokens"], logits_dtype="bfloat16")
+    return out
 
 
 def check(results: dict, quick: bool) -> list[str]:
@@ -262,6 +304,11 @@ def tables(results: dict) -> dict[str, str]:
             f"{s['tokens']:,} | "
             f"{s['fit_s']:.1f} s | {s['bound_s']:.1f} s ({s['tflop']:.1f} TFLOP) | **{s['bound_ratio']:.2f}x** | "
             f"{s['matmul_gflops']['forward']:.0f}, {s['matmul_gflops']['backward']:.0f} |\n")
+        if "bfloat16" in s:  # asked for (--bf16, and --quick): the recorded run has none, so its table is unchanged
+            b = s["bfloat16"]
+            out["speed"] += (f"| the same, bfloat16 logits | {b['tokens']:,} | {b['fit_s']:.1f} s | "
+                             f"{b['bound_s']:.1f} s | **{b['bound_ratio']:.2f}x** | "
+                             f"{b['matmul_gflops']['forward']:.0f}, {b['matmul_gflops']['backward']:.0f} |\n")
     return out
 
 
@@ -276,6 +323,9 @@ def figures(results: dict) -> dict[str, float]:
     if "speed" in results:
         out["speed_fit_s"] = results["speed"]["fit_s"]
         out["speed_bound_ratio"] = results["speed"]["bound_ratio"]
+        if "bfloat16" in results["speed"]:
+            out["speed_bf16_fit_s"] = results["speed"]["bfloat16"]["fit_s"]
+            out["speed_bf16_bound_ratio"] = results["speed"]["bfloat16"]["bound_ratio"]
     return out
 
 
@@ -285,6 +335,8 @@ def main() -> int:
     parser.add_argument("--only", choices=("curve", "speed"), default=None)
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--train-seconds", type=float, default=None, help="the GPT-2's training time (default 180)")
+    parser.add_argument("--bf16", action="store_true",
+                        help="also fit with bfloat16 logits (always in --quick; slow on a CPU without bfloat16 units)")
     parser.add_argument("--workdir", type=Path, default=None, help="keep the models and caches here")
     parser.add_argument("--out", type=Path, default=None, help="JSON output (default benchmarks/results/lens.json)")
     args = parser.parse_args()
@@ -299,7 +351,7 @@ def main() -> int:
         if args.only in (None, "curve"):
             results["curve"] = curve(args.data, folder, QUICK if args.quick else settings)
         if args.only in (None, "speed"):
-            results["speed"] = speed(args.data, folder, settings)
+            results["speed"] = speed(args.data, folder, settings, bf16=args.bf16 or args.quick)
     results["meta"]["loadavg_end"] = loadavg()
     results["meta"]["total_s"] = time.perf_counter() - started
     results["figures"] = figures(results)
