@@ -143,7 +143,10 @@ def _command_flags() -> dict[str, set[str]]:
 
 
 def test_every_option_a_message_names_is_a_keyword_and_a_flag():
-    named, keywords, commands = named_options(), _public_keywords(), _command_flags()
+    # the public calls and the commands first: importing them declares every spec's flags (core/option_names's
+    # registry), which is how a message spells a keyword; alone, this test read the default spellings before
+    keywords, commands = _public_keywords(), _command_flags()
+    named = named_options()
     flags = set().union(*commands.values())
     assert {"overwrite", "out", "storage_dtype", "call:extract"} <= set(named), "the scan lost the messages"
     problems = []
