@@ -41,12 +41,12 @@ class SharedOrderCache(LayerCache):
         super().__init__(cache.path, cache.manifest)
         self.committed = cache.committed
         self._order = {split: np.asarray(rows, np.int64) for split, rows in order.items()}  # (n,) each
+        # split -> view row -> the word ids whose labels are hidden (words another cache did not keep)
         self._dropped = dropped or {}
         if isinstance(cache, SharedOrderCache):  # a view of a view: one order from the files' rows
             self._dropped = {split: _merged(cache._dropped.get(split, {}), self._dropped.get(split, {}),
                                             self._order[split]) for split in self._order}
             self._order = {split: cache._order[split][rows] for split, rows in self._order.items()}
-        """Split -> view row -> the word ids whose labels are hidden (words another cache did not keep)."""
         self._view_starts: dict[str, tuple[np.ndarray, np.ndarray]] = {}
 
     def _rows(self, split: str, rows: Sequence[int] | np.ndarray) -> np.ndarray:
