@@ -100,6 +100,24 @@ def test_the_command_lines_help_loads_no_model_stack():
     assert loaded_after(EVERY_HELP, MODEL_STACKS) == []
 
 
+MISSING_CACHES = """
+from typer.testing import CliRunner
+from layercache.cli import app
+for args in (["train-head", "{missing}"], ["train-head", "{missing}", "--live"], ["sweep", "{missing}"],
+             ["probe-report", "{missing}"], ["verify", "{missing}"], ["eval", "{missing}", "{missing}"],
+             ["train-head", "{folder}"]):
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2, (args, result.exit_code, result.output)
+    assert ("No cache at" in result.output or "manifest" in result.output), (args, result.output)
+"""
+
+
+def test_a_command_refuses_a_missing_cache_before_loading_the_model_stack(tmp_path):
+    # one sentence at once, not after the seconds torch and scikit-learn take to import (13 s here before)
+    code = MISSING_CACHES.replace("{missing}", str(tmp_path / "nowhere")).replace("{folder}", str(tmp_path))
+    assert loaded_after(code, MODEL_STACKS) == []
+
+
 def test_a_mixer_class_cannot_contradict_what_the_registry_declares_of_it():
     # --help lists the mixers from registry.DECLARED without importing them: a class that registers another spec
     # form, or a mixer of a declared module left out of DECLARED, would make that list wrong, so it is refused.

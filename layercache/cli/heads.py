@@ -17,6 +17,7 @@ from .choices import choice_help
 from .options import (
     allow_pickle_option,
     cache_argument,
+    check_before_loading,
     memory_budget_option,
     overwrite_option,
     parse_memory_budget,
@@ -59,6 +60,7 @@ def train_head(
         raise ConfigError("--allow-pickle loads the cache's backbone, which only train-head --live does: add --live, "
                           "or leave --allow-pickle out (a head on stored states loads no model).")
     budget = parse_memory_budget(memory_budget)  # refused before anything is read
+    check_before_loading(cache, threads, [(HeadOptions, asdict(head))])
     apply_threads(threads)
     from ..report.heads import render_layer_weights, render_metrics
 
@@ -95,6 +97,8 @@ def eval_run(
     threads: str = threads_option(),
 ):
     """Score a saved run on a split of a cache (refuses a cache from another backbone)."""
+    if cache is not None:  # (without one, the run's own cache)
+        check_before_loading(cache, threads)
     apply_threads(threads)
     from ..heads.workflow import evaluate_run
     from ..report.heads import render_layer_weights, render_metrics

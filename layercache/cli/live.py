@@ -15,6 +15,7 @@ from .choices import choice_help
 from .options import (
     allow_pickle_option,
     cache_argument,
+    check_before_loading,
     device_map_option,
     device_option,
     max_memory_option,
@@ -129,13 +130,14 @@ def verify(
     quiet: bool = quiet_option(),
 ):
     """Re-run the cache's backbone on sampled examples and compare with the stored states (exit 1 on a mismatch)."""
+    limits = parse_max_memory(max_memory, device_map)
+    check_before_loading(cache, threads)
     apply_threads(threads)
     from ..errors import CacheMismatchError
     from ..live.verify import load_cache_backbone, verify_cache
     from ..progress import counting_progress
     from ..store.reader import LayerCache
 
-    limits = parse_max_memory(max_memory, device_map)
     with LayerCache.open(cache) as handle:
         try:
             backbone = load_cache_backbone(handle, device=device, dtype=dtype, allow_pickle=allow_pickle,

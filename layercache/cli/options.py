@@ -8,9 +8,14 @@ when the option is left out, without importing the library's heavy modules. A li
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
 import typer
 
 from ..extraction.specs import BatchSpec
+from .parsing import parse_threads
 from .spec_options import field_option
 
 THREADS_HELP = ("Torch threads: a number up to the cores this process may use, or auto: the cores other processes "
@@ -22,6 +27,25 @@ ALLOW_PICKLE_HELP = ("Load a backbone that has only pickle weights (pytorch_mode
 def cache_argument():
     """The ``CACHE`` argument of every command that reads a cache (default: the most recent one)."""
     return typer.Argument(None, help="Cache folder.", show_default="the most recent one")
+
+
+def check_before_loading(cache: Path | None, threads: str, settings: Sequence[tuple[type, Mapping[str, Any]]] = (),
+                         ) -> None:
+    """Refuse bad input before a command imports its model stack, in the order the library call refuses it:
+    ``--threads`` out of range, a setting its spec's rules refuse, then a cache folder that does not exist or holds
+    no valid manifest (None: no recent cache). Torch and scikit-learn take seconds to load and the library call
+    comes after them: ``train-head /nonexistent`` took 13 s to say what this says at once, in the same sentence."""
+    from ..core.option_specs import check_options
+    from ..core.threads import resolve_threads
+    from ..store.manifest import read_manifest
+    from ..store.paths import resolve_cache_path
+
+    number = parse_threads(threads)
+    if number is not None:  # (auto samples the machine's load: left to the call that applies it)
+        resolve_threads(number)
+    for spec, values in settings:
+        check_options(spec, values)
+    read_manifest(resolve_cache_path(cache))
 
 
 def device_option():

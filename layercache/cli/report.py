@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from pathlib import Path
 from typing import Optional
 
@@ -11,7 +12,14 @@ from ..depth.lens_options import LensOptions
 from ..report.report_options import ReportOptions
 from . import base
 from .base import app, friendly
-from .options import cache_argument, memory_budget_option, parse_memory_budget, quiet_option, threads_option
+from .options import (
+    cache_argument,
+    check_before_loading,
+    memory_budget_option,
+    parse_memory_budget,
+    quiet_option,
+    threads_option,
+)
 from .spec_options import spec_options, takes_specs
 from .threads import apply_threads
 
@@ -32,6 +40,8 @@ def probe_report(
 ):
     """Probe every layer of a cache (no backbone needed): prints a summary, writes report.json and report.html."""
     budget = parse_memory_budget(memory_budget)  # refused before the cache is opened
+    check_before_loading(cache, threads, [(ReportOptions, asdict(options))]
+                         + ([(LensOptions, asdict(lens))] if options.tuned_lens else []))
     apply_threads(threads)
     from ..report.probing import probe_report as run_probe_report
     from ..report.summary import render_probe_summary

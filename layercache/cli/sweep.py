@@ -17,6 +17,7 @@ from . import base
 from .base import app, friendly
 from .options import (
     cache_argument,
+    check_before_loading,
     memory_budget_option,
     overwrite_option,
     parse_memory_budget,
@@ -70,14 +71,16 @@ def sweep(
     quiet: bool = quiet_option(),
 ):
     """Train many heads from a cache inside a time budget: prints the leaderboard, keeps the best run."""
-    apply_threads(threads)
     from ..core.units import parse_duration
-    from ..heads.sweeps.sweep import sweep as run_sweep
 
     seconds = parse_duration(budget, "--budget")  # refused before the cache is opened
     memory = parse_memory_budget(memory_budget)
     shared = {name: getattr(head, name) for name in SHARED if name != "tasks"}  # every candidate's
     own = replace(options, budget=seconds, mixers=split_list(mixer) or None)
+    check_before_loading(cache, threads, [(HeadOptions, shared), (SweepOptions, asdict(own))])
+    apply_threads(threads)
+    from ..heads.sweeps.sweep import sweep as run_sweep
+
     result = run_sweep(
         cache, out=out, tasks=head.tasks, **asdict(own), split=train_split, val_split=val_split,
         test_split=test_split, overwrite=overwrite, progress=not quiet, memory_budget=memory, **shared)

@@ -26,13 +26,14 @@ import torch
 
 pytest.importorskip("accelerate")
 
+from cli_support import assert_refused, invoke  # noqa: E402
+
 import layercache  # noqa: E402
 from layercache.backbone.loader import load_backbone  # noqa: E402
 from layercache.backbone.placement import memory_limits, tokens_of  # noqa: E402
 from layercache.errors import ConfigError  # noqa: E402
 from layercache.live.predict import predict_texts  # noqa: E402
 from layercache.live.verify import verify_cache  # noqa: E402
-from tests.cli_support import assert_refused, invoke  # noqa: E402
 
 TEXTS = ["the film was not good", "a fine day", "every word of it"]
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

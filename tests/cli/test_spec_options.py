@@ -172,6 +172,8 @@ def test_every_head_option_is_an_option_of_train_head_and_the_shared_ones_of_swe
 
 
 def _recorded(monkeypatch, target: str) -> dict:
+    """What the command hands ``target`` (the library call, stopped there); the command is given a real cache, since
+    it refuses a missing one before it imports the library."""
     seen: dict = {}
 
     def record(*args, **kwargs):
@@ -182,9 +184,9 @@ def _recorded(monkeypatch, target: str) -> dict:
     return seen
 
 
-def test_typed_head_options_are_read_into_layer_head_s_keywords(monkeypatch):
+def test_typed_head_options_are_read_into_layer_head_s_keywords(monkeypatch, cache):
     seen = _recorded(monkeypatch, "layercache.heads.workflow.train_head")
-    invoke("train-head", "somewhere", "--task", "a,b", "--layers", "0,-1", "--mixer-option", "k=64",
+    invoke("train-head", cache, "--task", "a,b", "--layers", "0,-1", "--mixer-option", "k=64",
            "--head-option", "pooling=attention", "--separate-mixers", "--loss-weight", "a=0.5", "--metric", "mcc",
            "--class-weight", "balanced", "--epochs", "2", "--lr", "0.01", "--seeds", "2", "-q")
     assert seen["tasks"] == ["a", "b"] and seen["layers"] == [0, -1] and seen["mixer_options"] == {"k": 64}
@@ -193,20 +195,20 @@ def test_typed_head_options_are_read_into_layer_head_s_keywords(monkeypatch):
     assert seen["epochs"] == 2 and seen["lr"] == 0.01 and seen["seeds"] == 2 and seen["progress"] is False
 
 
-def test_an_untyped_train_head_passes_layer_head_s_defaults(monkeypatch):
+def test_an_untyped_train_head_passes_layer_head_s_defaults(monkeypatch, cache):
     from layercache.heads import LayerHead
 
     seen = _recorded(monkeypatch, "layercache.heads.workflow.train_head")
-    invoke("train-head", "somewhere")
+    invoke("train-head", cache)
     defaults = LayerHead().get_params()
     # the command line reads an untyped KEY=VALUE list as no settings, {} (as it always wrote them to config.json)
     expected = {k: v for k, v in defaults.items() if k != "mixer"} | {"mixer_options": {}, "head_options": {}}
     assert {k: seen[k] for k in expected} == expected
 
 
-def test_sweep_gives_every_candidate_the_shared_head_options(monkeypatch):
+def test_sweep_gives_every_candidate_the_shared_head_options(monkeypatch, cache):
     seen = _recorded(monkeypatch, "layercache.heads.sweeps.sweep.sweep")
-    invoke("sweep", "somewhere", "--task", "a", "--metric", "a=mcc", "--epochs", "3", "--patience", "1",
+    invoke("sweep", cache, "--task", "a", "--metric", "a=mcc", "--epochs", "3", "--patience", "1",
            "--batch-size", "8", "--device", "cpu", "--class-weight", "balanced")
     assert seen["tasks"] == ["a"] and seen["metric"] == {"a": "mcc"} and seen["epochs"] == 3
     assert seen["patience"] == 1 and seen["batch_size"] == 8 and seen["device"] == "cpu"
@@ -299,17 +301,17 @@ def test_every_sweep_option_is_an_option_of_sweep_with_its_default():
         assert spec_flag is not None and flags[spec_flag.spelling].default == field_default(spec_field), spec_field
 
 
-def test_untyped_and_typed_sweep_options_reach_sweep_s_keywords(monkeypatch):
+def test_untyped_and_typed_sweep_options_reach_sweep_s_keywords(monkeypatch, cache):
     from dataclasses import asdict
 
     from layercache.heads.sweeps.sweep_options import SweepOptions
 
     seen = _recorded(monkeypatch, "layercache.heads.sweeps.sweep.sweep")
-    invoke("sweep", "somewhere")
+    invoke("sweep", cache)
     expected = asdict(SweepOptions()) | {"budget": 300.0}  # the budget typed 5m, read as seconds
     assert {k: seen[k] for k in expected} == expected
     seen.clear()
-    invoke("sweep", "somewhere", "-b", "90s", "-m", "last,scalar", "--no-grid", "--seeds", "2", "--seed", "4",
+    invoke("sweep", cache, "-b", "90s", "-m", "last,scalar", "--no-grid", "--seeds", "2", "--seed", "4",
            "--pick", "best-seed", "--confidence", "0.5", "--ensemble", "2")
     assert {k: seen[k] for k in expected} == {"budget": 90.0, "mixers": ["last", "scalar"], "grid": False, "seeds": 2,
                                               "seed": 4, "pick": "best-seed", "confidence": 0.5, "ensemble": 2}
