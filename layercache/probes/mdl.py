@@ -13,8 +13,9 @@ easy to read compresses them well; noise gives a compression near one (or below:
 trained on the first few examples overfit).
 
 Each block's probes (one per layer) are fitted as one batched model by :func:`layercache.solvers.fit_logistic`
-(one call per block, every layer together, warm-started from the previous block's fit), with one
-fixed ``C``. Features are read and standardised as :class:`~.linear.LinearProbes` does (word
+(one call per block, every layer together, warm-started from the nearest fit already made: the probes
+fitted on the same examples less the selection slice, which pick ``C``; those from the previous block's
+examples before that). Features are read and standardised as :class:`~.linear.LinearProbes` does (word
 states with the cache's token statistics of the split, pooled vectors and arrays with their own
 training mean and std); these statistics are label-free, so they leak nothing of the labels into
 the early blocks. Classification tasks only.
@@ -261,8 +262,10 @@ class OnlineCodeMDL(Probe):
                 nats = np.stack([cross_entropy_nats(linear_outputs(held, pick.coef[g], pick.intercept[g]),
                                                      ys[head:seen]) for g in range(G)])  # (G, L)
                 choice = np.argmin(nats, axis=0)  # ties: the smaller C (the grid is ascending)
+            # from the probes just fitted on all but the selection slice of these examples: nearer the optimum
+            # than the last block's fit on half of them
             fit = fit_logistic(Xs[:, :seen].contiguous(), ys[:seen], n_classes, Cs, max_iter=self.max_iter,
-                               tol=self.tol, seed=self.seed, init=fit)
+                               tol=self.tol, seed=self.seed, init=fit if pick is None else pick)
             converged[i] = fit.converged
             at_limit = at_limit or fit.n_iter >= self.max_iter
             layer = torch.arange(L)
