@@ -19,10 +19,9 @@ from conftest import minilm_path
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 QUICK = {
-    "compression": [], "extract": [], "fingerprint": [], "gpu_check": [], "heads": [], "lens": [], "live": [],
-    "memory": [], "models": [],
-    "placement": [], "plan_check_cost": [], "plan_imdb": [], "probes": [], "quality": [], "storage_quality": [],
-    "storage_speed": [], "threads": [],
+    "compression": [], "demo": [], "extract": [], "fingerprint": [], "gpu_check": [], "heads": [], "lens": [],
+    "live": [], "memory": [], "models": [], "placement": [], "plan_check_cost": [], "plan_imdb": [], "probes": [],
+    "quality": [], "storage_quality": [], "storage_speed": [], "threads": [],
 }
 """benchmark -> its arguments after ``--quick`` (beyond ``--data``)."""
 FOLDERS = ("--cache-dir", "--cache", "--workdir")
