@@ -153,8 +153,10 @@ def main(argv=None) -> int:
             load = [loadavg()]
             for rep in range(args.reps):
                 for side in (("this", "rev") if rep % 2 == 0 else ("rev", "this")):
+                    t = time.perf_counter()
                     runs[side].append(run_once(pythons[side], command, work, bool(args.only)))
-                    print(f"  rep {rep + 1}/{args.reps} {side}: {runs[side][-1].get('wall_s', 0):.1f} s wall "
+                    # the run's own wall time: a benchmark's figures (--only) need not hold one
+                    print(f"  rep {rep + 1}/{args.reps} {side}: {time.perf_counter() - t:.1f} s wall "
                           f"({len(runs[side][-1])} figures)", flush=True)
                 load.append(loadavg())
         finally:
