@@ -105,7 +105,7 @@ from typer.testing import CliRunner
 from layercache.cli import app
 for args in (["train-head", "{missing}"], ["train-head", "{missing}", "--live"], ["sweep", "{missing}"],
              ["probe-report", "{missing}"], ["verify", "{missing}"], ["eval", "{missing}", "{missing}"],
-             ["train-head", "{folder}"]):
+             ["compare", "{missing}", "{missing}"], ["train-head", "{folder}"]):
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 2, (args, result.exit_code, result.output)
     assert ("No cache at" in result.output or "manifest" in result.output), (args, result.output)

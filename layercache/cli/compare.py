@@ -3,6 +3,7 @@ self-contained report.html)."""
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from pathlib import Path
 from typing import Optional
 
@@ -13,7 +14,7 @@ from ..errors import ConfigError
 from ..report.compare.options import CompareOptions
 from . import base
 from .base import app, friendly
-from .options import memory_budget_option, parse_memory_budget, quiet_option, threads_option
+from .options import check_before_loading, memory_budget_option, parse_memory_budget, quiet_option, threads_option
 from .spec_options import spec_options, takes_specs
 from .threads import apply_threads
 
@@ -37,6 +38,8 @@ def compare(
     folder = out if out is not None else caches[0].parent / f"{caches[0].name}.compare"
     if folder.exists() and not folder.is_dir():
         raise ConfigError(f"{option('out', folder)} is a file, not a folder; choose a folder for the comparison.")
+    for k, cache in enumerate(caches):  # the settings, then each cache, before the model stack loads
+        check_before_loading(cache, threads, [(CompareOptions, asdict(options))] if k == 0 else [])
     apply_threads(threads)
     from ..report.compare.comparing import compare_caches
     from ..report.compare.saving import save_comparison
