@@ -23,6 +23,7 @@ MiniLM over the first ``--examples`` SST-2 training sentences (or the built-in d
 
     python benchmarks/gpu_check.py                 # on a machine with a GPU: about 2 minutes
     python benchmarks/gpu_check.py --quick         # 64 sentences; without a GPU every step runs on the CPU
+    python benchmarks/gpu_check.py --only lens     # one step (states, split, reads, lens; repeatable)
 
 Without a GPU the same steps run on the CPU (the split goes to CPU memory and disk), so the script stays
 runnable and checked in CI; the JSON says which device ran (``meta.device``). Exits 1 when a check fails.
@@ -51,6 +52,8 @@ from _common import (  # noqa: E402
 )
 
 MODEL = "minilm"
+STEPS = ("states", "split", "reads", "lens")
+"""The checks, in the order they run (``--only`` picks some)."""
 MAX_RELATIVE = 1e-3
 """Largest GPU-against-CPU difference of a float32 state, relative to the state's largest value, accepted."""
 LENS_SHAPES = {"full": (30, 576, 49152, 16384, 1024), "quick": (3, 64, 2048, 256, 64)}
@@ -119,16 +122,16 @@ def main(argv=None) -> int:
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--quick", action="store_true", help="64 sentences, 1 rep")
     p.add_argument("--workdir", type=Path, default=None)
+    p.add_argument("--only", action="append", choices=STEPS, default=None,
+                   help="run only these steps (repeatable; default: all): a lent GPU's minutes are few")
     p.add_argument("--json", type=Path, default=HERE / "results" / "gpu_check.json")
     args = p.parse_args(argv)
+    steps = set(args.only or STEPS)
     if args.quick:
         args.examples, args.reps = 64, 1
     quiet_transformers()
-    import numpy as np
     import torch
 
-    import layercache as lc
-    from layercache import backbone
 
     gpu = "cuda" if torch.cuda.is_available() else "cpu"
     files = {"train": str(args.data / "sst2" / "train.tsv"), "validation": str(args.data / "sst2" / "dev.tsv")}
@@ -138,55 +141,81 @@ def main(argv=None) -> int:
     failures: list[str] = []
     started = time.perf_counter()
     with work_folder(args.workdir, "gpu-check-") as work:
-        # 1. the GPU's float32 states against the CPU's
-        on_cpu = extract(work / "cpu32", files, args.examples, device="cpu", dtype="float32", storage_dtype="float32")
-        on_gpu = extract(work / "gpu32", files, args.examples, device=gpu, dtype="float32", storage_dtype="float32")
-        a, b = states(on_cpu.path)[0], states(on_gpu.path)[0]
-        scale = np.abs(a).max(axis=(0, 2), keepdims=True)  # (1, S, 1) each state's largest value
-        relative = float(np.abs(a - b).max() / scale.min()) if a.shape == b.shape else float("inf")
-        results["checks"]["gpu_vs_cpu_relative"] = relative
-        if not relative <= MAX_RELATIVE:
-            failures.append(f"{gpu} float32 states differ from the CPU's by {relative:.2e} of a state's scale")
-        # 2. the split against the whole model on the same device
-        whole = extract(work / "whole", files, args.examples, device=gpu)
-        weights = sum(f.stat().st_size for f in backbone.weight_files(backbone.resolve_model_source(MODEL)))
-        # about half the checkpoint on the GPU, the rest in CPU memory (without a GPU: most in memory, the rest on disk)
-        budget = {"cuda:0": weights // 2, "cpu": weights * 4} if gpu == "cuda" else {"cpu": int(weights * 0.85)}
-        split = extract(work / "split", files, args.examples, device_map="auto", max_memory=budget)
-        (x, _), (y, placement) = states(whole.path), states(split.path)
-        equal = x.shape == y.shape and bool(np.array_equal(x, y))
-        results["checks"]["split_equals_whole"] = equal
-        results["checks"]["split_placement"] = placement
-        if not equal:
-            failures.append("the split model's cache differs from the whole model's")
-        if not placement:
-            failures.append("the split's manifest records no placement")
-        # 3. the feed and a head where the head trains: int8 against float16
-        int8 = extract(work / "int8", files, args.examples, device=gpu, storage_dtype="int8")
-        epochs = {"float16": [], "int8": []}
-        scores = {}
-        for _ in range(args.reps):
-            for name, path in (("float16", whole.path), ("int8", int8.path)):
-                with lc.LayerCache.open(path) as cache:
-                    head = lc.LayerHead(epochs=1, seed=0, device=gpu, progress=False).fit(cache)
-                    epochs[name].append(head.history_.epochs[0].seconds)
-                    task_metrics = next(iter(head.validation_metrics_.values()))  # task -> {metric: value}
-                    scores[name] = float(task_metrics.get("accuracy", next(iter(task_metrics.values()))))
-        for name in epochs:
-            results["checks"][f"{name}_head_epoch_s"] = statistics.median(epochs[name])
-            results["checks"][f"{name}_validation_score"] = scores[name]
-        # 4. the tuned lens's fit and scores on the device, float32 and bfloat16 logits
-        lens_checks, lens_failures = lens_step(args.data, work / "lens", gpu, quick=args.quick)
-        results["checks"].update(lens_checks)
-        failures += lens_failures
+        if "states" in steps:  # 1. the GPU's float32 states against the CPU's
+            states_step(work, files, args.examples, gpu, results, failures)
+        if steps & {"split", "reads"}:  # the whole model's cache on the device: what the split and the reads use
+            whole = extract(work / "whole", files, args.examples, device=gpu)
+        if "split" in steps:  # 2. the split against the whole model on the same device
+            split_step(work, files, args.examples, gpu, whole.path, results, failures)
+        if "reads" in steps:  # 3. the feed and a head where the head trains: int8 against float16
+            reads_step(work, files, args.examples, gpu, whole.path, args.reps, results)
+        if "lens" in steps:  # 4. the tuned lens's fit and scores on the device, float32 and bfloat16 logits
+            lens_checks, lens_failures = lens_step(args.data, work / "lens", gpu, quick=args.quick)
+            results["checks"].update(lens_checks)
+            failures += lens_failures
     results["figures"] = {k: float(v) for k, v in results["checks"].items() if isinstance(v, (int, float, bool))}
     results["failures"] = failures
-    results["meta"].update(total_s=round(time.perf_counter() - started, 1), loadavg_end=loadavg())
+    results["meta"].update(total_s=round(time.perf_counter() - started, 1), loadavg_end=loadavg(), steps=sorted(steps))
     print_table(f"GPU checks ({gpu}{', ' + results['meta'].get('gpu', '') if gpu == 'cuda' else ''})",
                 ["check", "value"], [[k, v] for k, v in results["checks"].items()],
                 note="; ".join(failures) or "every check passed")
     write_results(results, args.json)
     return 1 if failures else 0
+
+
+def states_step(work: Path, files: dict, examples: int, gpu: str, results: dict, failures: list[str]) -> None:
+    """1. float32 states extracted on the device against the CPU's, relative to each state's scale."""
+    import numpy as np
+
+    on_cpu = extract(work / "cpu32", files, examples, device="cpu", dtype="float32", storage_dtype="float32")
+    on_gpu = extract(work / "gpu32", files, examples, device=gpu, dtype="float32", storage_dtype="float32")
+    a, b = states(on_cpu.path)[0], states(on_gpu.path)[0]
+    scale = np.abs(a).max(axis=(0, 2), keepdims=True)  # (1, S, 1) each state's largest value
+    relative = float(np.abs(a - b).max() / scale.min()) if a.shape == b.shape else float("inf")
+    results["checks"]["gpu_vs_cpu_relative"] = relative
+    if not relative <= MAX_RELATIVE:
+        failures.append(f"{gpu} float32 states differ from the CPU's by {relative:.2e} of a state's scale")
+
+
+def split_step(work: Path, files: dict, examples: int, gpu: str, whole: Path, results: dict,
+               failures: list[str]) -> None:
+    """2. ``device_map="auto"`` over the device and CPU memory (or memory and disk) against the whole model."""
+    import numpy as np
+
+    from layercache import backbone
+
+    weights = sum(f.stat().st_size for f in backbone.weight_files(backbone.resolve_model_source(MODEL)))
+    # about half the checkpoint on the GPU, the rest in CPU memory (without a GPU: most in memory, the rest on disk)
+    budget = {"cuda:0": weights // 2, "cpu": weights * 4} if gpu == "cuda" else {"cpu": int(weights * 0.85)}
+    split = extract(work / "split", files, examples, device_map="auto", max_memory=budget)
+    (x, _), (y, placement) = states(whole), states(split.path)
+    equal = x.shape == y.shape and bool(np.array_equal(x, y))
+    results["checks"]["split_equals_whole"] = equal
+    results["checks"]["split_placement"] = placement
+    if not equal:
+        failures.append("the split model's cache differs from the whole model's")
+    if not placement:
+        failures.append("the split's manifest records no placement")
+
+
+def reads_step(work: Path, files: dict, examples: int, gpu: str, whole: Path, reps: int, results: dict) -> None:
+    """3. One epoch of the default head on the device from a float16 and an int8 cache: the feed's speed, the score."""
+
+    import layercache as lc
+
+    int8 = extract(work / "int8", files, examples, device=gpu, storage_dtype="int8")
+    epochs = {"float16": [], "int8": []}
+    scores = {}
+    for _ in range(reps):
+        for name, path in (("float16", whole), ("int8", int8.path)):
+            with lc.LayerCache.open(path) as cache:
+                head = lc.LayerHead(epochs=1, seed=0, device=gpu, progress=False).fit(cache)
+                epochs[name].append(head.history_.epochs[0].seconds)
+                task_metrics = next(iter(head.validation_metrics_.values()))  # task -> {metric: value}
+                scores[name] = float(task_metrics.get("accuracy", next(iter(task_metrics.values()))))
+    for name in epochs:
+        results["checks"][f"{name}_head_epoch_s"] = statistics.median(epochs[name])
+        results["checks"][f"{name}_validation_score"] = scores[name]
 
 
 if __name__ == "__main__":
