@@ -59,6 +59,9 @@ class CumulativeProbes(Probe):
         C_grid: inverse L2 strengths of the per-layer probes the prefixes start from; each prefix
             keeps the ``C`` its starting layer's probe chose on validation.
         max_iter: L-BFGS iterations at most per prefix.
+        tol: a prefix's L-BFGS stops when the largest entry of the gradient of its objective (the
+            per-example mean loss plus the penalty, over mix logits and probe) is below ``tol``:
+            scikit-learn's rule, as :class:`~.linear.LinearProbes`.
         source: ``tokens``, ``pooled:<mode>`` or ``auto``, as for :class:`~.linear.LinearProbes`.
         seed: seeds the validation slice when the cache has no validation split, and the sample.
         layers: cached states to mix, in order (names or indices; default: all). Prefix ``l`` mixes
@@ -82,10 +85,11 @@ class CumulativeProbes(Probe):
 
     def __init__(self, task: str | None = None, C_grid: Sequence[float] = DEFAULT_C_GRID, max_iter: int = 100,
                  source: str = "auto", seed: int = 0, layers=None, val_fraction: float = 0.1,
-                 max_train: int | None = DEFAULT_MAX_TRAIN) -> None:
+                 max_train: int | None = DEFAULT_MAX_TRAIN, tol: float = 1e-4) -> None:
         self.task = task
         self.C_grid = C_grid
         self.max_iter = max_iter
+        self.tol = tol
         self.source = source
         self.seed = seed
         self.layers = layers
@@ -102,7 +106,7 @@ class CumulativeProbes(Probe):
         start from (the probe report passes its own); by default they are fitted here first.
         """
         t0 = time.perf_counter()
-        self._check_common(tol=1e-4)
+        self._check_common()
         setup = self._setup(cache, split, val_split)
         spec, source, index, names, val_split = setup.spec, setup.source, setup.index, setup.names, setup.val_split
         if probes is None:
@@ -132,7 +136,7 @@ class CumulativeProbes(Probe):
         Integer ``y`` is a classification task (classes: its distinct values); floating ``y`` a regression.
         """
         t0 = time.perf_counter()
-        self._check_common(tol=1e-4)
+        self._check_common()
         X, X_val = np.asarray(X), np.asarray(X_val)
         y, y_val = np.asarray(y), np.asarray(y_val)
         if X.ndim != 3 or X_val.ndim != 3 or X.shape[1:] != X_val.shape[1:]:
@@ -218,8 +222,8 @@ class CumulativeProbes(Probe):
         self.C_ = probes.C_[self.start_layer_]
         self.n_iter_ = []
         for p, start in enumerate(self.start_layer_):
-            w, W, b, n_iter = _fit_prefix(Xtr[: p + 1], y, n_classes, float(self.C_[p]), self.max_iter, int(start),
-                                          probes.coef_[start], probes.intercept_[start])
+            w, W, b, n_iter = _fit_prefix(Xtr[: p + 1], y, n_classes, float(self.C_[p]), self.max_iter, self.tol,
+                                          int(start), probes.coef_[start], probes.intercept_[start])
             weights[p, : p + 1], coef[p], intercept[p] = w, W, b
             self.n_iter_.append(n_iter)
         self.mix_weights_, self.coef_, self.intercept_ = weights, coef, intercept
@@ -236,8 +240,8 @@ class CumulativeProbes(Probe):
         self.n_train_, self.n_val_ = len(train.y), len(y_val)
 
 
-def _fit_prefix(X: torch.Tensor, y: torch.Tensor, n_classes: int | None, C: float, max_iter: int, start: int,
-                coef: np.ndarray, intercept: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+def _fit_prefix(X: torch.Tensor, y: torch.Tensor, n_classes: int | None, C: float, max_iter: int, tol: float,
+                start: int, coef: np.ndarray, intercept: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     """Mix weights (l,), coef (D, K), intercept (K,) of one prefix X (l, N, D), from layer ``start``'s probe."""
     n_layers, N, D = X.shape
     share = np.full(n_layers, (1.0 - START_WEIGHT) / max(n_layers - 1, 1))
@@ -268,7 +272,7 @@ def _fit_prefix(X: torch.Tensor, y: torch.Tensor, n_classes: int | None, C: floa
     with torch.no_grad():
         before = float(objective())
     start_state = [t.detach().clone() for t in (logits, W, b)]
-    optimizer = torch.optim.LBFGS([logits, W, b], lr=1.0, max_iter=max_iter, tolerance_grad=1e-6,
+    optimizer = torch.optim.LBFGS([logits, W, b], lr=1.0, max_iter=max_iter, tolerance_grad=tol,
                                   tolerance_change=1e-10, history_size=20, line_search_fn="strong_wolfe")
     optimizer.step(closure)
     with torch.no_grad():

@@ -67,7 +67,19 @@ def test_on_a_cache_every_task_kind(builtin_cache):
     assert PROBES["cumulative"] is CumulativeProbes
 
 
-@pytest.mark.parametrize("params", [{"C_grid": (0.0,)}, {"max_iter": 0}, {"max_train": 1}, {"val_fraction": 1.5}])
+def test_a_looser_tol_stops_each_prefix_sooner():
+    """A looser ``tol`` (the largest gradient entry at which a prefix's L-BFGS stops) stops each prefix sooner,
+    never later, at nearly the same scores and validation losses."""
+    X, y = planted(800)
+    X_val, y_val = planted(300, seed=1)
+    tight = CumulativeProbes(tol=1e-7, max_iter=400).fit_arrays(X, y, X_val, y_val)
+    loose = CumulativeProbes(tol=1e-3, max_iter=400).fit_arrays(X, y, X_val, y_val)
+    assert all(a <= b for a, b in zip(loose.n_iter_, tight.n_iter_)) and sum(loose.n_iter_) < sum(tight.n_iter_)
+    assert np.abs(loose.scores_ - tight.scores_).max() <= 0.02
+    assert np.abs(loose.losses_ - tight.losses_).max() <= 0.02
+
+
+@pytest.mark.parametrize("params", [{"C_grid": (0.0,)}, {"max_iter": 0}, {"tol": 0.0}, {"tol": -1.0}, {"max_train": 1}, {"val_fraction": 1.5}])
 def test_refuses_bad_settings(params):
     X, y = planted(50)
     with pytest.raises(ConfigError):
