@@ -10,7 +10,7 @@ logit lens. Expected (Belrose et al. 2023, Fig. 2): the tuned lens's KL to the f
 logit lens's at every layer but the last and falls with depth.
 
 **Speed.** A decoder of SmolLM-135M's shape with random weights (30 layers, width 576, vocabulary 49,152; the
-timing does not depend on the weights) over ``--speed-tokens`` tokens: the time of one epoch of the KL fit
+timing does not depend on the weights) over 2,048 tokens (256 in ``--quick``): the time of one epoch of the KL fit
 (``batch_tokens`` 256) against its matmul bound. Per token and translated layer the fit computes the logits
 (``2 D V`` FLOPs) and, backward, the gradient of the states (``2 D V``; the unembedding is frozen), and per token the
 final distribution once (``2 D V``); the bound is those FLOPs at the rate this machine reaches on the same two

@@ -18,8 +18,9 @@ from ..extraction.specs import BatchSpec
 from .parsing import parse_threads
 from .spec_options import field_option
 
-THREADS_HELP = ("Torch threads: a number up to the cores this process may use, or auto: the cores other processes "
-                "leave idle (a thread that loses its core to another process stalls all the others).")
+THREADS_HELP = ("Torch threads: a number up to the cores this process may use, or auto: OMP_NUM_THREADS when it is "
+                "set, else the cores other processes leave idle (a thread that loses its core to another process "
+                "stalls all the others).")
 ALLOW_PICKLE_HELP = ("Load a backbone that has only pickle weights (pytorch_model.bin), which can run code when "
                      "loaded: only for a source you trust.")
 

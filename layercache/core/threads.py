@@ -152,13 +152,28 @@ class ThreadChoice:
                 f"({override or flag('threads', self.usable)} to use them all anyway)")
 
 
-def resolve_threads(threads: int | str | None = None) -> ThreadChoice:
-    """The number of torch threads for ``threads``: None or ``"auto"`` (the idle cores), or a number.
+def environment_threads() -> int | None:
+    """The thread count the environment set before the process started: the first of :data:`THREAD_ENVIRONMENT`
+    that holds a whole number of at least 1 (as torch reads it), or None."""
+    for name in THREAD_ENVIRONMENT:
+        value = os.environ.get(name, "").strip()
+        if value.isdigit() and int(value) >= 1:
+            return int(value)
+    return None
 
-    A number above :func:`usable_cores` is refused: more threads than cores only wait for each other.
+
+def resolve_threads(threads: int | str | None = None) -> ThreadChoice:
+    """The number of torch threads for ``threads``: None or ``"auto"``, or a number.
+
+    ``auto``: the count ``OMP_NUM_THREADS`` / ``MKL_NUM_THREADS`` set (:func:`environment_threads`, a choice made
+    before the process started, as :func:`computing_threads` keeps it; at most the usable cores), else the idle
+    cores. A number above :func:`usable_cores` is refused: more threads than cores only wait for each other.
     """
     usable = usable_cores()
     if threads is None or threads == "auto":
+        chosen = environment_threads()
+        if chosen is not None:
+            return ThreadChoice(min(chosen, usable), usable, None, asked=True)
         if usable == 1:  # nothing to choose: no sample
             return ThreadChoice(1, 1, None, asked=False)
         idle = idle_cores()

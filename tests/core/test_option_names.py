@@ -7,6 +7,11 @@ from pathlib import Path
 
 from layercache.core.option_names import call, command_line, flag, option, options, speaking_to_command_line
 
+# The specs declare their flags' spellings into core/option_names's registry when imported: extraction's specs
+# (--shard-size, --split, --text-column, --label-column) are what the entries below read. Run alone, without
+# this import, the tests read the default spellings (--shard-bytes).
+from layercache.extraction import specs as _extraction_specs  # noqa: F401
+
 
 def test_python_callers_read_keywords():
     assert not command_line()

@@ -42,6 +42,24 @@ def test_auto_takes_the_idle_cores(monkeypatch, idle, expected):
     assert ("--threads 2" in text) == (expected < 2)  # says how to override when it took fewer
 
 
+def test_auto_keeps_the_environments_count_capped_at_the_cores(monkeypatch):
+    """``OMP_NUM_THREADS`` set before the process started is the user's choice, as the library's calls keep it:
+    ``auto`` (the CLI's default) takes it without sampling idle cores, never above the usable cores."""
+    monkeypatch.setattr(threads, "usable_cores", lambda: 2)
+    monkeypatch.setattr(threads, "idle_cores", lambda sample_s=0.1: pytest.fail("sampled idle cores"))
+    for name in threads.THREAD_ENVIRONMENT:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    assert resolve_threads("auto") == threads.ThreadChoice(1, 2, None, asked=True)
+    monkeypatch.setenv("OMP_NUM_THREADS", "8")
+    assert resolve_threads("auto").threads == 2
+    monkeypatch.setenv("OMP_NUM_THREADS", "junk")  # not a count torch would use: the next variable, then idle cores
+    monkeypatch.setenv("MKL_NUM_THREADS", "1")
+    assert resolve_threads("auto").threads == 1
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    assert resolve_threads(1).threads == 1  # a number asked for wins
+
+
 def test_cgroup_quota_caps_the_cores(monkeypatch, tmp_path):
     quota = tmp_path / "cpu.max"
     monkeypatch.setattr(threads, "CGROUP_CPU_MAX", quota)

@@ -79,7 +79,8 @@ def test_a_looser_tol_stops_each_prefix_sooner():
     assert np.abs(loose.losses_ - tight.losses_).max() <= 0.02
 
 
-@pytest.mark.parametrize("params", [{"C_grid": (0.0,)}, {"max_iter": 0}, {"tol": 0.0}, {"tol": -1.0}, {"max_train": 1}, {"val_fraction": 1.5}])
+@pytest.mark.parametrize("params", [{"C_grid": (0.0,)}, {"max_iter": 0}, {"tol": 0.0}, {"tol": -1.0}, {"max_train": 1},
+                                    {"val_fraction": 1.5}])
 def test_refuses_bad_settings(params):
     X, y = planted(50)
     with pytest.raises(ConfigError):
