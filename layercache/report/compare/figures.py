@@ -152,9 +152,15 @@ def figure_cka(comparison: Comparison, index: int) -> Any:
     rows, cols = matrix.shape
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(min(2.2 + 0.42 * cols, 12), min(1.8 + 0.36 * rows, 12)), layout="constrained")
-    # One scale for every pair; a debiased value below 0 (unrelated states) shows as 0, its number says it.
-    image = ax.imshow(matrix, vmin=0, vmax=1, cmap="viridis", aspect="auto", origin="lower")
-    fig.colorbar(image, ax=ax, label=cka_name(comparison), shrink=0.9)
+    # One scale, 0 to 1, for every pair. A debiased value below 0 (states unrelated but for the estimate's noise)
+    # gets its own grey, and the colour bar an arrow for it, so it is not read as a weak positive similarity.
+    import matplotlib
+
+    below = bool(np.nanmin(matrix, initial=np.inf) < 0)
+    cmap = matplotlib.colormaps["viridis"].with_extremes(under="#bdbdbd")
+    image = ax.imshow(matrix, vmin=0, vmax=1, cmap=cmap, aspect="auto", origin="lower")
+    fig.colorbar(image, ax=ax, label=cka_name(comparison) + (" (grey: below 0)" if below else ""), shrink=0.9,
+                 extend="min" if below else "neither")
     ax.set_xticks(range(cols), [short(n) for n in pair["columns"]], fontsize=7, rotation=90 if cols > 16 else 0)
     ax.set_yticks(range(rows), [short(n) for n in pair["rows"]], fontsize=7)
     ax.set_xlabel(f"{pair['b']} (state)")

@@ -134,3 +134,27 @@ def test_both_estimators_read_one_for_the_same_states_and_ignore_rotations_and_s
         np.testing.assert_allclose(turned, [matrix, matrix], atol=1e-9)
     with pytest.raises(ConfigError, match="at least 4 examples"):
         cross_cka(np.ones((3, 1, 2)), np.ones((3, 1, 2)), debiased=True)
+
+
+def test_a_negative_debiased_cka_has_its_own_colour():
+    """On the heatmap a debiased value below 0 is grey (the colour map's under colour, an arrow on the bar), not the
+    colour of 0; a pair with none below 0 keeps the plain bar."""
+    from types import SimpleNamespace
+
+    from layercache.report.compare.figures import figure_cka
+
+    def drawn(values):
+        pair = {"cka": values, "rows": ["a0", "a1"], "columns": ["b0", "b1"], "best_match_of_rows": [0, 1],
+                "a": "A", "b": "B", "n": 200, "states": "mean"}
+        comparison = SimpleNamespace(similarity=[pair], meta={"cka": {"estimator": "debiased"}})
+        fig = figure_cka(comparison, 0)
+        image = fig.axes[0].images[0]
+        colorbar = image.colorbar
+        return image, colorbar
+
+    image, colorbar = drawn([[0.9, -0.02], [0.1, 0.8]])
+    grey = image.cmap.get_under()
+    assert tuple(image.to_rgba(np.array([-0.02]))[0]) == tuple(grey) != tuple(image.to_rgba(np.array([0.0]))[0])
+    assert colorbar.extend == "min" and "below 0" in colorbar.ax.get_ylabel()
+    _, colorbar = drawn([[0.9, 0.0], [0.1, 0.8]])
+    assert colorbar.extend == "neither" and "below 0" not in colorbar.ax.get_ylabel()
