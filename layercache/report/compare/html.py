@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from ..html import STYLE, _e, _figure, _num, _table
+from ..html_page import STYLE, escaped, figure_html, html_table, number_cell
 from .figures import comparison_figures
 from .model import Comparison
 from .summary import CKA_HEADER, SCORE_HEADER, cka_about, cka_name, cka_rows, score_rows
@@ -31,10 +31,10 @@ def _models_table(comparison: Comparison) -> str:
         width = f"{m['width']}" if m["width"] == m["model_width"] else f"{m['width']} of {m['model_width']}"
         storage = m["storage_dtype"] + (f", projected to K={m['project']}" if m.get("project") else "")
         storage += "" if m["store"] == "tokens" else ", pooled vectors only"
-        rows.append([_e(m["label"]), _e(m["model"]), _e(f"{m['architecture']} ({m['kind']})"),
-                     f"{len(m['layer_names'])} of {m['n_layers'] + 1}", width, _e(storage),
-                     f'<span class="meta">{_e(m["cache"])}</span>'])
-    return _table(["model", "backbone", "family", "states kept", "width", "stored", "cache"], rows, text_columns=7)
+        rows.append([escaped(m["label"]), escaped(m["model"]), escaped(f"{m['architecture']} ({m['kind']})"),
+                     f"{len(m['layer_names'])} of {m['n_layers'] + 1}", width, escaped(storage),
+                     f'<span class="meta">{escaped(m["cache"])}</span>'])
+    return html_table(["model", "backbone", "family", "states kept", "width", "stored", "cache"], rows, text_columns=7)
 
 
 def _layer_table(comparison: Comparison, label: str, model: dict[str, Any]) -> str:
@@ -49,10 +49,10 @@ def _layer_table(comparison: Comparison, label: str, model: dict[str, Any]) -> s
         columns.append(("selectivity", control["selectivity"]))
     if model.get("cumulative") is not None:
         columns.append(("mix 0..l", model["cumulative"]["scores"]))
-    rows = [[_e(name)] + [_num(values[i], 2 if title == "depth" else 3) for title, values in columns]
+    rows = [[escaped(name)] + [number_cell(values[i], 2 if title == "depth" else 3) for title, values in columns]
             for i, name in enumerate(entry["layer_names"])]
     best = {(model["summary"]["best_index"], 2): True}
-    return _table(["state"] + [title for title, _ in columns], rows, best=best)
+    return html_table(["state"] + [title for title, _ in columns], rows, best=best)
 
 
 def _meta(comparison: Comparison) -> str:
@@ -60,51 +60,54 @@ def _meta(comparison: Comparison) -> str:
     splits = ", ".join(f"{name} {n:,}" for name, n in meta["splits"].items())
     sample = "every training example" if meta["max_train"] is None else \
         f"a seeded sample of at most {meta['max_train']:,} training examples (words)"
-    return (f'<p class="meta">Data: {_e(meta["dataset"] or "files")} · splits: {_e(splits)} · scores on '
-            f'<b>{_e(meta["eval_split"] or "validation")}</b>, C chosen on '
-            f'{_e(meta["validation"] or "a slice of train")}, probes fitted on {_e(sample)}, the same for every '
-            'model · '
-            f'{_e(cka_name(comparison))} on {_e(cka_about(comparison))} · seed {meta["seed"]} · '
-            f'layercache {_e(meta["layercache_version"])}, {_e(meta["created_at"])}</p>')
+    return (f'<p class="meta">Data: {escaped(meta["dataset"] or "files")} · splits: {escaped(splits)} · scores on '
+            f'<b>{escaped(meta["eval_split"] or "validation")}</b>, C chosen on '
+            f'{escaped(meta["validation"] or "a slice of train")}, probes fitted on {escaped(sample)}, the same for '
+            'every model · '
+            f'{escaped(cka_name(comparison))} on {escaped(cka_about(comparison))} · seed {meta["seed"]} · '
+            f'layercache {escaped(meta["layercache_version"])}, {escaped(meta["created_at"])}</p>')
 
 
 def render_comparison_html(comparison: Comparison) -> str:
     """The whole comparison as an HTML document (a string)."""
-    figures = {spec.key: _figure(spec, png) for spec, png in comparison_figures(comparison)}
+    figures = {spec.key: figure_html(spec, png) for spec, png in comparison_figures(comparison)}
     names = ", ".join(comparison.labels)
     title = f"Model comparison: {names} on {comparison.meta['dataset'] or 'files'}"
     out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
-           '<meta name="viewport" content="width=device-width, initial-scale=1">', f"<title>{_e(title)}</title>",
-           f"<style>{STYLE}{SIDE_BY_SIDE}</style></head><body>", f"<h1>{_e(title)}</h1>", _meta(comparison),
+           '<meta name="viewport" content="width=device-width, initial-scale=1">', f"<title>{escaped(title)}</title>",
+           f"<style>{STYLE}{SIDE_BY_SIDE}</style></head><body>", f"<h1>{escaped(title)}</h1>", _meta(comparison),
            "<h2>Models</h2>", _models_table(comparison)]
     if comparison.tasks:
         out += ["<h2>Summary</h2>", '<p class="meta">Depth: a state\'s layer over the model\'s layers (0 = embeddings, '
                 "1 = last layer). E_Δ: the expected layer of the cumulative gains (Tenney et al.); E_s: of the full "
                 "mix's weights.</p>",
-                _table(SCORE_HEADER, [[_e(c) for c in row] for row in score_rows(comparison)], text_columns=2)]
+                html_table(SCORE_HEADER, [[escaped(c) for c in row] for row in score_rows(comparison)], text_columns=2)]
     for key, heading in (("scores", "Which depth knows what"), ("selectivity", "Selectivity")):
         if key in figures:
             out += [f"<h2>{heading}</h2>", figures[key]]
     if comparison.tasks:
         out.append("<h2>Per state</h2>")
         for task, entry in comparison.tasks.items():
-            out.append(f"<h3>{_e(task)} <span class=\"meta\">({_e(entry['kind'])}, {_e(entry['metric'])})</span></h3>")
+            about = f"{escaped(entry['kind'])}, {escaped(entry['metric'])}"
+            out.append(f"<h3>{escaped(task)} <span class=\"meta\">({about})</span></h3>")
             out.append('<div class="side">')
             for label, model in entry["models"].items():
-                out += [f"<div><h4>{_e(label)} <span class=\"meta\">(read from {_e(model['source'])})</span></h4>",
+                source = f"<span class=\"meta\">(read from {escaped(model['source'])})</span>"
+                out += [f"<div><h4>{escaped(label)} {source}</h4>",
                         _layer_table(comparison, label, model), "</div>"]
             out.append("</div>")
             for label, reason in entry["skipped"].items():
-                out.append(f'<p class="note">{_e(label)}: not probed ({_e(reason)}).</p>')
-    out.append(f"<h2>{_e(cka_name(comparison, capital=True))} across models</h2>")
-    out.append(_table(CKA_HEADER, [[_e(c) for c in row] for row in cka_rows(comparison)]))
+                out.append(f'<p class="note">{escaped(label)}: not probed ({escaped(reason)}).</p>')
+    out.append(f"<h2>{escaped(cka_name(comparison, capital=True))} across models</h2>")
+    out.append(html_table(CKA_HEADER, [[escaped(c) for c in row] for row in cka_rows(comparison)]))
     out += ['<div class="side">', *[html for key, html in figures.items() if key.startswith("cka-")], "</div>"]
     if comparison.notes:
-        out += ["<h2>Notes</h2>", "<ul>", *[f'<li class="note">{_e(note)}</li>' for note in comparison.notes], "</ul>"]
+        notes = [f'<li class="note">{escaped(note)}</li>' for note in comparison.notes]
+        out += ["<h2>Notes</h2>", "<ul>", *notes, "</ul>"]
     if comparison.timings:
         total = float(np.sum(list(comparison.timings.values())))
-        rows = [[_e(part), f"{seconds:.1f}"] for part, seconds in comparison.timings.items()]
+        rows = [[escaped(part), f"{seconds:.1f}"] for part, seconds in comparison.timings.items()]
         rows.append(["<b>total</b>", f"<b>{total:.1f}</b>"])
-        out += ["<h2>Timings</h2>", _table(["part", "seconds"], rows)]
+        out += ["<h2>Timings</h2>", html_table(["part", "seconds"], rows)]
     out.append("</body></html>")
     return "\n".join(out) + "\n"
