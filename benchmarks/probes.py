@@ -17,7 +17,20 @@ Measures, on real data from ``../shared/data`` (see benchmarks/README.md), throu
    at most 4,000 training rows (``max_train``): its time and accuracy, and its ratio to
    scikit-learn on every row, which is NOT equal work and is labelled so. Targets: every layer
    within 0.5 point of scikit-learn at equal C and equal rows, and at the chosen C; all layers
-   together at least 20x faster at equal rows.
+   together at least 20x faster at equal rows. Then what bounds that fit, measured (``sst2.bound``
+   in the JSON, the table ``sst2_bound``): one more ``LinearProbes(max_train=None)`` fit, outside
+   the timed runs, with ``torch.bmm``, ``torch.baddbmm`` and ``torch.linalg.eigh`` replaced by
+   wrappers that log each call's operand shapes, bytes, FLOPs and seconds
+   (:func:`recording_products`): the products over the training features are the objective's two
+   passes per evaluation (outputs ``X W``, gradient ``dZ^T X``; their count is the evaluations),
+   the Gram-shaped one the preconditioner's ``X^T X``, ``eigh`` its eigendecompositions. Against
+   this machine's rates, measured with the fit's thread count: its read bandwidth
+   (:func:`read_bandwidth_gb_s`, ``torch.sum`` over 384 MiB) and the same Gram product and
+   ``eigh`` timed again on the very tensors the fit passed them. Their sum (the passes' bytes and
+   one pass each for reading and standardising at the bandwidth, the Gram product and ``eigh`` at
+   their measured times) is a lower bound on the fit at that many evaluations, set against the
+   measured fit; scikit-learn's seconds over it is the speed-up such a fit would reach, so the
+   report says whether 20x is within reach on this machine.
 2. conll - token probes (first sub-token of each word) for the NER tags on the full CoNLL-2003
    train set (~204k words, 7 states, 9 classes; ``max_train=None``; a seeded 10% of the sentences
    validates), in a fresh interpreter so its peak memory (``VmHWM``) is the probe's: time by
@@ -32,8 +45,10 @@ names ``benchmarks/heads.py`` uses, so either benchmark reuses the other's cache
 takes 2-7 minutes on 2 cores). ``python benchmarks/probes.py`` runs all three parts (a few minutes
 with the caches present); ``--quick`` runs parts 1 and 2 on the first 500 SST-2 and 300 CoNLL
 sentences of each file (about a minute) and asserts what does not depend on timing: equal rows on
-both sides, every layer and C within 0.5 point of scikit-learn at equal C and at the chosen C, and
-the CoNLL probes' best layer above the majority class. Prints tables and writes JSON (default
+both sides, every layer and C within 0.5 point of scikit-learn at equal C and at the chosen C, at
+least one counted objective evaluation per L-BFGS iteration and at least 2 passes x the features'
+bytes x the evaluations read by the solve's passes, and the CoNLL probes' best layer above the
+majority class. Prints tables and writes JSON (default
 ``benchmarks/results/probes.json``, ``probes-quick.json`` with ``--quick``) with the headline
 ``figures``.
 """
@@ -41,6 +56,7 @@ the CoNLL probes' best layer above the majority class. Prints tables and writes 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -179,6 +195,179 @@ def ours_by_C(cache, seed: int) -> list[dict]:
     return [{C: float(by_C[C][layer]) for C in C_GRID} for layer in range(len(by_C[C_GRID[0]]))]
 
 
+# What bounds the fit: its products counted and timed from outside, against this machine's rates
+
+BANDWIDTH_MIB = 384
+"""Size of the array :func:`read_bandwidth_gb_s` streams: far beyond any CPU cache, so every pass comes from DRAM."""
+MACHINE_REPS = 7
+"""Timed passes of each machine measurement (after one warm-up); the median counts."""
+
+
+def read_bandwidth_gb_s(mib: int = BANDWIDTH_MIB, reps: int = MACHINE_REPS) -> float:
+    """This machine's memory read bandwidth in GB/s (1e9 bytes a second), at torch's current thread count.
+
+    The median over ``reps`` timed ``torch.sum`` passes over a float32 array of ``mib`` MiB (filled, so its pages
+    are resident), after one warm-up pass. A reduction reads each byte once, writes nothing and does one addition
+    per element, so it is the fastest any pass over a large array can go here: a product over the features, which
+    also multiplies and writes its outputs, can at best match it (a small array held in the CPU's caches can
+    exceed it)."""
+    import torch
+
+    a = torch.ones(mib * 2**20 // 4)
+    torch.sum(a)
+    seconds = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        torch.sum(a)
+        seconds.append(time.perf_counter() - t0)
+    return a.numel() * a.element_size() / statistics.median(seconds) / 1e9
+
+
+def _is_gram(a, b) -> bool:
+    """Whether ``bmm(a, b)`` has the Gram matrix's form: ``A^T A``-shaped, square output over a longer inner
+    dimension (the preconditioner's ``X^T X``; its few-rows variant ``X X^T`` too)."""
+    return (a.dim() == 3 and b.dim() == 3 and a.shape[1] == b.shape[2] and a.shape[2] == b.shape[1]
+            and a.shape[2] > a.shape[1])
+
+
+@contextlib.contextmanager
+def recording_products():
+    """Within it, every ``torch.bmm``, ``torch.baddbmm`` and ``torch.linalg.eigh`` call (what the solver's
+    objective and preconditioner are made of) is timed and logged: op, operand shapes, seconds, bytes of the
+    operands read, FLOPs; the operands of Gram-shaped products and of ``eigh`` are kept, to be timed again
+    afterwards; torch's thread count at each call is noted. The solver looks these functions up on ``torch`` at each
+    call, so replacing them there counts its calls without touching layercache; they are put back on leaving.
+    Yields the log (a list of dicts)."""
+    import torch
+
+    calls: list[dict] = []
+    originals = {"bmm": torch.bmm, "baddbmm": torch.baddbmm, "eigh": torch.linalg.eigh}
+
+    def recorded(op: str, function):
+        def call(*args, **kwargs):
+            t0 = time.perf_counter()
+            out = function(*args, **kwargs)
+            seconds = time.perf_counter() - t0
+            tensors = [a for a in args if isinstance(a, torch.Tensor)]
+            entry = {"op": op, "shapes": [tuple(t.shape) for t in tensors], "seconds": seconds,
+                     "bytes_read": sum(t.numel() * t.element_size() for t in tensors), "flop": 0, "gram": False,
+                     "threads": torch.get_num_threads()}
+            if op != "eigh" and len(tensors) >= 2:
+                a, b = tensors[-2], tensors[-1]
+                entry["flop"] = 2 * a.shape[0] * a.shape[1] * a.shape[2] * b.shape[2]
+                entry["gram"] = op == "bmm" and _is_gram(a, b)
+            if entry["gram"] or op == "eigh":
+                entry["operands"] = tensors
+            calls.append(entry)
+            return out
+
+        return call
+
+    torch.bmm, torch.baddbmm = recorded("bmm", originals["bmm"]), recorded("baddbmm", originals["baddbmm"])
+    torch.linalg.eigh = recorded("eigh", originals["eigh"])
+    try:
+        yield calls
+    finally:
+        torch.bmm, torch.baddbmm, torch.linalg.eigh = originals["bmm"], originals["baddbmm"], originals["eigh"]
+
+
+def median_seconds(function, reps: int = MACHINE_REPS) -> float:
+    """The median seconds of ``reps`` calls of ``function()``, after one warm-up call."""
+    function()
+    seconds = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        function()
+        seconds.append(time.perf_counter() - t0)
+    return statistics.median(seconds)
+
+
+def profile_fit(cache, seed: int) -> dict:
+    """What bounds ``LinearProbes(max_train=None)``'s fit: one more fit (not among the timed runs) with its products
+    recorded (:func:`recording_products`), then this machine's rates for the same work.
+
+    Of the fit's products, those over the training features ``(L, N, D)`` are the objective's two passes per
+    evaluation (the outputs ``baddbmm(b, X, W)``, then the gradient ``bmm(dZ^T, X)``): their count is the number of
+    evaluations, their operands the bytes they read, their seconds the solve's passes. The Gram-shaped product is
+    the preconditioner's ``X^T X`` (its FLOPs), ``eigh`` its eigendecompositions. Then, outside the fit and with
+    the thread count its products ran with: the machine's read bandwidth (:func:`read_bandwidth_gb_s`), and the
+    same Gram product and ``eigh`` on the very tensors the fit passed them (median of :data:`MACHINE_REPS` and of
+    3): the machine's matmul rate for that shape and its eigendecomposition time. The lower bound on the fit
+    (:func:`add_bound`) puts these together."""
+    import torch
+
+    from layercache.probes import LinearProbes
+
+    with recording_products() as calls:
+        t0 = time.perf_counter()
+        probes = LinearProbes(task="label", C_grid=C_GRID, seed=seed, val_fraction=VAL_FRACTION,
+                              max_train=None).fit(cache)
+        fit_s = time.perf_counter() - t0
+    L, N, D = len(probes.layer_names_), int(probes.n_train_), int(probes.coef_.shape[1])
+    features = (L, N, D)
+    feature_bytes = L * N * D * 4  # float32, as the solver holds them
+    outputs = [c for c in calls if c["op"] == "baddbmm" and len(c["shapes"]) == 3 and c["shapes"][1] == features]
+    gradient = [c for c in calls if c["op"] == "bmm" and not c["gram"] and c["shapes"][1] == features]
+    grams = [c for c in calls if c["gram"]]
+    eighs = [c for c in calls if c["op"] == "eigh"]
+    passes = outputs + gradient
+    counted = {id(c) for c in passes}
+    others = [c for c in calls if c["op"] != "eigh" and not c["gram"] and id(c) not in counted]
+    solve_bytes = sum(c["bytes_read"] for c in passes)
+    passes_s = sum(c["seconds"] for c in passes)
+    outside = torch.get_num_threads()
+    threads = calls[0]["threads"] if calls else outside  # the fit's count: the machine is measured with it
+    torch.set_num_threads(threads)
+    try:
+        bandwidth = read_bandwidth_gb_s()
+        machine_gram_s = sum(median_seconds(lambda c=c: torch.bmm(*c["operands"][-2:])) for c in grams)
+        machine_eigh_s = sum(median_seconds(lambda c=c: torch.linalg.eigh(c["operands"][0]), reps=3) for c in eighs)
+    finally:
+        torch.set_num_threads(outside)
+    gram_flop = sum(c["flop"] for c in grams)
+    gram_s, eigh_s = sum(c["seconds"] for c in grams), sum(c["seconds"] for c in eighs)
+    timings = dict(probes.timings_)
+    solve_s = timings.get("solve", 0.0)
+    for c in calls:
+        c.pop("operands", None)
+    return {
+        "feature_shape": list(features), "feature_mb": feature_bytes / 1e6, "n_iter": int(probes.n_iter_),
+        "objective_evaluations": len(outputs), "gradient_passes": len(gradient),
+        "solve_bytes_read_gb": solve_bytes / 1e9, "solve_passes_s": passes_s,
+        "outputs_pass_ms_median": 1e3 * statistics.median(c["seconds"] for c in outputs) if outputs else None,
+        "gradient_pass_ms_median": 1e3 * statistics.median(c["seconds"] for c in gradient) if gradient else None,
+        "solve_read_gb_per_s": solve_bytes / passes_s / 1e9 if passes_s else None,
+        "machine_read_gb_per_s": bandwidth, "machine_bandwidth_mib": BANDWIDTH_MIB, "threads": threads,
+        "solve_fraction_of_machine_bandwidth": solve_bytes / passes_s / 1e9 / bandwidth if passes_s else None,
+        "gram_shapes": [c["shapes"] for c in grams], "gram_gflop": gram_flop / 1e9, "gram_s": gram_s,
+        "gram_gflop_per_s": gram_flop / gram_s / 1e9 if gram_s else None, "machine_gram_s": machine_gram_s,
+        "machine_gram_gflop_per_s": gram_flop / machine_gram_s / 1e9 if machine_gram_s else None,
+        "eigh_shapes": [c["shapes"][0] for c in eighs], "eigh_s": eigh_s, "machine_eigh_s": machine_eigh_s,
+        "other_products": len(others), "other_products_s": sum(c["seconds"] for c in others),
+        "solve_rest_s": solve_s - passes_s - gram_s - eigh_s,
+        "profiled_fit_s": fit_s, "profiled_timings": timings,
+    }
+
+
+def add_bound(b: dict, fit_s: float, sklearn_s: float) -> None:
+    """Complete ``profile_fit``'s figures with the lower bound on the fit's time on this machine: the solve's
+    passes (the bytes they read) at the machine's read bandwidth, the Gram product at its measured matmul rate,
+    the eigendecompositions at their measured time, reading and standardising the features at one pass each at
+    the read bandwidth; the rest of the solve (L-BFGS bookkeeping, elementwise work, small products) and choosing
+    C bounded by zero. Against the measured fit (``fit_s``, the timed median) and the speed-up over scikit-learn
+    (``sklearn_s``) that a fit at the bound would reach."""
+    bandwidth = b["machine_read_gb_per_s"] * 1e9
+    one_pass = b["feature_mb"] * 1e6 / bandwidth
+    b["bound_parts_s"] = {"read": one_pass, "standardise": one_pass,
+                          "objective passes": b["solve_bytes_read_gb"] * 1e9 / bandwidth,
+                          "gram": b["machine_gram_s"], "eigh": b["machine_eigh_s"]}
+    b["fit_lower_bound_s"] = sum(b["bound_parts_s"].values())
+    b["fit_measured_s"], b["sklearn_s"] = fit_s, sklearn_s
+    b["fit_over_bound_ratio"] = fit_s / b["fit_lower_bound_s"]
+    b["sklearn_over_bound_ratio"] = sklearn_s / b["fit_lower_bound_s"]
+    b["speedup_target_reachable"] = b["sklearn_over_bound_ratio"] >= TARGETS["speedup_min"]
+
+
 def bench_sst2(path: Path, reps: int, seed: int) -> dict:
     from layercache import LayerCache
 
@@ -197,6 +386,10 @@ def bench_sst2(path: Path, reps: int, seed: int) -> dict:
                     key = "warm" if warm else "cold"
                     sk[key] = sklearn_probes(cache, warm, seed)
                     log(f"scikit-learn ({key} starts), every training row: {sk[key]['seconds']:.1f}s")
+        bound = profile_fit(cache, seed)
+        log(f"what bounds the fit (one more run, its products recorded): {bound['objective_evaluations']} "
+            f"evaluations, {bound['solve_bytes_read_gb']:.2f} GB read at {bound['solve_read_gb_per_s'] or 0:.1f} "
+            f"GB/s, machine {bound['machine_read_gb_per_s']:.1f} GB/s")
         same_C = ours_by_C(cache, seed)
     ours = runs[0]
     median = statistics.median(r["seconds"] for r in runs)
@@ -205,6 +398,7 @@ def bench_sst2(path: Path, reps: int, seed: int) -> dict:
     diffs = [100 * (o["test"] - s["test"]) for o, s in zip(ours["layers"], baseline["layers"])]
     val_diffs = [100 * (o["val"] - s["val"]) for o, s in zip(ours["layers"], baseline["layers"])]
     sampled_diffs = [100 * (o["test"] - s["test"]) for o, s in zip(sampled[0]["layers"], baseline["layers"])]
+    add_bound(bound, median, baseline["seconds"])
     equal_C = {key: [100 * (mine[C] - theirs["test_by_C"][C]) for mine, theirs in zip(same_C, run["layers"])
                      for C in C_GRID] for key, run in sk.items()}
     return {
@@ -224,6 +418,7 @@ def bench_sst2(path: Path, reps: int, seed: int) -> dict:
         "speedup": baseline["seconds"] / median,
         "speedup_vs_cold_sklearn": sk["cold"]["seconds"] / median,
         "speedup_default_sample_unequal_rows": baseline["seconds"] / sampled_median,
+        "bound": bound,
         "loadavg": loadavg(),
     }
 
@@ -319,6 +514,57 @@ def report_child(path: Path, seed: int, threads: int | None) -> dict:
 # --------------------------------------------------------------------------------------------
 
 
+def bound_rows(b: dict) -> list[list[str]]:
+    """The rows of the "what bounds the fit" table (console and markdown alike): part, measured seconds (the profiled
+    run), work, achieved rate, this machine's rate, the part's lower bound in seconds (:func:`add_bound`)."""
+    def num(x, digits=3):
+        return "–" if x is None else f"{x:,.{digits}f}"
+
+    bw, t, parts = b["machine_read_gb_per_s"], b["profiled_timings"], b["bound_parts_s"]
+    L, N, D = b["feature_shape"]
+    gb = b["feature_mb"] / 1e3
+    rows = []
+    for phase, what in (("read", "reading the pooled vectors"), ("standardise", "standardising them")):
+        s = t.get(phase)
+        rows.append([what, num(s), f"the features once: {gb:.3f} GB", f"{gb / s:.1f} GB/s" if s else "–",
+                     f"{bw:.1f} GB/s read", num(parts[phase])])
+    rows.append([f"objective: {b['objective_evaluations']} evaluations x 2 passes over the features (`X W`, "
+                 f"`dZ^T X`)", num(b["solve_passes_s"]), f"{b['solve_bytes_read_gb']:.2f} GB read",
+                 f"{b['solve_read_gb_per_s']:.1f} GB/s" if b["solve_read_gb_per_s"] else "–", f"{bw:.1f} GB/s read",
+                 num(parts["objective passes"])])
+    shapes = " + ".join(" @ ".join(str(tuple(x)).replace(" ", "") for x in pair) for pair in b["gram_shapes"])
+    rows.append([f"preconditioner: Gram product `X^T X` {shapes}".rstrip(), num(b["gram_s"]),
+                 f"{b['gram_gflop']:.1f} GFLOP",
+                 f"{b['gram_gflop_per_s']:.0f} GFLOP/s" if b["gram_gflop_per_s"] else "–",
+                 f"{b['machine_gram_gflop_per_s']:.0f} GFLOP/s" if b["machine_gram_gflop_per_s"] else "–",
+                 num(parts["gram"])])
+    count = sum(shape[0] if len(shape) == 3 else 1 for shape in b["eigh_shapes"])
+    size = " x ".join(str(x) for x in b["eigh_shapes"][0][-2:]) if b["eigh_shapes"] else "–"
+    rows.append([f"preconditioner: {count} symmetric eigendecompositions, {size}", num(b["eigh_s"]), "–", "–",
+                 f"{b['machine_eigh_s']:.3f} s", num(parts["eigh"])])
+    rows.append(["rest of the solve (L-BFGS steps, elementwise work, means, small products)", num(b["solve_rest_s"]),
+                 "–", "–", "–", "–"])
+    rows.append(["choosing C (validation outputs, losses)", num(t.get("select")), "–", "–", "–", "–"])
+    rows.append(["the fit (this run; lower bound: the sum)", num(b["profiled_fit_s"]), "–", "–", "–",
+                 num(b["fit_lower_bound_s"])])
+    return rows
+
+
+def bound_note(b: dict, baseline: str) -> str:
+    """The sentences under the bound table: the bound against the measured fit, and the ratio it allows."""
+    fraction = b["solve_fraction_of_machine_bandwidth"]
+    return (f"Lower bound {b['fit_lower_bound_s']:.2f} s against the measured fit {b['fit_measured_s']:.2f} s (median "
+            f"of the timed runs): {b['fit_over_bound_ratio']:.1f}x the bound. The solve's passes read at "
+            f"{b['solve_read_gb_per_s'] or 0:.1f} GB/s, {100 * (fraction or 0):.0f} % of this machine's "
+            f"{b['machine_read_gb_per_s']:.1f} GB/s (`torch.sum` over {b['machine_bandwidth_mib']} MiB, "
+            f"{b['threads']} threads); one pass over the features: outputs {b['outputs_pass_ms_median'] or 0:.1f} ms, "
+            f"gradient {b['gradient_pass_ms_median'] or 0:.1f} ms (medians); {b['n_iter']} L-BFGS iterations. "
+            f"scikit-learn ({baseline} starts) {b['sklearn_s']:.2f} s / the bound = "
+            f"**{b['sklearn_over_bound_ratio']:.1f}x**: the {TARGETS['speedup_min']:.0f}x target is "
+            + ("within reach" if b["speedup_target_reachable"] else "out of reach")
+            + f" on this machine for a fit that makes {b['objective_evaluations']} evaluations.")
+
+
 def report(results: dict) -> None:
     meta = results["meta"]
     print("\n" + "=" * 100)
@@ -363,6 +609,11 @@ def report(results: dict) -> None:
                  f"scikit-learn (target >= {TARGETS['speedup_min']:.0f}x"
                  + (": not judged on a quick run)." if meta["quick"] else
                     f": {'PASS' if r['speedup'] >= TARGETS['speedup_min'] else 'FAIL'})."))
+        if "bound" in r:
+            _common.print_table("    what bounds the fit: one more LinearProbes(max_train=None) run, its products "
+                                "timed, against this machine's rates",
+                                ["part", "seconds", "work", "achieved", "this machine", "lower bound s"],
+                                bound_rows(r["bound"]), note=bound_note(r["bound"], r["baseline"]).replace("**", ""))
     if "conll" in results:
         c = results["conll"]
         rows = [[name, C, v, t] for name, C, v, t in zip(c["layers"], c["C"], c["val_accuracy"], c["test_accuracy"])]
@@ -391,7 +642,11 @@ def report_table(results: dict) -> None:
 
 def figures(results: dict) -> dict[str, float]:
     """The headline figures, flat (``benchmarks/compare.py`` compares them), each one larger when worse: seconds,
-    peak memory, LinearProbes' time over scikit-learn's, accuracy differences from scikit-learn."""
+    peak memory, LinearProbes' time over scikit-learn's, accuracy differences from scikit-learn; and what bounds the
+    fit (``sst2_*``: evaluations, bytes read, the lower bound and its ratios), its rates as their inverse
+    (``*_s_per_gb``; the machine's read rate over the solve's) and the speed-up the bound allows as the bound over
+    scikit-learn's seconds, so that none of them is larger when better. The rates themselves are in
+    ``results["sst2"]["bound"]``."""
     out: dict[str, float] = {"total_s": results["meta"]["total_s"]}
     if "sst2" in results:
         r = results["sst2"]
@@ -403,6 +658,18 @@ def figures(results: dict) -> dict[str, float]:
                    sst2_default_sample_over_sklearn_unequal_rows_ratio=1 / r["speedup_default_sample_unequal_rows"],
                    sst2_chosen_C_max_abs_difference_points=r["max_abs_difference_points"],
                    sst2_equal_C_max_abs_difference_points=max(r["equal_C_max_abs_difference_points"].values()))
+        if "bound" in r:  # rates as their inverse (seconds per GB, machine over solve), so larger is still worse
+            b = r["bound"]
+            out.update(sst2_feature_mb=b["feature_mb"], sst2_objective_evaluations=b["objective_evaluations"],
+                       sst2_solve_bytes_read_gb=b["solve_bytes_read_gb"], sst2_solve_passes_s=b["solve_passes_s"],
+                       sst2_solve_read_s_per_gb=1 / b["solve_read_gb_per_s"] if b["solve_read_gb_per_s"] else None,
+                       sst2_machine_read_s_per_gb=1 / b["machine_read_gb_per_s"],
+                       sst2_machine_over_solve_read_rate_ratio=1 / b["solve_fraction_of_machine_bandwidth"]
+                       if b["solve_fraction_of_machine_bandwidth"] else None,
+                       sst2_gram_gflop=b["gram_gflop"], sst2_gram_s=b["gram_s"], sst2_eigh_s=b["eigh_s"],
+                       sst2_fit_lower_bound_s=b["fit_lower_bound_s"],
+                       sst2_fit_over_lower_bound_ratio=b["fit_over_bound_ratio"],
+                       sst2_lower_bound_over_sklearn_ratio=1 / b["sklearn_over_bound_ratio"])
     if "conll" in results:
         c = results["conll"]
         out.update(conll_fit_s=c["fit_s"], conll_score_s=c["score_s"], conll_peak_rss_mb=c["peak_rss_mb"])
@@ -413,7 +680,9 @@ def figures(results: dict) -> dict[str, float]:
 
 def tables(results: dict) -> dict[str, str]:
     """Markdown tables of a run, for ``render.py``: ``sst2_speed`` (LinearProbes against scikit-learn, equal rows and
-    the default sample) and ``sst2_accuracy`` (dev accuracy by layer), where the run has part 1."""
+    the default sample), ``sst2_accuracy`` (dev accuracy by layer) and ``sst2_bound`` (what bounds the fit: its
+    parts' seconds, work and rates against this machine's, the lower bound; a line saying it was not measured for
+    a run recorded before it was), where the run has part 1."""
     out: dict[str, str] = {}
     if "sst2" not in results:
         return out
@@ -445,13 +714,25 @@ def tables(results: dict) -> dict[str, str]:
         acc.append(f"| {name} | {mine['C']:g} | {theirs['C']:g} | {mine['test']:.4f} | {theirs['test']:.4f} | "
                    f"{diff:+.2f} |")
     out["sst2_accuracy"] = "\n".join(acc) + "\n"
+    if "bound" not in r:
+        out["sst2_bound"] = ("What bounds the fit was not measured in this run (recorded before "
+                             "`benchmarks/probes.py` measured it).\n")
+        return out
+    b = r["bound"]
+    lines = ["| part of the fit (one more run, its products timed) | seconds | work | achieved | this machine | "
+             "lower bound, seconds |", "|---|---|---|---|---|---|"]
+    for i, row in enumerate(bound_rows(b)):
+        last = i == len(bound_rows(b)) - 1
+        lines.append("| " + " | ".join(f"**{c}**" if last and c != "–" else c for c in row) + " |")
+    out["sst2_bound"] = "\n".join(lines) + "\n\n" + bound_note(b, r["baseline"]) + "\n"
     return out
 
 
 def check(results: dict) -> list[str]:
     """What a run must show whatever the machine's speed (asserted by ``--quick``): equal rows on both sides, every
-    layer and C within the accuracy target of scikit-learn at equal C and at the chosen C, and CoNLL probes that
-    beat the majority class."""
+    layer and C within the accuracy target of scikit-learn at equal C and at the chosen C, at least one counted
+    objective evaluation per L-BFGS iteration and at least two passes over the features per evaluation in the
+    bytes read, and CoNLL probes that beat the majority class."""
     failed = []
     limit = TARGETS["accuracy_difference_max_points"]
     if "sst2" in results:
@@ -465,6 +746,16 @@ def check(results: dict) -> list[str]:
         if r["max_abs_difference_points"] > limit:
             failed.append(f"at the chosen C, a layer differs from scikit-learn by {r['max_abs_difference_points']:.2f} "
                           f"points (> {limit})")
+        if "bound" in r:  # counted from the recorded products: no timing involved
+            b = r["bound"]
+            evaluations, least = b["objective_evaluations"], max(1, b["n_iter"])
+            if evaluations < least:
+                failed.append(f"{evaluations} objective evaluations counted, fewer than the fit's {b['n_iter']} "
+                              "L-BFGS iterations (at least one each): the count of the outputs' products is wrong")
+            floor = 2 * b["feature_mb"] / 1e3 * evaluations
+            if evaluations and b["solve_bytes_read_gb"] < floor * (1 - 1e-9):
+                failed.append(f"the solve's passes read {b['solve_bytes_read_gb']:.3f} GB, less than 2 passes x "
+                              f"{b['feature_mb']:.1f} MB x {evaluations} evaluations = {floor:.3f} GB")
     if "conll" in results:
         c = results["conll"]
         if not c["best_layer_test_accuracy"] > c["test_majority_accuracy"]:
