@@ -56,10 +56,23 @@ class StateReads:
         index = self.layer_index(layers)
         name = f"pooled/{mode}"
         stored_as = self._codec_of(name)
-        parts = [self._stored(self._handle(s.file), name, slice(None), index) for s in self.split_info(split).shards]
-        if stored_as.scaled:
-            return torch.from_numpy(np.concatenate([stored_as.decode(*part) for part in parts]))
-        return stored_as.as_torch(np.concatenate([values for values, _ in parts]))
+        parts = []
+        for shard in self.split_info(split).shards:
+            mapped = None if stored_as.scaled else self._mapped(shard.file, name)
+            if mapped is not None:
+                # One gather from a memory map of the shard's uncompressed chunks: a third of the time HDF5 takes
+                # to read and scatter them (SST-2's train split, 37 MB of float16: 17 against 54 ms, warm), the
+                # same values. The copy is made, so the process keeps none of the mapped pages.
+                n = mapped.shape[0]
+                parts.append(mapped.gather(np.arange(n), index))  # (n, S', D) stored precision
+                mapped.dont_need(0, n, index)
+            elif stored_as.scaled:
+                parts.append(torch.from_numpy(stored_as.decode(*self._stored(self._handle(shard.file), name,
+                                                                             slice(None), index))))
+            else:
+                values, _ = self._stored(self._handle(shard.file), name, slice(None), index)
+                parts.append(stored_as.as_torch(values))
+        return torch.cat(parts)
 
     def _codec_of(self, name: str) -> StorageCodec:
         """The codec state dataset ``name`` (``hidden``, ``pooled/<mode>``) is stored in."""

@@ -46,6 +46,34 @@ def test_mapped_rows_equal_h5py_reads(tiny_models, tmp_path, small_builtin, stor
                 mapped.will_need(0, len(stored), states)  # a hint: must not fail
 
 
+@pytest.mark.parametrize("storage_dtype", ["float16", "bfloat16", "float32", "int8"])
+def test_a_whole_pooled_split_is_gathered_from_the_map(tiny_models, tmp_path, small_builtin, monkeypatch,
+                                                       storage_dtype):
+    """``pooled_stored`` (what the probes read) equals h5py's read of every shard: an unscaled codec's vectors come
+    from one gather per shard of its memory map (a scaled codec's would be dequantised from h5py's read)."""
+    result = lc.extract(str(tiny_models["bert"]), "builtin", tmp_path / "cache", progress=False,
+                        storage_dtype=storage_dtype, pooling=["mean"], shard_bytes=4_000, batch_size=8)
+    cache = lc.LayerCache.open(result.path)
+    shards = cache.split_info("train").shards
+    assert len(shards) > 1  # the split's shards are joined in order
+    gathers = []
+    real_gather = MappedStates.gather
+    monkeypatch.setattr(MappedStates, "gather", lambda self, *a: gathers.append(self.path) or real_gather(self, *a))
+    layers = [2, 0]
+    got = cache.pooled_stored("train", "mean", layers=layers)
+    pooled_as = codec(cache.manifest.storage.stored_pooled_dtype)  # an int8 cache pools in float16
+    assert len(gathers) == (0 if pooled_as.scaled else len(shards))
+    if pooled_as.scaled:
+        np.testing.assert_array_equal(got.numpy(), cache.pooled("train", "mean", layers=layers))
+        return
+    stored = []
+    for shard in shards:
+        with h5py.File(result.path / shard.file, "r") as h:
+            stored.append(h["pooled/mean"][:][:, layers])
+    assert got.dtype == pooled_as.torch_dtype
+    np.testing.assert_array_equal(bits(got), np.concatenate(stored))
+
+
 def write(path, **dataset) -> tuple[h5py.File, h5py.Dataset, np.ndarray]:
     f = h5py.File(path, "w")
     data = dataset.pop("data")
