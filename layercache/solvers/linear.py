@@ -53,6 +53,8 @@ from ..errors import ConfigError
 
 CHECK_EVERY = 10
 """L-BFGS iterations between two checks of the stopping rule (each check costs one evaluation)."""
+REMEMBERED_EVALUATIONS = 4
+"""Evaluations of the objective the L-BFGS closure remembers, to answer a point it is asked for again."""
 PRECONDITION_MAX_DIM = 1024
 """Widest features that get the Gram preconditioner: its eigendecomposition is O(D^3) per layer."""
 PRECONDITION_ROWS = 16384
@@ -262,18 +264,20 @@ def fit_logistic(X: Tensor, y: Tensor, n_classes: int, Cs: Tensor, *, max_iter: 
         true_class = y.long().view(1, N, 1, 1).expand(L, N, G, 1)  # (L, N, G, 1)
         minus_one = torch.full((1, 1, 1, 1), -1.0).expand(L, N, G, 1)
 
-    cached: dict = {}
+    recent: list[tuple] = []  # the last evaluations: (U, b, their gradients, grad_max, loss), newest first
 
     def closure() -> Tensor:
-        # Each round of L-BFGS starts by evaluating the point the stopping check just evaluated:
-        # answer from the cache then (the parameters' version counters say nothing moved).
-        key = (U._version, b._version)
-        if cached.get("key") == key:
-            U.grad, b.grad, grad_max[0] = cached["U"].clone(), cached["b"].clone(), cached["grad_max"]
-            return cached["loss"]
+        # L-BFGS asks for some points twice: the stopping check evaluates the point the line search ended at, which
+        # the search itself evaluated (the same bits: both add t * d to the same start), and each round starts at
+        # the point the check just evaluated. Those are answered from the last few evaluations (two objective
+        # passes saved per round of CHECK_EVERY iterations).
+        for point_U, point_b, grad_U, grad_b, largest, loss in recent:
+            if torch.equal(point_U, U) and torch.equal(point_b, b):
+                U.grad, b.grad, grad_max[0] = grad_U.clone(), grad_b.clone(), largest
+                return loss
         loss = evaluate()
-        cached.update(key=(U._version, b._version), U=U.grad.clone(), b=b.grad.clone(), grad_max=grad_max[0],
-                      loss=loss)
+        recent.insert(0, (U.detach().clone(), b.detach().clone(), U.grad.clone(), b.grad.clone(), grad_max[0], loss))
+        del recent[REMEMBERED_EVALUATIONS:]
         return loss
 
     def evaluate() -> Tensor:
@@ -284,7 +288,9 @@ def fit_logistic(X: Tensor, y: Tensor, n_classes: int, Cs: Tensor, *, max_iter: 
             Wt = to_outputs(torch.bmm(Wd, Vt))  # (L, G*K, D)
             # Centred features x - mean, without a centred copy: fold -w.mean into the bias.
             bias = b @ Qg.T - torch.bmm(Wt, mean.transpose(1, 2))[..., 0]  # (L, G*K)
-            Z = torch.baddbmm(bias.unsqueeze(1), X, Wt.transpose(1, 2))  # (L, N, G*K)
+            # The weights contiguous as (L, D, G*K): baddbmm over their transposed view took twice as long
+            # (SST-2, 2 threads: 6.1 against 3.2 ms a pass); the copy is D * G * K numbers a layer.
+            Z = torch.baddbmm(bias.unsqueeze(1), X, Wt.transpose(1, 2).contiguous())  # (L, N, G*K)
             if K == 1:
                 # binomial: loss = softplus(z) - y z; d/dz = sigmoid(z) - y
                 per_example = F.softplus(Z) - target * Z  # (L, N, G)
