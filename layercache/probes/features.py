@@ -15,7 +15,6 @@ target) are left out.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -178,9 +177,12 @@ def read_parts(cache: LayerCache, split: str, spec: LabelTask, source: str, inde
         if k == 0 and sample is not None:
             pick = sample_positions(len(rows), sample)
             rows = rows if pick is None else rows[pick]
-        picked = stored.index_select(0, torch.from_numpy(rows))  # (n, L, D): whole rows, contiguous copies
-        # Widen to float32 and transpose to the probes' (L, n, D) in one pass.
-        X = torch.empty(picked.shape[1], picked.shape[0], picked.shape[2]).copy_(picked.transpose(0, 1))
+        # Each layer's rows gathered at the stored width, then widened into the probes' (L, n, D): contiguous
+        # copies only, where one strided widening copy of every layer ran 20 % slower (SST-2, float16).
+        at = torch.from_numpy(rows)
+        X = torch.empty(stored.shape[1], len(rows), stored.shape[2])  # (L, n, D) float32
+        for layer in range(stored.shape[1]):
+            X[layer].copy_(stored[:, layer].index_select(0, at))
         y = labels[rows].astype(np.float32 if spec.kind == "regression" else np.int64)
         out.append(ProbeInputs(X.numpy(), y, rows, n_available=available if k == 0 and sample is not None else None))
     return out
@@ -341,16 +343,37 @@ def sharing_word_features(budget: int | None = None) -> Iterator[SharedWordFeatu
         _SHARED.reset(token)
 
 
-def layer_moments(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per layer and dimension mean and std (L, D) of X (L, n, D), accumulated in float64.
+MOMENT_ROWS = 1024
+"""Rows summed in float32 (torch's cascade summation) before the runs' sums are added in float64
+(:func:`layer_moments`): torch's reductions into float64 do not vectorise (SST-2's 7 x 6,228 x 384: 48 ms against 3)."""
 
-    What every probe standardises its features with (the training data's own moments).
+
+def _row_sums(X: torch.Tensor) -> torch.Tensor:
+    """(..., n, D) float32 -> (..., D) float64 sums over the rows: float32 runs of MOMENT_ROWS, added in float64."""
+    if X.shape[-2] == 0:
+        return torch.zeros(*X.shape[:-2], X.shape[-1], dtype=torch.float64)
+    return torch.stack([run.sum(-2) for run in X.split(MOMENT_ROWS, dim=-2)]).double().sum(0)
+
+
+def layer_moments(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per layer and dimension mean and std (L, D) of X (L, n, D), the runs' sums accumulated in float64.
+
+    What every probe standardises its features with (the training data's own moments). In torch, on every thread the
+    computing call allows (numpy's reductions run on one): SST-2's 7 x 6,228 x 384 in a fifth of numpy's time. The
+    mean sums each row's difference from the first row, so a dimension whose mean is far from zero next to its
+    spread (a "massive activation") keeps the precision of its spread, not of its mean.
     """
-    mean = X.mean(1, dtype=np.float64)
-    var = np.zeros_like(mean)
-    for layer, block in enumerate(X):  # one layer at a time: no (L, n, D) float64 temporary
-        var[layer] = ((block - mean[layer].astype(np.float32)) ** 2).mean(0, dtype=np.float64)
-    return mean, np.sqrt(var)
+    Xt = torch.from_numpy(X)
+    L, n, D = Xt.shape
+    mean = torch.zeros(L, D, dtype=torch.float64)
+    var = torch.zeros_like(mean)
+    for layer, block in enumerate(Xt):  # one layer at a time: no (L, n, D) temporary
+        if n == 0:
+            continue
+        shift = block[0]  # (D,)
+        mean[layer] = shift.double() + _row_sums(block - shift) / n
+        var[layer] = _row_sums((block - mean[layer].float()).square_()) / n
+    return mean.numpy(), var.sqrt_().numpy()
 
 
 def input_moments(cache: LayerCache, split: str, spec: LabelTask, source: str, index: Sequence[int],
@@ -403,13 +426,17 @@ def standardise(X: np.ndarray, mean: np.ndarray, scale: np.ndarray, names: Seque
                 split: str | None = None) -> np.ndarray:
     """``(x - mean) / scale`` in place on ``X`` (L, n, D) float32; refuses a layer whose states are not finite.
 
-    ``names`` name the layers and ``split`` the split in the refusal.
+    ``names`` name the layers and ``split`` the split in the refusal. In torch, on every thread the computing call
+    allows: the same bits as numpy's (an elementwise subtraction and division), in half the time on 2 threads.
     """
-    np.subtract(X, np.asarray(mean, np.float32)[:, None, :], out=X)
-    np.divide(X, usable_scale(scale)[:, None, :], out=X)
-    for layer, block in enumerate(X):  # (n, D)
-        if not math.isfinite(float(block.sum(dtype=np.float64))):
-            where = f" of split {split!r}" if split else ""
-            raise CacheError(f"The states of {names[layer]}{where} are not finite (NaN or inf); "
-                             f"re-extract with {option('storage_dtype', 'bfloat16')} or float32.")
+    Xt = torch.from_numpy(X)  # the same memory: standardised in place
+    Xt.sub_(torch.from_numpy(np.asarray(mean, np.float32)).unsqueeze(1))
+    Xt.div_(torch.from_numpy(usable_scale(scale)).unsqueeze(1))
+    # A sum per layer and dimension: NaN or inf anywhere makes it non-finite. Huge finite states could overflow a
+    # float32 sum too, so a non-finite sum is confirmed element by element before a layer is refused.
+    suspect = np.flatnonzero(~torch.isfinite(Xt.sum(1)).all(1).numpy()) if Xt.numel() else []
+    for layer in [i for i in suspect if not bool(torch.isfinite(Xt[i]).all())][:1]:
+        where = f" of split {split!r}" if split else ""
+        raise CacheError(f"The states of {names[layer]}{where} are not finite (NaN or inf); "
+                         f"re-extract with {option('storage_dtype', 'bfloat16')} or float32.")
     return X
