@@ -4,7 +4,8 @@ import pytest
 import torch
 from torch import nn
 
-from layercache.heads.network.attention import EncoderLayer, SelfAttention, fit_heads
+from layercache.heads.network import attention
+from layercache.heads.network.attention import MIN_KEYS, EncoderLayer, SelfAttention, fit_heads
 
 
 def _batch(B=4, T=7, D=16, seed=0):
@@ -15,10 +16,10 @@ def _batch(B=4, T=7, D=16, seed=0):
     return x, mask
 
 
-@pytest.mark.parametrize("heads", [1, 4, 16])
-def test_self_attention_equals_multihead_attention(heads):
+@pytest.mark.parametrize("heads, T", [(1, 7), (4, 7), (16, 7), (4, MIN_KEYS + 3)])
+def test_self_attention_equals_multihead_attention(heads, T):
     torch.manual_seed(0)
-    x, mask = _batch(D=16)
+    x, mask = _batch(T=T, D=16)
     ours = SelfAttention(16, heads).eval()
     theirs = nn.MultiheadAttention(16, heads, batch_first=True).eval()
     with torch.no_grad():
@@ -58,6 +59,23 @@ def test_padding_never_reaches_real_tokens_and_gradients_flow():
     layer(x, mask)[mask].sum().backward()
     assert torch.isfinite(x.grad).all() and x.grad[mask].abs().sum() > 0
     assert x.grad[~mask].abs().max() == 0  # padded keys get no weight, so no gradient
+
+
+def test_short_batches_attend_over_zero_keys_that_change_nothing(monkeypatch):
+    # Fewer than MIN_KEYS tokens: the keys are padded with zero keys and values masked like padding (torch's CPU
+    # softmax is 9x slower on rows shorter than its vector width); the outputs and gradients are the unpadded ones.
+    torch.manual_seed(0)
+    x, mask = _batch(T=5, D=16)
+    layer = SelfAttention(16, 4)
+    x.requires_grad_(True)
+    padded = layer(x, mask)
+    padded[mask].sum().backward()
+    grad_padded, x.grad = x.grad.clone(), None
+    monkeypatch.setattr(attention, "MIN_KEYS", 1)
+    plain = layer(x, mask)
+    plain[mask].sum().backward()
+    torch.testing.assert_close(padded[mask], plain[mask], atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(grad_padded, x.grad, atol=1e-6, rtol=1e-6)
 
 
 def test_a_row_of_padding_only_stays_finite():

@@ -22,6 +22,11 @@ from torch import Tensor, nn
 
 from ..blocks.dropout import Dropout
 
+MIN_KEYS = 16
+"""Keys each query's softmax runs over at least, on a CPU. torch's CPU softmax takes a scalar path for rows shorter than
+its vector width (16 floats with AVX-512, 8 with AVX2): 7,168 rows of 14 took 1,166 us against 127 us for rows of 16,
+and sentence batches are often that short. Shorter batches get zero keys, masked like padding (weight exactly 0)."""
+
 
 def fit_heads(width: int, wanted: int) -> int:
     """The largest head count ``<= wanted`` that divides ``width`` (attention needs equal head widths)."""
@@ -58,12 +63,16 @@ class SelfAttention(nn.Module):
         B, T, D = x.shape
         H = self.heads
         q, k, v = self.qkv(x).view(B, T, 3, H, D // H).permute(2, 0, 3, 1, 4)  # 3 x (B, H, T, d)
-        # An additive bias on padded keys (one (B, 1, 1, T) tensor) costs less than masking (B, H, T, T)
+        keys = max(T, MIN_KEYS) if x.device.type == "cpu" else T
+        if keys > T:  # zero keys and values after the real ones, masked below like padding: their weights are 0
+            k, v = F.pad(k, (0, 0, 0, keys - T)), F.pad(v, (0, 0, 0, keys - T))  # (B, H, keys, d)
+            mask = F.pad(mask, (0, keys - T), value=False)  # (B, keys)
+        # An additive bias on padded keys (one (B, 1, 1, keys) tensor) costs less than masking (B, H, T, keys)
         # scores; half the dtype's range stays finite when a real score is added to it.
-        bias = torch.zeros(B, 1, 1, T, dtype=x.dtype, device=x.device)
+        bias = torch.zeros(B, 1, 1, keys, dtype=x.dtype, device=x.device)
         bias.masked_fill_(~mask[:, None, None, :], torch.finfo(x.dtype).min / 2)
-        scores = torch.matmul(q * (1.0 / math.sqrt(D // H)), k.transpose(-1, -2)) + bias  # (B, H, T, T)
-        weights = self.drop(torch.softmax(scores, dim=-1))  # (B, H, T, T)
+        scores = torch.matmul(q * (1.0 / math.sqrt(D // H)), k.transpose(-1, -2)) + bias  # (B, H, T, keys)
+        weights = self.drop(torch.softmax(scores, dim=-1))  # (B, H, T, keys)
         mixed = torch.matmul(weights, v).transpose(1, 2).reshape(B, T, D)  # (B, T, D)
         return self.out(mixed)
 
