@@ -53,6 +53,8 @@ from ..errors import ConfigError
 
 CHECK_EVERY = 10
 """L-BFGS iterations between two checks of the stopping rule (each check costs one evaluation)."""
+CONTIGUOUS_WEIGHTS_ROWS = 1024
+"""Rows from which the outputs pass copies the weights into the layout its product reads fastest (see evaluate())."""
 REMEMBERED_EVALUATIONS = 4
 """Evaluations of the objective the L-BFGS closure remembers, to answer a point it is asked for again."""
 PRECONDITION_MAX_DIM = 1024
@@ -264,19 +266,27 @@ def fit_logistic(X: Tensor, y: Tensor, n_classes: int, Cs: Tensor, *, max_iter: 
         true_class = y.long().view(1, N, 1, 1).expand(L, N, G, 1)  # (L, N, G, 1)
         minus_one = torch.full((1, 1, 1, 1), -1.0).expand(L, N, G, 1)
 
-    recent: list[tuple] = []  # the last evaluations: (U, b, their gradients, grad_max, loss), newest first
+    # L-BFGS asks for some points twice: the stopping check evaluates the point the line search ended at, which the
+    # search itself evaluated (the same bits: both add t * d to the same start), and each round starts at the point
+    # the check just evaluated. Those two calls look the point up among the last few evaluations (two objective
+    # passes saved per round of CHECK_EVERY iterations); the line search's own calls never repeat a point, so they
+    # only store theirs (a copy of the point; the gradients are fresh tensors each time, kept as they are).
+    recent: list[tuple] = []  # (U, b, their gradients, grad_max, loss), newest first
+    round_start = [False]
 
-    def closure() -> Tensor:
-        # L-BFGS asks for some points twice: the stopping check evaluates the point the line search ended at, which
-        # the search itself evaluated (the same bits: both add t * d to the same start), and each round starts at
-        # the point the check just evaluated. Those are answered from the last few evaluations (two objective
-        # passes saved per round of CHECK_EVERY iterations).
+    def recalled() -> Tensor:
         for point_U, point_b, grad_U, grad_b, largest, loss in recent:
             if torch.equal(point_U, U) and torch.equal(point_b, b):
                 U.grad, b.grad, grad_max[0] = grad_U.clone(), grad_b.clone(), largest
                 return loss
+        return closure()
+
+    def closure() -> Tensor:
+        if round_start[0]:  # L-BFGS's first call of a round: the point the stopping check evaluated
+            round_start[0] = False
+            return recalled()
         loss = evaluate()
-        recent.insert(0, (U.detach().clone(), b.detach().clone(), U.grad.clone(), b.grad.clone(), grad_max[0], loss))
+        recent.insert(0, (U.detach().clone(), b.detach().clone(), U.grad, b.grad, grad_max[0], loss))
         del recent[REMEMBERED_EVALUATIONS:]
         return loss
 
@@ -288,9 +298,11 @@ def fit_logistic(X: Tensor, y: Tensor, n_classes: int, Cs: Tensor, *, max_iter: 
             Wt = to_outputs(torch.bmm(Wd, Vt))  # (L, G*K, D)
             # Centred features x - mean, without a centred copy: fold -w.mean into the bias.
             bias = b @ Qg.T - torch.bmm(Wt, mean.transpose(1, 2))[..., 0]  # (L, G*K)
-            # The weights contiguous as (L, D, G*K): baddbmm over their transposed view took twice as long
-            # (SST-2, 2 threads: 6.1 against 3.2 ms a pass); the copy is D * G * K numbers a layer.
-            Z = torch.baddbmm(bias.unsqueeze(1), X, Wt.transpose(1, 2).contiguous())  # (L, N, G*K)
+            # Many rows: the weights contiguous as (L, D, G*K), where baddbmm over their transposed view took up to
+            # twice as long (SST-2, 2 threads: 6.1 against 3.2 ms a pass; the same on a busier machine). Few rows
+            # (an MDL block's fit): the view, as the copy costs more than it saves there.
+            W = Wt.transpose(1, 2)  # (L, D, G*K)
+            Z = torch.baddbmm(bias.unsqueeze(1), X, W.contiguous() if N >= CONTIGUOUS_WEIGHTS_ROWS else W)
             if K == 1:
                 # binomial: loss = softplus(z) - y z; d/dz = sigmoid(z) - y
                 per_example = F.softplus(Z) - target * Z  # (L, N, G)
@@ -332,10 +344,11 @@ def fit_logistic(X: Tensor, y: Tensor, n_classes: int, Cs: Tensor, *, max_iter: 
     while n_iter < max_iter:
         rounds = min(CHECK_EVERY, max_iter - n_iter)
         optimizer.param_groups[0].update(max_iter=rounds, max_eval=rounds * 10)
+        round_start[0] = True
         optimizer.step(closure)
         done = int(optimizer.state[U]["n_iter"]) - n_iter
         n_iter += done
-        closure()  # the gradient at the point L-BFGS stopped at (the line search may end elsewhere)
+        recalled()  # the gradient at the point L-BFGS stopped at (the line search may end elsewhere)
         if grad_max[0] <= tol or done < rounds:  # converged, or L-BFGS made no more progress
             break
     converged = grad_max[0] <= tol
