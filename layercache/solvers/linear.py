@@ -299,7 +299,7 @@ def fit_logistic(X: Tensor, y: Tensor, n_classes: int, Cs: Tensor, *, max_iter: 
             # Centred features x - mean, without a centred copy: fold -w.mean into the bias.
             bias = b @ Qg.T - torch.bmm(Wt, mean.transpose(1, 2))[..., 0]  # (L, G*K)
             # Many rows: the weights contiguous as (L, D, G*K), where baddbmm over their transposed view took up to
-            # twice as long (SST-2, 2 threads: 6.1 against 3.2 ms a pass; the same on a busier machine). Few rows
+            # twice as long (SST-2, 2 threads: 6.1 against 3.2 ms a pass; no different when the host is busy). Few rows
             # (an MDL block's fit): the view, as the copy costs more than it saves there.
             W = Wt.transpose(1, 2)  # (L, D, G*K)
             Z = torch.baddbmm(bias.unsqueeze(1), X, W.contiguous() if N >= CONTIGUOUS_WEIGHTS_ROWS else W)
