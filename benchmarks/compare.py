@@ -20,8 +20,11 @@ falls on both alike:
 
 Each figure's ratio is this checkout's over REV's, per rep (the two runs of a rep ran back to back), reported as
 the median and min-max over the reps; it is flagged when every rep's ratio lies beyond ``--noise`` (default
-10 %): a change the machine's drift does not explain. Prints the table and writes JSON (``--json``) with both
-commits and the machine.
+10 %): a change the machine's drift does not explain. Which way is worse is the figure's direction: lower is
+better unless the result file says otherwise (``figure_directions`` beside ``figures``: ``"higher"`` for a score
+or a similarity, ``"either"`` for a count or a closeness to 1 that should not move), so a flagged figure reads
+"worse", "better" or "changed", and the exit status is 1 when one is worse. Prints the table and writes JSON
+(``--json``) with both commits and the machine.
 """
 
 from __future__ import annotations
@@ -45,6 +48,9 @@ from _common import HERE, REPO, commit, cpu_model, loadavg, print_table  # noqa:
 RESULT_ENV = "LAYERCACHE_BENCH_JSON"
 """Where a benchmark run by this script writes its results (read by ``_common.write_results``)."""
 TIME_KEYS = ("_s", "seconds")
+DIRECTIONS = ("lower", "higher", "either")
+"""What a figure's ``figure_directions`` entry may say: lower is better (every figure not named: seconds, memory,
+ratios turned so that larger is worse), higher is better, or either way is a change to look at, not a verdict."""
 CLI = "import sys; from layercache.cli import main; sys.argv[0] = 'layercache'; sys.exit(main())"
 """The console script ``layercache`` (``layercache.cli:main``), run by the side's own python (older commits have no
 ``python -m layercache``)."""
@@ -71,8 +77,9 @@ def make_env(folder: Path, source: Path) -> Path:
     return python
 
 
-def run_once(python: Path, command: list[str], work: Path, figures_from_json: bool) -> dict[str, float]:
-    """One run in a fresh process: its figures."""
+def run_once(python: Path, command: list[str], work: Path, figures_from_json: bool
+             ) -> tuple[dict[str, float], dict[str, str]]:
+    """One run in a fresh process: its figures, and the directions its result file declares."""
     out = Path(tempfile.mkdtemp(prefix="run-", dir=work))
     result = out / "result.json"
     argv = [str(python), "-c", CLI, *command[1:]] if command[0] == "layercache" else \
@@ -87,20 +94,26 @@ def run_once(python: Path, command: list[str], work: Path, figures_from_json: bo
     wall = time.perf_counter() - t0
     if process.returncode:
         raise SystemExit(f"{' '.join(argv)} failed (exit {process.returncode}):\n{output[-3000:]}")
-    figures = {"wall_s": wall, "max_rss_mib": usage.ru_maxrss / 1024}  # Linux: kilobytes
+    figures, directions = {"wall_s": wall, "max_rss_mib": usage.ru_maxrss / 1024}, {}  # Linux: kilobytes
     if figures_from_json:
-        figures = read_figures(result) or figures
+        from_json, directions = read_figures(result)
+        figures = from_json or figures
     shutil.rmtree(out, ignore_errors=True)
-    return figures
+    return figures, directions
 
 
-def read_figures(path: Path) -> dict[str, float]:
-    """A result file's ``figures``, or every number in it whose key ends in a time suffix (by its path)."""
+def read_figures(path: Path) -> tuple[dict[str, float], dict[str, str]]:
+    """A result file's ``figures`` and ``figure_directions``, or every number in it whose key ends in a time suffix
+    (by its path; lower is better)."""
     if not path.exists():
-        return {}
+        return {}, {}
     data = json.loads(path.read_text())
     if isinstance(data.get("figures"), dict):
-        return {k: float(v) for k, v in data["figures"].items() if isinstance(v, (int, float))}
+        directions = data.get("figure_directions") or {}
+        wrong = {k: v for k, v in directions.items() if v not in DIRECTIONS}
+        if wrong:
+            raise SystemExit(f"{path}: figure_directions may say {', '.join(DIRECTIONS)}, not {wrong}")
+        return {k: float(v) for k, v in data["figures"].items() if isinstance(v, (int, float))}, directions
     found: dict[str, float] = {}
 
     def walk(node, prefix: str) -> None:
@@ -115,7 +128,22 @@ def read_figures(path: Path) -> dict[str, float]:
             found[prefix] = float(node)
 
     walk(data, "")
-    return found
+    return found, {}
+
+
+def judge(this: list[float | None], rev: list[float | None], direction: str, noise: float) -> dict:
+    """One figure's verdict from its values per rep on each side: the ratios this / REV, and ``verdict`` "worse",
+    "better" or "changed" when every rep's ratio lies beyond 1 +- ``noise`` the same way ("" otherwise)."""
+    ratios = [a / b for a, b in zip(this, rev) if a is not None and b]  # a rep without the figure is left out
+    up = all(r > 1 + noise for r in ratios)
+    down = all(r < 1 - noise for r in ratios)
+    verdict = ""
+    if ratios and (up or down):
+        verdict = "changed" if direction == "either" else "worse" if up == (direction == "lower") else "better"
+    return {"this": this, "rev": rev, "direction": direction,
+            "ratio_median": statistics.median(ratios) if ratios else None,
+            "ratio_min": min(ratios, default=None), "ratio_max": max(ratios, default=None),
+            "flagged": bool(verdict), "verdict": verdict}
 
 
 def main(argv=None) -> int:
@@ -150,11 +178,14 @@ def main(argv=None) -> int:
             work = tmp / "work"
             work.mkdir()
             runs: dict[str, list[dict[str, float]]] = {"this": [], "rev": []}
+            directions: dict[str, str] = {}  # the same script runs on both sides; this side's declarations win
             load = [loadavg()]
             for rep in range(args.reps):
                 for side in (("this", "rev") if rep % 2 == 0 else ("rev", "this")):
                     t = time.perf_counter()
-                    runs[side].append(run_once(pythons[side], command, work, bool(args.only)))
+                    figures, declared = run_once(pythons[side], command, work, bool(args.only))
+                    runs[side].append(figures)
+                    directions = {**declared, **directions} if side == "rev" else {**directions, **declared}
                     # the run's own wall time: a benchmark's figures (--only) need not hold one
                     print(f"  rep {rep + 1}/{args.reps} {side}: {time.perf_counter() - t:.1f} s wall "
                           f"({len(runs[side][-1])} figures)", flush=True)
@@ -163,18 +194,18 @@ def main(argv=None) -> int:
             git("worktree", "remove", "--force", str(tmp / "rev"))
     rows, table = {}, []
     for name in sorted(set(runs["this"][0]) & set(runs["rev"][0])):
-        ratios = [a[name] / b[name] for a, b in zip(runs["this"], runs["rev"]) if b.get(name)]
-        if not ratios:
+        row = judge([r.get(name) for r in runs["this"]], [r.get(name) for r in runs["rev"]],
+                    directions.get(name, "lower"), args.noise)
+        if row["ratio_median"] is None:
             continue
-        flagged = all(r > 1 + args.noise for r in ratios) or all(r < 1 - args.noise for r in ratios)
-        rows[name] = {"this": [r[name] for r in runs["this"]], "rev": [r[name] for r in runs["rev"]],
-                      "ratio_median": statistics.median(ratios), "ratio_min": min(ratios), "ratio_max": max(ratios),
-                      "flagged": flagged}
-        table.append([name, statistics.median(rows[name]["this"]), statistics.median(rows[name]["rev"]),
-                      rows[name]["ratio_median"], f"{min(ratios):.3f}-{max(ratios):.3f}",
-                      ("slower" if ratios[0] > 1 else "faster") if flagged else ""])
+        rows[name] = row
+        verdict = f"worse ({row['direction']} is better)" if row["verdict"] == "worse" else row["verdict"]
+        medians = [statistics.median(v for v in row[side] if v is not None) for side in ("this", "rev")]
+        table.append([name, *medians, row["ratio_median"],
+                      f"{row['ratio_min']:.3f}-{row['ratio_max']:.3f}", verdict])
     this_commit = commit(REPO)
-    print_table(f"this ({this_commit[:12] if this_commit else '?'}) against {args.against} ({rev[:12]}), "
+    shown = f"{this_commit[:12]}{'+dirty' if this_commit.endswith('+dirty') else ''}" if this_commit else "?"
+    print_table(f"this ({shown}) against {args.against} ({rev[:12]}), "
                 f"{args.reps} reps interleaved", ["figure", "this", "REV", "this / REV", "min-max", "beyond noise"],
                 table, note=f"flagged: every rep's ratio beyond 1 ± {args.noise:g}; load average before and after "
                             f"each rep: {load}")
@@ -186,7 +217,7 @@ def main(argv=None) -> int:
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(results, indent=2) + "\n")
     print(f"JSON written to {args.json}")
-    return 1 if any(r["flagged"] and r["ratio_median"] > 1 for r in rows.values()) else 0
+    return 1 if any(r["verdict"] == "worse" for r in rows.values()) else 0
 
 
 if __name__ == "__main__":

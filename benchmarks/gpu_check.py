@@ -154,6 +154,10 @@ def main(argv=None) -> int:
             results["checks"].update(lens_checks)
             failures += lens_failures
     results["figures"] = {k: float(v) for k, v in results["checks"].items() if isinstance(v, (int, float, bool))}
+    # compare.py reads each figure as lower-is-better unless told: a pass, a score and a token count are not
+    results["figure_directions"] = {k: "higher" if k == "split_equals_whole" or k.endswith("_validation_score")
+                                    else "either" for k in results["figures"]
+                                    if k in ("split_equals_whole", "lens_tokens") or k.endswith("_validation_score")}
     results["failures"] = failures
     results["meta"].update(total_s=round(time.perf_counter() - started, 1), loadavg_end=loadavg(), steps=sorted(steps))
     print_table(f"GPU checks ({gpu}{', ' + results['meta'].get('gpu', '') if gpu == 'cuda' else ''})",

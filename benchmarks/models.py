@@ -152,6 +152,10 @@ def main(argv=None) -> int:
     for row in results["summary"]:
         figures[f"best_{row['task']}_{row['model']}"] = row["best_score"]
     results["figures"] = {k: float(v) for k, v in figures.items() if v is not None}
+    # for compare.py, which reads a figure as lower-is-better unless told: similarities and probe scores are higher
+    # when better, and the number of examples CKA used only says what was measured
+    results["figure_directions"] = {k: "either" if k == "cka_n" else "higher" for k in results["figures"]
+                                    if k == "cka_n" or k.startswith(("cka_min_", "best_"))}
     results["meta"].update(total_s=round(time.perf_counter() - started, 1), loadavg_end=loadavg())
     for title, text in tables(results).items():
         print(f"\n{title}\n{text}")

@@ -135,6 +135,7 @@ def main(argv=None) -> int:
                "data": data, "plan": plan, "extracted": extracted}
     results["checks"] = checks(results) if args.quick else {}
     results["figures"] = figures(results)
+    results["figure_directions"] = {"tokens": "either"}  # for compare.py: the data's size, not a cost
     if results["checks"]:
         print_table("Checks (independent of timing)", ["check", "holds"], list(map(list, results["checks"].items())))
     write_results(results, args.json)

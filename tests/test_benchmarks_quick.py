@@ -67,6 +67,44 @@ def test_quick_run_passes_its_checks_and_names_its_commit(name, shared_data, tmp
     assert meta["quick"] is True and meta["commit"] and meta["cpu_count"] and meta["torch"]
     figures = results.get("figures")
     assert figures and all(isinstance(v, (int, float)) for v in figures.values()), "a flat 'figures' dict of numbers"
+    directions = results.get("figure_directions", {})  # compare.py's reading of the figures it names
+    assert set(directions) <= set(figures) and set(directions.values()) <= set(load_compare().DIRECTIONS)
+
+
+def load_compare():
+    """benchmarks/compare.py as a module (a script, not a package member)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("compare_benchmark", BENCHMARKS / "compare.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("direction, this, rev, verdict", [
+    ("lower", [12.0, 13.0], [10.0, 10.0], "worse"),  # slower in every rep
+    ("lower", [8.0, 8.5], [10.0, 10.0], "better"),
+    ("lower", [12.0, 9.5], [10.0, 10.0], ""),  # one rep inside the noise: not flagged
+    ("higher", [0.7, 0.72], [0.9, 0.9], "worse"),  # a score that fell
+    ("higher", [12.0, 13.0], [10.0, 10.0], "better"),
+    ("either", [12.0, 13.0], [10.0, 10.0], "changed"),
+    ("either", [10.5, 10.2], [10.0, 10.0], ""),
+])
+def test_compare_reads_each_figure_by_its_direction(direction, this, rev, verdict):
+    row = load_compare().judge(this, rev, direction, noise=0.1)
+    assert row["verdict"] == verdict and row["flagged"] == bool(verdict)
+    assert row["ratio_min"] <= row["ratio_median"] <= row["ratio_max"]
+
+
+def test_compare_reads_declared_directions_and_refuses_unknown_ones(tmp_path):
+    compare = load_compare()
+    result = tmp_path / "result.json"
+    result.write_text(json.dumps({"figures": {"fit_s": 1.0, "best_score": 0.9},
+                                  "figure_directions": {"best_score": "higher"}}))
+    assert compare.read_figures(result) == ({"fit_s": 1.0, "best_score": 0.9}, {"best_score": "higher"})
+    result.write_text(json.dumps({"figures": {"best_score": 0.9}, "figure_directions": {"best_score": "up"}}))
+    with pytest.raises(SystemExit, match="figure_directions may say lower, higher, either"):
+        compare.read_figures(result)
 
 
 @pytest.mark.slow
