@@ -371,6 +371,8 @@ def bench_live(cache_path: Path, extract_info: dict, epochs: int, live_epochs: i
     matmul = matmul_gflop_per_s()
     bound = flop_bound(flops, matmul, cache_run["train_s"], epochs, measured_live_s, live_epochs,
                        live_train_s / cache_run["train_s"])
+    log("profile: one epoch of the cache side under torch's profiler (untimed)")
+    op_profile = profile_cache_epoch(cache, params, runs_dir / "profile-cache", MINILM_SHAPE["hidden"])
     log(f"FLOPs per epoch: cache {bound['cache_epoch_gflop']:.2f} GFLOP, live {bound['live_epoch_gflop']:.1f} GFLOP "
         f"(ratio {bound['flop_ratio_live_over_cache']:.1f}x); {bound['cache_gflop_per_s']:.1f} and "
         f"{bound['live_gflop_per_s']:.1f} GFLOP/s against {matmul['gflop_per_s']:.0f} GFLOP/s for a "
@@ -396,7 +398,7 @@ def bench_live(cache_path: Path, extract_info: dict, epochs: int, live_epochs: i
         "cache_head_on_live_states_accuracy": cross_score, "cache_head_on_live_states_eval_s": cross_s,
         "same_rows": (cache_run["n_train"], cache_run["n_val"], cache_run["validation"])
         == (live_run["n_train"], live_run["n_val"], live_run["validation"]),
-        **bound, "flops": flops, "matmul": matmul,
+        **bound, "flops": flops, "matmul": matmul, "op_profile": op_profile,
         "loadavg_end": loadavg(),
     }
     cache.close()
@@ -536,6 +538,65 @@ def count_epoch_flops(cache, estimator, params: dict, out: Path, backbone=None) 
             "passes_not_counted": [{k: p[k] for k in ("split", "shuffle", "rows", "flops")}
                                    for p in passes if p is not train and p is not val],
             "call_s": seconds, "run": str(result.run)}
+
+
+PRODUCTS = ("aten::bmm", "aten::mm", "aten::addmm", "aten::baddbmm")
+"""The matrix products torch's profiler names: the head's FLOPs are theirs."""
+INPUT_OPS = ("aten::index_select", "aten::copy_", "aten::_to_copy", "aten::gelu_", "aten::mul", "aten::addcmul")
+"""What serves the mixer its states: the gather from the mapped shards, the widening copy, GELU and scaling."""
+
+
+def profile_cache_epoch(cache, params: dict, out: Path, width: int) -> dict:
+    """Where one epoch of the cache side spends its time, by kind of work: torch's profiler over a separate, untimed
+    ``layercache.train_head`` call of one epoch (the timed call's ``params``; its training and validation passes),
+    self CPU time per op grouped by input shapes, in four parts:
+
+    - ``projections``: the mixer's per-state products, the matrix products with an operand ``width`` (the cache's
+      state width) wide, with their FLOPs counted from the shapes and their rate;
+    - ``inputs``: the ops that serve the mixer its states (:data:`INPUT_OPS` on tensors ``width`` wide): the
+      gather from the mapped shards, the widening copy to float32, GELU;
+    - ``head products``: every other matrix product (the attention's, the head's linear layers);
+    - ``rest``: everything else (layer norms, softmax, GELU of the mix, dropout masks, the optimiser, autograd's
+      bookkeeping), with the number of op calls per training step and its five largest ops.
+
+    The profiler adds a few microseconds to each op, so the parts' sum exceeds the timed epoch, most in the part
+    made of many small ops; compare their shares, and the projections' rate against the machine's matmul rate.
+    """
+    from torch.profiler import ProfilerActivity, profile
+
+    import layercache
+
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        t0 = time.perf_counter()
+        result = layercache.train_head(cache, "adaptive", out=out, overwrite=True, **{**params, "epochs": 1})
+        seconds = time.perf_counter() - t0
+    parts = {name: {"s": 0.0, "calls": 0} for name in ("projections", "inputs", "head products", "rest")}
+    rest_ops: dict[str, float] = {}
+    flops = 0.0
+    for event in prof.key_averages(group_by_input_shape=True):
+        shapes = [shape for shape in event.input_shapes if isinstance(shape, list) and shape]
+        wide = any(len(shape) >= 2 and width in shape[-2:] for shape in shapes)
+        if event.key in PRODUCTS:
+            part = "projections" if wide else "head products"
+            if wide and event.key == "aten::bmm" and len(shapes) == 2:  # (S, M, K) @ (S, K, N)
+                (batch, m, k), n = shapes[0], shapes[1][-1]
+                flops += 2.0 * batch * m * k * n * event.count
+        elif event.key in INPUT_OPS and any(shape[-1] == width for shape in shapes):
+            part = "inputs"
+        else:
+            part = "rest"
+            rest_ops[event.key] = rest_ops.get(event.key, 0.0) + event.self_cpu_time_total / 1e6
+        parts[part]["s"] += event.self_cpu_time_total / 1e6
+        parts[part]["calls"] += event.count
+    steps = -(-result.head.data_["n_train"] // params["batch_size"])
+    total = sum(part["s"] for part in parts.values())
+    for part in parts.values():
+        part["share"] = part["s"] / total if total else 0.0
+    return {"parts": parts, "profiled_s": total, "call_s": seconds, "training_steps": steps,
+            "projection_gflop": flops / 1e9,
+            "projection_gflop_per_s": flops / 1e9 / parts["projections"]["s"] if parts["projections"]["s"] else None,
+            "rest_calls_per_step": parts["rest"]["calls"] / steps,
+            "rest_top": sorted(rest_ops.items(), key=lambda kv: -kv[1])[:5], "run": str(result.run)}
 
 
 def matmul_gflop_per_s(n: int = MATMUL_SIZE, reps: int = 5) -> dict:
@@ -718,7 +779,36 @@ def tables(results: dict) -> dict[str, str]:
     bound = bound_table(r)
     if bound is not None:  # runs before the FLOP count have none
         out["live_bound"] = bound
+    if "op_profile" in r:  # nor a profile, before it
+        out["live_profile"] = profile_table(r)
     return out
+
+
+def profile_table(r: dict) -> str:
+    """Markdown of where the cache side's epoch goes (``tables()["live_profile"]``), from ``r["op_profile"]``."""
+    prof, rate = r["op_profile"], r["matmul"]["gflop_per_s"]
+    parts = prof["parts"]
+    largest = ", ".join(f"`{name.removeprefix('aten::')}` {s:.2f} s" for name, s in prof["rest_top"])
+    notes = {
+        "projections": f"{prof['projection_gflop']:.1f} GFLOP at {prof['projection_gflop_per_s']:.0f} GFLOP/s, "
+                       f"{100 * prof['projection_gflop_per_s'] / rate:.0f} % of the machine's matmul rate",
+        "inputs": "the gather from the mapped shards, the widening copy to float32, GELU of the states",
+        "head products": "the attention's products and the head's linear layers",
+        "rest": f"{prof['rest_calls_per_step']:.0f} dispatched ops a training step (views, nested calls and the "
+                f"validation pass's included); largest: {largest}",
+    }
+    names = {"projections": "the mixer's projections", "inputs": "the mixer's inputs",
+             "head products": "the head's other products", "rest": "everything else"}
+    rows = ["| part of one epoch | seconds (profiled) | share | op calls | what |", "|---|---|---|---|---|"]
+    for key, name in names.items():
+        rows.append(f"| {name} | {parts[key]['s']:.2f} | {100 * parts[key]['share']:.0f} % | "
+                    f"{parts[key]['calls']:,} | {notes[key]} |")
+    return "\n".join(rows) + "\n\n" + (
+        f"One epoch of the cache side ({prof['training_steps']} training steps and the validation pass) under torch's "
+        f"profiler, in a separate untimed call ({prof['call_s']:.2f} s, against "
+        f"{r['cache_train_s'] / r['epochs']:.2f} s an epoch timed: the profiler adds a few microseconds to every op); "
+        f"self CPU time by op and input shapes. "
+        f"Matmul rate: {rate:.0f} GFLOP/s (a {r['matmul']['n']}-square fp32 product).\n")
 
 
 def bound_table(r: dict) -> str | None:
