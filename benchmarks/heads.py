@@ -548,8 +548,10 @@ INPUT_OPS = ("aten::index_select", "aten::copy_", "aten::_to_copy", "aten::gelu_
 
 def profile_cache_epoch(cache, params: dict, out: Path, width: int) -> dict:
     """Where one epoch of the cache side spends its time, by kind of work: torch's profiler over a separate, untimed
-    ``layercache.train_head`` call of one epoch (the timed call's ``params``; its training and validation passes),
-    self CPU time per op grouped by input shapes, in four parts:
+    ``layercache.train_head`` call of one epoch (the timed call's ``params``), keeping what runs inside its training
+    pass and the validation pass after it, as the timed seconds and the FLOP count do (each pass over a feed is
+    marked with a ``record_function`` range; the test scoring and the kept epoch's second validation are left out).
+    Self CPU time per op and input shapes, in four parts:
 
     - ``projections``: the mixer's per-state products, the matrix products with an operand ``width`` (the cache's
       state width) wide, with their FLOPs counted from the shapes and their rate;
@@ -557,46 +559,79 @@ def profile_cache_epoch(cache, params: dict, out: Path, width: int) -> dict:
       gather from the mapped shards, the widening copy to float32, GELU;
     - ``head products``: every other matrix product (the attention's, the head's linear layers);
     - ``rest``: everything else (layer norms, softmax, GELU of the mix, dropout masks, the optimiser, autograd's
-      bookkeeping), with the number of op calls per training step and its five largest ops.
+      bookkeeping), with the dispatched ops per training step and its five largest ops.
 
-    The profiler adds a few microseconds to each op, so the parts' sum exceeds the timed epoch, most in the part
-    made of many small ops; compare their shares, and the projections' rate against the machine's matmul rate.
+    What the two passes took beyond their ops' self time (``outside_ops_s``) is Python between the ops and the
+    profiler's own work; the profiler adds a few microseconds to every op, so compare the parts' shares, and the
+    projections' rate against the machine's matmul rate.
     """
+    from torch.autograd.profiler import record_function
     from torch.profiler import ProfilerActivity, profile
 
     import layercache
 
+    passes: list[dict] = []
+
+    class ProfiledHead(layercache.LayerHead):
+        def make_feed(self, cache, split, tasks, layer_names, source, **options):
+            feed = super().make_feed(cache, split, tasks, layer_names, source, **options)
+            epoch = feed.epoch
+
+            def marked(shuffle: bool = False, seed: int = 0):
+                mark = {"name": f"heads-benchmark-pass-{len(passes)}", "split": feed.split, "shuffle": shuffle,
+                        "rows": int(feed.n_examples)}
+                passes.append(mark)
+                with record_function(mark["name"]):
+                    yield from epoch(shuffle=shuffle, seed=seed)
+
+            feed.epoch = marked  # this feed only (an instance attribute)
+            return feed
+
     with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
         t0 = time.perf_counter()
-        result = layercache.train_head(cache, "adaptive", out=out, overwrite=True, **{**params, "epochs": 1})
+        result = layercache.train_head(cache, "adaptive", out=out, overwrite=True, estimator=ProfiledHead,
+                                       **{**params, "epochs": 1})
         seconds = time.perf_counter() - t0
+    train = next((p for p in passes if p["shuffle"]), None)
+    val = next((p for p in passes[passes.index(train) + 1:] if not p["shuffle"] and p["split"] == train["split"]),
+               None) if train else None
+    events = prof.events()
+    windows = [e.time_range for e in events if train and val and e.name in (train["name"], val["name"])]
+    if len(windows) != 2:
+        raise SystemExit("benchmarks/heads.py: the profile did not see one training pass and its validation pass: "
+                         f"{[(p['split'], p['shuffle'], p['rows']) for p in passes]}")
     parts = {name: {"s": 0.0, "calls": 0} for name in ("projections", "inputs", "head products", "rest")}
     rest_ops: dict[str, float] = {}
     flops = 0.0
-    for event in prof.key_averages(group_by_input_shape=True):
+    for event in events:
+        if event.name.startswith("heads-benchmark-pass-") or not any(
+                w.start <= event.time_range.start and event.time_range.end <= w.end for w in windows):
+            continue
         shapes = [shape for shape in event.input_shapes if isinstance(shape, list) and shape]
         wide = any(len(shape) >= 2 and width in shape[-2:] for shape in shapes)
-        if event.key in PRODUCTS:
+        if event.name in PRODUCTS:
             part = "projections" if wide else "head products"
-            if wide and event.key == "aten::bmm" and len(shapes) == 2:  # (S, M, K) @ (S, K, N)
+            if wide and event.name == "aten::bmm" and len(shapes) == 2:  # (S, M, K) @ (S, K, N)
                 (batch, m, k), n = shapes[0], shapes[1][-1]
-                flops += 2.0 * batch * m * k * n * event.count
-        elif event.key in INPUT_OPS and any(shape[-1] == width for shape in shapes):
+                flops += 2.0 * batch * m * k * n
+        elif event.name in INPUT_OPS and any(shape[-1] == width for shape in shapes):
             part = "inputs"
         else:
             part = "rest"
-            rest_ops[event.key] = rest_ops.get(event.key, 0.0) + event.self_cpu_time_total / 1e6
+            rest_ops[event.name] = rest_ops.get(event.name, 0.0) + event.self_cpu_time_total / 1e6
         parts[part]["s"] += event.self_cpu_time_total / 1e6
-        parts[part]["calls"] += event.count
-    steps = -(-result.head.data_["n_train"] // params["batch_size"])
+        parts[part]["calls"] += 1
+    steps = -(-train["rows"] // params["batch_size"])
     total = sum(part["s"] for part in parts.values())
     for part in parts.values():
         part["share"] = part["s"] / total if total else 0.0
-    return {"parts": parts, "profiled_s": total, "call_s": seconds, "training_steps": steps,
-            "projection_gflop": flops / 1e9,
+    passes_s = sum(w.end - w.start for w in windows) / 1e6
+    return {"parts": parts, "ops_s": total, "passes_s": passes_s, "outside_ops_s": passes_s - total,
+            "call_s": seconds, "training_steps": steps, "projection_gflop": flops / 1e9,
             "projection_gflop_per_s": flops / 1e9 / parts["projections"]["s"] if parts["projections"]["s"] else None,
             "rest_calls_per_step": parts["rest"]["calls"] / steps,
-            "rest_top": sorted(rest_ops.items(), key=lambda kv: -kv[1])[:5], "run": str(result.run)}
+            "rest_top": sorted(rest_ops.items(), key=lambda kv: -kv[1])[:5],
+            "passes": [{k: p[k] for k in ("split", "shuffle", "rows")} for p in (train, val)], "run": str(result.run)}
 
 
 def matmul_gflop_per_s(n: int = MATMUL_SIZE, reps: int = 5) -> dict:
@@ -799,15 +834,16 @@ def profile_table(r: dict) -> str:
     }
     names = {"projections": "the mixer's projections", "inputs": "the mixer's inputs",
              "head products": "the head's other products", "rest": "everything else"}
-    rows = ["| part of one epoch | seconds (profiled) | share | op calls | what |", "|---|---|---|---|---|"]
+    rows = ["| part of one epoch | seconds (ops' own) | share | op calls | what |", "|---|---|---|---|---|"]
     for key, name in names.items():
         rows.append(f"| {name} | {parts[key]['s']:.2f} | {100 * parts[key]['share']:.0f} % | "
                     f"{parts[key]['calls']:,} | {notes[key]} |")
     return "\n".join(rows) + "\n\n" + (
         f"One epoch of the cache side ({prof['training_steps']} training steps and the validation pass) under torch's "
-        f"profiler, in a separate untimed call ({prof['call_s']:.2f} s, against "
-        f"{r['cache_train_s'] / r['epochs']:.2f} s an epoch timed: the profiler adds a few microseconds to every op); "
-        f"self CPU time by op and input shapes. "
+        f"profiler, in a separate untimed call: the two passes took {prof['passes_s']:.2f} s against "
+        f"{r['cache_train_s'] / r['epochs']:.2f} s an epoch timed (the profiler adds a few microseconds to every op), "
+        f"{prof['ops_s']:.2f} s of it the ops' own time (self CPU time by op and input shapes, above) and "
+        f"{prof['outside_ops_s']:.2f} s Python between them and the profiler's work. "
         f"Matmul rate: {rate:.0f} GFLOP/s (a {r['matmul']['n']}-square fp32 product).\n")
 
 
