@@ -561,9 +561,9 @@ def profile_cache_epoch(cache, params: dict, out: Path, width: int) -> dict:
     - ``rest``: everything else (layer norms, softmax, GELU of the mix, dropout masks, the optimiser, autograd's
       bookkeeping), with the dispatched ops per training step and its five largest ops.
 
-    What the two passes took beyond their ops' self time (``outside_ops_s``) is Python between the ops and the
-    profiler's own work; the profiler adds a few microseconds to every op, so compare the parts' shares, and the
-    projections' rate against the machine's matmul rate.
+    What the two passes took beyond their ops' self time (``outside_ops_s``) is Python between the ops, numpy
+    (which draws the dropout masks) and the profiler's own work; the profiler adds a few microseconds to every op,
+    so compare the parts' shares, and the projections' rate against the machine's matmul rate.
     """
     from torch.autograd.profiler import record_function
     from torch.profiler import ProfilerActivity, profile
@@ -843,7 +843,8 @@ def profile_table(r: dict) -> str:
         f"profiler, in a separate untimed call: the two passes took {prof['passes_s']:.2f} s against "
         f"{r['cache_train_s'] / r['epochs']:.2f} s an epoch timed (the profiler adds a few microseconds to every op), "
         f"{prof['ops_s']:.2f} s of it the ops' own time (self CPU time by op and input shapes, above) and "
-        f"{prof['outside_ops_s']:.2f} s Python between them and the profiler's work. "
+        f"{prof['outside_ops_s']:.2f} s between them: Python, numpy's draws of the dropout masks and the profiler's "
+        f"work. "
         f"Matmul rate: {rate:.0f} GFLOP/s (a {r['matmul']['n']}-square fp32 product).\n")
 
 
