@@ -478,6 +478,15 @@ def count_feed(feed, lengths, passes: list, state: dict) -> None:
     feed.epoch = counted  # this feed only (an instance attribute)
 
 
+def epoch_passes(passes: list[dict]) -> tuple[dict | None, dict | None]:
+    """Of the passes a fit made over its feeds (each a dict with ``split`` and ``shuffle``, in order), the ones an
+    epoch's timed seconds cover: the first training pass (shuffled) and the validation pass after it on the same
+    split; None for one not seen."""
+    train = next((p for p in passes if p["shuffle"]), None)
+    after = passes[passes.index(train) + 1:] if train else []
+    return train, next((p for p in after if not p["shuffle"] and p["split"] == train["split"]), None)
+
+
 def count_epoch_flops(cache, estimator, params: dict, out: Path, backbone=None) -> dict:
     """The FLOPs of one epoch of a fit as ``TrainHistory.seconds`` times it: the training pass (forward, backward and
     step of every batch; a live feed's backbone forward) and the validation pass after it.
@@ -525,9 +534,7 @@ def count_epoch_flops(cache, estimator, params: dict, out: Path, backbone=None) 
             del backbone.hidden_states
     seconds = time.perf_counter() - t0
     head = result.head
-    train = next((p for p in passes if p["shuffle"]), None)
-    after = passes[passes.index(train) + 1:] if train else []
-    val = next((p for p in after if not p["shuffle"] and p["split"] == train["split"]), None)
+    train, val = epoch_passes(passes)
     if train is None or val is None or (train["rows"], val["rows"]) != (head.data_["n_train"],
                                                                         head.data_["n_validation"]):
         raise SystemExit("benchmarks/heads.py: the FLOP count did not see one training pass and its validation pass "
@@ -592,9 +599,7 @@ def profile_cache_epoch(cache, params: dict, out: Path, width: int) -> dict:
         result = layercache.train_head(cache, "adaptive", out=out, overwrite=True, estimator=ProfiledHead,
                                        **{**params, "epochs": 1})
         seconds = time.perf_counter() - t0
-    train = next((p for p in passes if p["shuffle"]), None)
-    val = next((p for p in passes[passes.index(train) + 1:] if not p["shuffle"] and p["split"] == train["split"]),
-               None) if train else None
+    train, val = epoch_passes(passes)
     events = prof.events()
     windows = [e.time_range for e in events if train and val and e.name in (train["name"], val["name"])]
     if len(windows) != 2:
