@@ -134,3 +134,22 @@ def test_rendered_tables_match_their_recorded_runs(tmp_path):
     for name in recorded:
         meta = json.loads((BENCHMARKS / "recorded" / f"{name}.json").read_text())["meta"]
         assert meta.get("commit") and meta.get("cpu") and meta.get("date"), f"{name}: a run names commit and machine"
+
+
+def test_heads_profile_says_what_the_target_asks_of_an_epoch():
+    """The rendered profile's last sentence is the target's arithmetic over the run: the epoch it allows, whether the
+    ops' own time alone exceeds it, and the ratio with the mixer's inputs free; a run that meets it says so."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("heads_benchmark", BENCHMARKS / "heads.py")
+    heads = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(heads)
+    target = heads.TARGETS["live_over_cache_excluding_extraction_min"]
+    profile = {"ops_s": 2.5, "passes_s": 3.0, "parts": {"inputs": {"s": 0.6}}}
+    run = {"epochs": 5, "live_train_s": 5 * 2.0 * target, "cache_train_s": 5 * 3.0, "op_profile": profile}
+    missed = heads.target_reach(run)  # allows 2.00 s an epoch; 3.00 s timed; inputs 20 % -> 2.40 s
+    assert "allows 2.00 s a cache epoch" in missed and "against 3.00 s timed" in missed
+    assert "2.50 s under the profiler, above it" in missed
+    assert f"would take 2.40 s: {2.0 * target / 2.4:.1f}x" in missed
+    met = heads.target_reach({**run, "cache_train_s": 5 * 1.5})
+    assert "met, at 1.50 s" in met
