@@ -28,7 +28,7 @@ from sklearn.utils.validation import check_is_fitted
 from ..core.holdout import stratified_holdout
 from ..core.threads import computes
 from ..errors import CacheError, ConfigError
-from ..solvers import LinearFit, fit_logistic, fit_ridge, outputs_to_predictions
+from ..solvers import LinearFit, fit_logistic, fit_ridge, outputs_to_predictions, unconverged_message
 from ..store.reader import LayerCache
 from .base import Probe
 from .control import ControlTask
@@ -78,6 +78,8 @@ class LinearProbes(Probe):
             sentence for token tasks).
         tol: L-BFGS stops when the largest entry of the gradient of the per-example-mean
             objective in the weights and intercepts falls below it (scikit-learn's rule and default).
+            Below :data:`~layercache.solvers.GRADIENT_FLOOR` (1e-4) the solver's float32 arithmetic may
+            stop short of ``tol`` (a ``ConvergenceWarning`` says where and why).
         max_train: fit on at most this many training examples or words, a seeded sample
             (:func:`~.selection.sample_rows`; the same rows for every probe of the task and seed);
             default :data:`~.selection.DEFAULT_MAX_TRAIN` (the probe report's too); ``None``: all of them.
@@ -284,8 +286,7 @@ class LinearProbes(Probe):
             fit = fit_logistic(Xtr, ytr, len(classes), torch.from_numpy(Cs), max_iter=self.max_iter, tol=self.tol,
                                seed=self.seed, init=init)
             if not fit.converged:
-                warnings.warn(f"L-BFGS stopped at max_iter={self.max_iter} before reaching tol={self.tol}; "
-                              "raise max_iter for exact probes.", ConvergenceWarning, stacklevel=3)
+                warnings.warn(unconverged_message(fit, self.max_iter, self.tol), ConvergenceWarning, stacklevel=3)
         t2 = time.perf_counter()
         del Xtr
         train.X = None  # the training features are done with: room for the validation part's

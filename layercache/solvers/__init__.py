@@ -8,7 +8,17 @@ imports nothing of layercache but :mod:`layercache.errors` (and torch).
     fit = fit_ridge(X, y, Cs)                                  # ridge, exactly, every C at once
 """
 
-from .linear import LinearFit, check_c_grid, fit_logistic, fit_ridge, linear_outputs, n_outputs, outputs_to_predictions
+from .linear import (
+    GRADIENT_FLOOR,
+    LinearFit,
+    check_c_grid,
+    fit_logistic,
+    fit_ridge,
+    linear_outputs,
+    n_outputs,
+    outputs_to_predictions,
+    unconverged_message,
+)
 
-__all__ = ["LinearFit", "check_c_grid", "fit_logistic", "fit_ridge", "linear_outputs", "n_outputs",
-           "outputs_to_predictions"]
+__all__ = ["GRADIENT_FLOOR", "LinearFit", "check_c_grid", "fit_logistic", "fit_ridge", "linear_outputs", "n_outputs",
+           "outputs_to_predictions", "unconverged_message"]

@@ -77,6 +77,32 @@ class LinearFit:
     n_iter: int = 0
     converged: bool = True
     """Whether the stopping rule was met (False: ``max_iter`` reached or no more progress)."""
+    grad_max: float = 0.0
+    """The stopping rule's measure where the fit ended: the largest gradient entry of the per-example-mean objective
+    in the weights and intercepts (0 for the closed-form ridge). A fit that stopped short of ``tol`` in fewer than
+    ``max_iter`` iterations made no more progress (:func:`unconverged_message` says why)."""
+
+
+GRADIENT_FLOOR = 1e-4
+"""The smallest ``tol`` that :func:`fit_logistic`'s float32 arithmetic reliably reaches (scikit-learn's default, and
+ours). Below it the line search compares losses that differ by rounding only, and L-BFGS can stop making progress
+short of ``tol``: of 16 seeded small fits (3-6 classes, 400 rows, 2 layers of 20 features, C 1 and 10), 11 stalled at
+``tol=1e-6`` (largest gradient entries 1.9e-6 to 7.4e-5, the same recomputed in float64, after 16-77 of 500
+iterations), 5 at 1e-5 and none at 1e-4."""
+
+
+def unconverged_message(fit: LinearFit, max_iter: int, tol: float) -> str:
+    """One sentence on why :func:`fit_logistic`'s ``fit`` stopped short of ``tol``, naming what to change."""
+    reached = f"its largest gradient entry at {fit.grad_max:.1e}, short of tol={tol:g}"
+    if fit.n_iter >= max_iter:
+        return f"L-BFGS stopped at max_iter={max_iter} with {reached}; raise max_iter for exact fits."
+    if tol < GRADIENT_FLOOR:
+        return (f"L-BFGS made no more progress after {fit.n_iter} iterations with {reached}: the solver's float32 "
+                f"arithmetic reliably resolves the gradient to {GRADIENT_FLOOR:.0e} only, so pass tol >= "
+                f"{GRADIENT_FLOOR:.0e} (raising max_iter will not help).")
+    return (f"L-BFGS made no more progress after {fit.n_iter} iterations with {reached}: the objective is nearly flat "
+            "there (weak regularisation on separable features converges slowest), so leave the largest C out of "
+            "C_grid, or take these weights as near the optimum.")
 
 
 def check_c_grid(C_grid) -> list[float]:
@@ -169,7 +195,8 @@ def fit_logistic(X: Tensor, y: Tensor, n_classes: int, Cs: Tensor, *, max_iter: 
         Cs: (G,) inverse regularisation strengths.
         max_iter: L-BFGS iterations at most (one iteration steps all ``G x L`` models).
         tol: stop when the largest entry of the gradient of the per-example-mean objective in
-            the weights and intercepts is below it (scikit-learn's rule; its default is 1e-4).
+            the weights and intercepts is below it (scikit-learn's rule; its default is 1e-4). Below
+            :data:`GRADIENT_FLOOR` a fit may stop short of it for lack of progress (``grad_max`` says where).
         history_size: L-BFGS memory (the models share it; it costs ``history_size``
             parameter-sized vectors, next to nothing).
         precondition: use the Gram preconditioner (default: when ``D <= PRECONDITION_MAX_DIM``).
@@ -360,7 +387,7 @@ def fit_logistic(X: Tensor, y: Tensor, n_classes: int, Cs: Tensor, *, max_iter: 
         intercept = b @ Qg.T - torch.bmm(Wt, mean.transpose(1, 2))[..., 0]  # (L, G*K)
     coef = Wt.view(L, G, K, D).permute(1, 0, 3, 2).contiguous()  # (G, L, D, K)
     intercept = intercept.view(L, G, K).permute(1, 0, 2).contiguous()  # (G, L, K)
-    return LinearFit(coef, intercept, n_iter, converged)
+    return LinearFit(coef, intercept, n_iter, converged, grad_max[0])
 
 
 def fit_ridge(X: Tensor, y: Tensor, Cs: Tensor) -> LinearFit:
