@@ -35,7 +35,7 @@ from sklearn.exceptions import ConvergenceWarning
 from ..core.memory import current_budget
 from ..core.threads import computes
 from ..errors import CacheError, ConfigError
-from ..solvers import LinearFit, fit_logistic, linear_outputs
+from ..solvers import GRADIENT_FLOOR, LinearFit, fit_logistic, linear_outputs, unconverged_message
 from ..store.reader import LayerCache
 from .base import Probe
 from .features import (
@@ -189,6 +189,11 @@ class OnlineCodeMDL(Probe):
         return self
 
     # --- internals --------------------------------------------------------------------
+    def _below_floor(self, fit: LinearFit) -> LinearFit | None:
+        """``fit`` when it stalled short of a ``tol`` below :data:`~layercache.solvers.GRADIENT_FLOOR`, else None."""
+        stalled = not fit.converged and fit.n_iter < self.max_iter
+        return fit if stalled and self.tol < GRADIENT_FLOOR else None
+
     def _read_sample(self, cache: LayerCache, split: str, spec, source: str,
                      index: list[int]) -> tuple[ProbeInputs, np.ndarray, np.ndarray]:
         """The examples (words) coded, every state, and the mean and std (L, D) that standardise them.
@@ -249,6 +254,7 @@ class OnlineCodeMDL(Probe):
         pick: LinearFit | None = None  # G x L probes on the coded examples less the selection slice
         converged = np.ones(len(ends), bool)
         at_limit = False
+        floored: LinearFit | None = None  # a fit that stalled short of a tol below the solver's float32 floor
         for i in range(1, len(ends)):
             seen, stop = int(ends[i - 1]), int(ends[i])
             choice = np.zeros(L, np.int64)  # (L,) index into Cs; the smallest C until a choice is possible
@@ -258,6 +264,7 @@ class OnlineCodeMDL(Probe):
                 pick = fit_logistic(Xs[:, :head].contiguous(), ys[:head], n_classes, Cs, max_iter=self.max_iter,
                                     tol=self.tol, seed=self.seed, init=pick)
                 at_limit = at_limit or pick.n_iter >= self.max_iter
+                floored = floored or self._below_floor(pick)
                 held = Xs[:, head:seen].contiguous()  # (L, n_select, D)
                 nats = np.stack([cross_entropy_nats(linear_outputs(held, pick.coef[g], pick.intercept[g]),
                                                      ys[head:seen]) for g in range(G)])  # (G, L)
@@ -268,6 +275,7 @@ class OnlineCodeMDL(Probe):
                                tol=self.tol, seed=self.seed, init=fit if pick is None else pick)
             converged[i] = fit.converged
             at_limit = at_limit or fit.n_iter >= self.max_iter
+            floored = floored or self._below_floor(fit)
             layer = torch.arange(L)
             coef, intercept = fit.coef[choice, layer], fit.intercept[choice, layer]  # (L, D, K), (L, K)
             nats = cross_entropy_nats(linear_outputs(Xs[:, seen:stop].contiguous(), coef, intercept), ys[seen:stop])
@@ -276,6 +284,8 @@ class OnlineCodeMDL(Probe):
         if at_limit:  # (a fit that stopped short of tol for lack of progress, on a few examples, is no news)
             warnings.warn(f"L-BFGS stopped at max_iter={self.max_iter} before reaching tol={self.tol} on some "
                           "block; raise max_iter for exact codelengths.", ConvergenceWarning, stacklevel=3)
+        elif floored is not None:  # a tol the solver cannot reach: every block may stop short of it
+            warnings.warn(unconverged_message(floored, self.max_iter, self.tol), ConvergenceWarning, stacklevel=3)
         self.n_classes_, self.n_train_, self.converged_, self.C_ = n_classes, N, converged, chosen_C
         self.portions_ = ends
         self.block_codelengths_ = blocks

@@ -63,3 +63,15 @@ def test_linear_probes_warn_with_the_reason():
         LinearProbes(C_grid=(1.0, 10.0), tol=1e-6).fit_arrays(X.transpose(1, 0, 2), y)
     messages = [str(w.message) for w in caught if issubclass(w.category, ConvergenceWarning)]
     assert messages and all("no more progress" in m and "will not help" in m for m in messages)
+
+
+def test_the_online_code_warns_once_when_its_tol_is_below_the_floor():
+    from layercache.probes import OnlineCodeMDL
+
+    X, y, _ = small_fit_data(2)
+    for tol, expected in ((1e-6, 1), (GRADIENT_FLOOR, 0)):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            OnlineCodeMDL(C_grid=(1.0, 10.0), tol=tol).fit_arrays(X.transpose(1, 0, 2), y)
+        messages = [str(w.message) for w in caught if issubclass(w.category, ConvergenceWarning)]
+        assert len(messages) == expected and all("will not help" in m for m in messages), (tol, messages)
