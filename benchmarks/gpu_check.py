@@ -1,5 +1,6 @@
 """The checks a machine with a GPU runs: a split model's cache equals the whole model's, GPU states agree with the
-CPU's, and the feed and a head run on the GPU, with the int8 feed's speed against float16's.
+CPU's, the feed and a head run on the GPU (the int8 feed's speed against float16's), extraction's throughput against a
+bare forward, a cache-trained head's live predictions against the cache's and its warm throughput, and the tuned lens.
 
 MiniLM over the first ``--examples`` SST-2 training sentences (or the built-in data), through the public API only:
 
@@ -19,11 +20,20 @@ MiniLM over the first ``--examples`` SST-2 training sentences (or the built-in d
    logits, each against its matmul bound at the device's measured rate on the logits' two shapes in its dtype
    (``benchmarks/lens.py``'s accounting); then the two lenses scored in float32 on those tokens, and the float32 lens
    with bfloat16 logits: the largest per-layer difference of KL of each from the float32 lens's float32 scores,
-   which fails beyond ``LENS_KL_TOLERANCE``.
+   which fails beyond ``LENS_KL_TOLERANCE``;
+5. extraction: the backbone loaded once on the device (``load_inputs``), a bare forward of the planned batches
+   (``Backbone.hidden_states``) against extraction's loop (``extract_loaded``) over the same batches in bfloat16
+   (float32 without a GPU), storing float16, int8, and int8 projected to a quarter of the width: real tokens a
+   second of each, and each loop's time over the bare forward's;
+6. live: a head trained from the whole model's cache on the device (3 epochs), attached to the backbone there
+   (``LiveBundle.from_runs``): its live predictions against the cache's (``layercache.live.parity``, failing below
+   ``MIN_AGREEMENT``), and warm ``predict`` throughput (texts a second, batches of 32, after a warm-up batch)
+   against a bare forward of the same texts.
 
     python benchmarks/gpu_check.py                 # on a machine with a GPU: about 2 minutes
     python benchmarks/gpu_check.py --quick         # 64 sentences; without a GPU every step runs on the CPU
-    python benchmarks/gpu_check.py --only lens     # one step (states, split, reads, lens; repeatable)
+    python benchmarks/gpu_check.py --only lens     # one step (states, split, reads, extraction, live, lens;
+                                                   # repeatable)
 
 Without a GPU the same steps run on the CPU (the split goes to CPU memory and disk), so the script stays
 runnable and checked in CI; the JSON says which device ran (``meta.device``). Exits 1 when a check fails.
@@ -52,13 +62,18 @@ from _common import (  # noqa: E402
 )
 
 MODEL = "minilm"
-STEPS = ("states", "split", "reads", "lens")
+STEPS = ("states", "split", "reads", "extraction", "live", "lens")
 """The checks, in the order they run (``--only`` picks some)."""
 MAX_RELATIVE = 1e-3
 """Largest GPU-against-CPU difference of a float32 state, relative to the state's largest value, accepted."""
 LENS_SHAPES = {"full": (30, 576, 49152, 16384, 1024), "quick": (3, 64, 2048, 256, 64)}
 """The lens step's random decoder and fit: (layers, width, vocabulary, tokens, tokens per minibatch); ``full`` on a
 GPU (tokens and minibatches larger than the CPU benchmark's, so that a GPU's kernels are not all launch cost)."""
+MIN_AGREEMENT = 0.99
+"""Live and cache predictions of the live step's head agree on at least this share of the validation examples (as
+``benchmarks/live.py`` asks on the CPU: only a prediction on a knife edge may differ)."""
+PREDICT_TEXTS = {"full": 512, "quick": 64}
+"""Validation texts the live step's throughput is timed over."""
 LENS_KL_TOLERANCE = 1e-3
 """nats: the largest per-layer KL difference between bfloat16 and float32 logits accepted, in scoring or in the fit
 (measured on CPU, at most 5.4e-4 on the tiny decoders of tests/depth/test_lens_devices.py and 1.9e-5 on the GPT-2 of
@@ -143,21 +158,24 @@ def main(argv=None) -> int:
     with work_folder(args.workdir, "gpu-check-") as work:
         if "states" in steps:  # 1. the GPU's float32 states against the CPU's
             states_step(work, files, args.examples, gpu, results, failures)
-        if steps & {"split", "reads"}:  # the whole model's cache on the device: what the split and the reads use
+        if steps & {"split", "reads", "live"}:  # the whole model's cache on the device: what these steps use
             whole = extract(work / "whole", files, args.examples, device=gpu)
         if "split" in steps:  # 2. the split against the whole model on the same device
             split_step(work, files, args.examples, gpu, whole.path, results, failures)
         if "reads" in steps:  # 3. the feed and a head where the head trains: int8 against float16
             reads_step(work, files, args.examples, gpu, whole.path, args.reps, results)
+        if "extraction" in steps:  # 5. extraction's loop against a bare forward, three storages
+            extraction_step(work, files, args.examples, gpu, results, failures)
+        if "live" in steps:  # 6. a head from the cache on the live backbone: parity, warm predict throughput
+            live_step(work, files, gpu, whole.path, PREDICT_TEXTS["quick" if args.quick else "full"], results,
+                      failures)
         if "lens" in steps:  # 4. the tuned lens's fit and scores on the device, float32 and bfloat16 logits
             lens_checks, lens_failures = lens_step(args.data, work / "lens", gpu, quick=args.quick)
             results["checks"].update(lens_checks)
             failures += lens_failures
     results["figures"] = {k: float(v) for k, v in results["checks"].items() if isinstance(v, (int, float, bool))}
     # compare.py reads each figure as lower-is-better unless told: a pass, a score and a token count are not
-    results["figure_directions"] = {k: "higher" if k == "split_equals_whole" or k.endswith("_validation_score")
-                                    else "either" for k in results["figures"]
-                                    if k in ("split_equals_whole", "lens_tokens") or k.endswith("_validation_score")}
+    results["figure_directions"] = {k: direction for k in results["figures"] if (direction := figure_direction(k))}
     results["failures"] = failures
     results["meta"].update(total_s=round(time.perf_counter() - started, 1), loadavg_end=loadavg(), steps=sorted(steps))
     print_table(f"GPU checks ({gpu}{', ' + results['meta'].get('gpu', '') if gpu == 'cuda' else ''})",
@@ -165,6 +183,92 @@ def main(argv=None) -> int:
                 note="; ".join(failures) or "every check passed")
     write_results(results, args.json)
     return 1 if failures else 0
+
+
+def figure_direction(name: str) -> str | None:
+    """How ``benchmarks/compare.py`` reads a figure other than seconds or a ratio of seconds (None: lower is
+    better): a pass, a score, an agreement and a throughput are higher when better, a token count just differs."""
+    if name == "split_equals_whole" or name.endswith(("_validation_score", "_agreement", "_per_s")):
+        return "higher"
+    return "either" if name in ("lens_tokens", "extraction_real_tokens", "live_texts") else None
+
+
+def synchronize(device: str) -> None:
+    """Wait for the device's queued work, so a wall-clock time covers it (a no-op on the CPU)."""
+    import torch
+
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def extraction_step(work: Path, files: dict, examples: int, gpu: str, results: dict, failures: list[str]) -> None:
+    """5. Extraction's loop on the device against a bare forward of the same batches, for three storages."""
+    import dataclasses
+
+    from extract import bare_pass, batching, load, warmup
+
+    from layercache.extraction import StorageSpec, extract_loaded
+
+    dtype = "bfloat16" if gpu == "cuda" else "float32"  # a CPU without bfloat16 units multiplies it slowly
+    inputs, _ = load({"train": files["train"]}, examples, device=gpu, dtype=dtype)
+    spec = dataclasses.replace(batching(), device=gpu, dtype=dtype)  # the batches load() planned, on the device
+    warmup(inputs, "train")
+    synchronize(gpu)
+    t0 = time.perf_counter()
+    bare = bare_pass(inputs, "train")
+    synchronize(gpu)
+    bare_s = time.perf_counter() - t0
+    tokens = bare["real_tokens"]
+    checks = results["checks"]
+    checks.update(extraction_dtype=dtype, extraction_real_tokens=tokens,
+                  extraction_bare_tokens_per_s=tokens / bare_s)
+    width = inputs.backbone.hidden_size
+    storages = {"float16": {"storage_dtype": "float16"}, "int8": {"storage_dtype": "int8"},
+                f"int8_p{width // 4}": {"storage_dtype": "int8", "project": width // 4}}
+    for name, storage in storages.items():
+        t0 = time.perf_counter()
+        result = extract_loaded(inputs, work / f"extract-{name}", StorageSpec(**storage), batching=spec,
+                                overwrite=True)
+        loop_s = time.perf_counter() - t0
+        stored = result.manifest.splits["train"].n_tokens
+        if stored != tokens:
+            failures.append(f"the {name} cache stores {stored} tokens where the bare forward ran {tokens}")
+        checks[f"extraction_{name}_tokens_per_s"] = tokens / loop_s
+        checks[f"extraction_{name}_over_bare_ratio"] = loop_s / bare_s
+
+
+def live_step(work: Path, files: dict, gpu: str, whole: Path, n_texts: int, results: dict,
+              failures: list[str]) -> None:
+    """6. A head from the whole model's cache, live on the device: parity with the cache, warm predict throughput."""
+    from live import throughput
+
+    import layercache as lc
+    from layercache.sources import load_dataset_records
+
+    with lc.LayerCache.open(whole) as cache:
+        run = lc.train_head(cache, "adaptive", out=work / "live-run", overwrite=True, epochs=3, seed=0, device=gpu,
+                            progress=False).run
+        bundle = lc.LiveBundle.from_runs([run], device=gpu)
+        agreement = lc.live.parity(run, cache, "validation", backbone=bundle.backbone)
+    checks = results["checks"]
+    checks["live_parity_agreement"] = agreement.agreement
+    if not agreement.agreement >= MIN_AGREEMENT:
+        failures.append(f"live and cache predictions agree on {agreement.agreement:.4f} of the validation examples "
+                        f"(< {MIN_AGREEMENT})")
+    texts = load_dataset_records(None, split_files={"validation": files["validation"]}
+                                 ).splits["validation"].texts[:n_texts]
+    backbone, tokenizer = bundle.backbone, bundle.backbone.tokenizer
+
+    def bare(batch):
+        encoded = tokenizer(list(batch), truncation=True, max_length=bundle.max_length, padding=True,
+                            return_tensors="pt")
+        backbone.hidden_states(encoded["input_ids"], encoded["attention_mask"])
+        synchronize(gpu)
+
+    checks["live_texts"] = len(texts)
+    checks["live_bare_texts_per_s"] = throughput(bare, texts)
+    checks["live_predict_texts_per_s"] = throughput(lambda batch: bundle.predict(batch), texts)
+    checks["live_predict_over_bare_ratio"] = checks["live_bare_texts_per_s"] / checks["live_predict_texts_per_s"]
 
 
 def states_step(work: Path, files: dict, examples: int, gpu: str, results: dict, failures: list[str]) -> None:
