@@ -30,7 +30,7 @@ MiniLM over the first ``--examples`` SST-2 training sentences (or the built-in d
    ``MIN_AGREEMENT``), and warm ``predict`` throughput (texts a second, batches of 32, after a warm-up batch)
    against a bare forward of the same texts.
 
-    python benchmarks/gpu_check.py                 # on a machine with a GPU: about 2 minutes
+    python benchmarks/gpu_check.py                 # on a machine with a GPU: a few minutes (never run on one yet)
     python benchmarks/gpu_check.py --quick         # 64 sentences; without a GPU every step runs on the CPU
     python benchmarks/gpu_check.py --only lens     # one step (states, split, reads, extraction, live, lens;
                                                    # repeatable)
