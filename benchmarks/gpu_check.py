@@ -150,6 +150,10 @@ def main(argv=None) -> int:
 
     gpu = "cuda" if torch.cuda.is_available() else "cpu"
     files = {"train": str(args.data / "sst2" / "train.tsv"), "validation": str(args.data / "sst2" / "dev.tsv")}
+    missing = [f for f in files.values() if not Path(f).is_file()]
+    if missing:  # before a device's minutes go to loading anything
+        sys.exit(f"benchmarks/gpu_check.py: benchmark data not found: {', '.join(missing)}; pass --data FOLDER "
+                 "holding sst2/{train,dev}.tsv.")
     results = {"meta": machine_meta(args.quick, MODEL, gpu), "checks": {}}
     if gpu == "cuda":
         results["meta"]["gpu"] = torch.cuda.get_device_name(0)
