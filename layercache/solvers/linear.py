@@ -302,20 +302,26 @@ def fit_logistic(X: Tensor, y: Tensor, n_classes: int, Cs: Tensor, *, max_iter: 
     # the check just evaluated. Those two calls look the point up among the last few evaluations (two objective
     # passes saved per round of CHECK_EVERY iterations); the line search's own calls never repeat a point, so they
     # only store theirs (a copy of the point; the gradients are fresh tensors each time, kept as they are).
+    # No two of these functions call each other: functions that do form a reference cycle through their cells, which
+    # keeps the features and every tensor evaluate() reads alive after the fit until Python's cycle collector runs
+    # (an online code's blocks, each fitted on its own copy of the features, piled up to 100 MiB that way).
     recent: list[tuple] = []  # (U, b, their gradients, grad_max, loss), newest first
     round_start = [False]
 
-    def recalled() -> Tensor:
+    def remembered() -> Tensor | None:
+        """The loss at the current point if it is among the recent evaluations (its gradients restored), else None."""
         for point_U, point_b, grad_U, grad_b, largest, loss in recent:
             if torch.equal(point_U, U) and torch.equal(point_b, b):
                 U.grad, b.grad, grad_max[0] = grad_U.clone(), grad_b.clone(), largest
                 return loss
-        return closure()
+        return None
 
     def closure() -> Tensor:
         if round_start[0]:  # L-BFGS's first call of a round: the point the stopping check evaluated
             round_start[0] = False
-            return recalled()
+            loss = remembered()
+            if loss is not None:
+                return loss
         loss = evaluate()
         recent.insert(0, (U.detach().clone(), b.detach().clone(), U.grad, b.grad, grad_max[0], loss))
         del recent[REMEMBERED_EVALUATIONS:]
@@ -379,7 +385,8 @@ def fit_logistic(X: Tensor, y: Tensor, n_classes: int, Cs: Tensor, *, max_iter: 
         optimizer.step(closure)
         done = int(optimizer.state[U]["n_iter"]) - n_iter
         n_iter += done
-        recalled()  # the gradient at the point L-BFGS stopped at (the line search may end elsewhere)
+        if remembered() is None:  # the gradient at the point L-BFGS stopped at (the line search may end elsewhere)
+            closure()
         if grad_max[0] <= tol or done < rounds:  # converged, or L-BFGS made no more progress
             break
     converged = grad_max[0] <= tol

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -37,3 +38,23 @@ def test_remembered_evaluations_give_the_same_fit_in_fewer_passes(monkeypatch, n
     # every round start after the first comes from memory, and at least one stopping check does
     rounds = -(-plain.n_iter // linear.CHECK_EVERY)
     assert rounds <= more - fewer <= 2 * rounds - 1  # the first round starts at an unseen point
+
+
+def test_a_fit_leaves_nothing_for_the_cycle_collector():
+    """The closure's helpers must not call each other: functions that do form a reference cycle through their cells,
+    which kept the features (and every tensor the objective reads) alive after the fit until Python's cycle collector
+    ran; an online code's blocks, each fitted on its own copy of the features, piled up 100 MiB that way."""
+    import gc
+    import weakref
+
+    rng = np.random.default_rng(0)
+    X = torch.from_numpy(rng.standard_normal((2, 300, 16)).astype(np.float32))
+    y = torch.from_numpy(rng.integers(0, 3, 300))
+    features = weakref.ref(X)
+    gc.disable()
+    try:
+        fit_logistic(X, y, 3, torch.tensor([1.0]), max_iter=30)
+        del X
+        assert features() is None, "the fit's features outlived it: a reference cycle holds them"
+    finally:
+        gc.enable()
