@@ -27,8 +27,8 @@ MiniLM over the first ``--examples`` SST-2 training sentences (or the built-in d
    second of each, and each loop's time over the bare forward's;
 6. live: a head trained from the whole model's cache on the device (3 epochs), attached to the backbone there
    (``LiveBundle.from_runs``): its live predictions against the cache's (``layercache.live.parity``, failing below
-   ``MIN_AGREEMENT``), and warm ``predict`` throughput (texts a second, batches of 32, after a warm-up batch)
-   against a bare forward of the same texts.
+   ``benchmarks/live.py``'s ``MIN_AGREEMENT``, 99 %), and warm ``predict`` throughput (texts a second, batches of
+   32, after a warm-up batch) against a bare forward of the same texts.
 
     python benchmarks/gpu_check.py                 # on a machine with a GPU: a few minutes (never run on one yet)
     python benchmarks/gpu_check.py --quick         # 64 sentences; without a GPU every step runs on the CPU
@@ -69,9 +69,6 @@ MAX_RELATIVE = 1e-3
 LENS_SHAPES = {"full": (30, 576, 49152, 16384, 1024), "quick": (3, 64, 2048, 256, 64)}
 """The lens step's random decoder and fit: (layers, width, vocabulary, tokens, tokens per minibatch); ``full`` on a
 GPU (tokens and minibatches larger than the CPU benchmark's, so that a GPU's kernels are not all launch cost)."""
-MIN_AGREEMENT = 0.99
-"""Live and cache predictions of the live step's head agree on at least this share of the validation examples (as
-``benchmarks/live.py`` asks on the CPU: only a prediction on a knife edge may differ)."""
 PREDICT_TEXTS = {"full": 512, "quick": 64}
 """Validation texts the live step's throughput is timed over."""
 LENS_KL_TOLERANCE = 1e-3
@@ -197,19 +194,12 @@ def figure_direction(name: str) -> str | None:
     return "either" if name in ("lens_tokens", "extraction_real_tokens", "live_texts") else None
 
 
-def synchronize(device: str) -> None:
-    """Wait for the device's queued work, so a wall-clock time covers it (a no-op on the CPU)."""
-    import torch
-
-    if device == "cuda":
-        torch.cuda.synchronize()
-
-
 def extraction_step(work: Path, files: dict, examples: int, gpu: str, results: dict, failures: list[str]) -> None:
     """5. Extraction's loop on the device against a bare forward of the same batches, for three storages."""
     import dataclasses
 
     from extract import bare_pass, batching, load, warmup
+    from lens import synchronize
 
     from layercache.extraction import StorageSpec, extract_loaded
 
@@ -244,7 +234,8 @@ def extraction_step(work: Path, files: dict, examples: int, gpu: str, results: d
 def live_step(work: Path, files: dict, gpu: str, whole: Path, n_texts: int, results: dict,
               failures: list[str]) -> None:
     """6. A head from the whole model's cache, live on the device: parity with the cache, warm predict throughput."""
-    from live import throughput
+    from lens import synchronize
+    from live import MIN_AGREEMENT, throughput
 
     import layercache as lc
     from layercache.sources import load_dataset_records
